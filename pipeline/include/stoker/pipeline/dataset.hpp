@@ -1,0 +1,68 @@
+// Sources: the list of samples (file + label) a loader visits, from a class-per-folder directory
+// (Keras flow_from_directory), a CSV/TSV file (flow_from_dataframe) or a list built in code.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace stoker {
+
+struct Sample {
+  std::string path;       // file to read
+  std::int32_t label = -1;  // class index, -1 when unlabelled
+};
+
+struct Dataset {
+  std::vector<Sample> samples;
+  std::vector<std::string> class_names;  // index = label
+
+  std::size_t size() const noexcept { return samples.size(); }
+  bool empty() const noexcept { return samples.empty(); }
+};
+
+// Which part of a validation split to keep.
+enum class Subset : std::uint8_t { All, Training, Validation };
+
+// Keras' split: in each class (in source order) the first floor(fraction * n) samples are the
+// validation subset and the rest the training subset. Deterministic; no shuffling.
+struct Split {
+  double validation_fraction = 0.0;  // [0, 1)
+  Subset subset = Subset::All;
+};
+
+struct DirectoryOptions {
+  Split split;
+  // Only these class sub-folders, in this order (Keras' `classes`); empty = all, alphanumeric.
+  std::vector<std::string> classes;
+  // File extensions accepted (lower case, without the dot); Keras' white list by default.
+  std::vector<std::string> extensions = {"png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff"};
+  bool follow_links = false;
+};
+
+// One sub-folder per class; class indices follow the sorted folder names; files inside a class
+// folder are found recursively and sorted, as Keras does. Throws DatasetError when the folder is
+// missing, has no class folders, or a class folder holds no images.
+Dataset dataset_from_directory(const std::filesystem::path& root, const DirectoryOptions& options = {});
+
+struct CsvOptions {
+  std::filesystem::path base_dir;          // relative paths are resolved against it (default: the CSV's folder)
+  std::string path_column = "filename";    // Keras' x_col default
+  std::string label_column = "class";      // Keras' y_col default; empty = unlabelled
+  char delimiter = '\0';                   // '\0': tab for .tsv files, comma otherwise
+  Split split;
+};
+
+// A CSV/TSV file with a header row. Labels are class names; classes are the sorted distinct names.
+// Quoted fields (RFC 4180) are supported. Throws DatasetError naming the file, line and column.
+Dataset dataset_from_csv(const std::filesystem::path& csv_file, const CsvOptions& options = {});
+
+// Validates an explicit list (labels within class_names, non-empty) and applies the split.
+Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> class_names,
+                          const Split& split = {});
+
+// The split on its own, for any dataset (per class, in the dataset's order).
+Dataset apply_split(const Dataset& dataset, const Split& split);
+
+}  // namespace stoker

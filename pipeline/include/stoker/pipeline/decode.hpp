@@ -1,0 +1,65 @@
+// Reading and decoding one image file to interleaved RGB uint8.
+// JPEG goes through TurboJPEG with DCT-domain downscaling; PNG, BMP, PPM/PGM, TIFF and WebP through
+// OpenCV. The header is checked before any pixel buffer is allocated.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/pipeline/image.hpp"
+
+namespace stoker {
+
+enum class ImageFormat : std::uint8_t { Jpeg, Png, Bmp, Pnm, Tiff, WebP, Unknown };
+
+const char* to_string(ImageFormat f) noexcept;
+
+struct ImageHeader {
+  ImageFormat format = ImageFormat::Unknown;
+  int width = 0;   // 0 when the format's header is not parsed here (TIFF, WebP)
+  int height = 0;
+};
+
+// Identifies the format from its signature and reads the announced size (JPEG, PNG, BMP, PNM).
+// Throws DecodeError(name, reason) for an empty, unrecognised or malformed header.
+ImageHeader read_image_header(std::span<const std::uint8_t> bytes, const std::string& name);
+
+struct DecodeLimits {
+  // Headers announcing more pixels than this are rejected before allocation (default 100 MP).
+  std::int64_t max_pixels = 100'000'000;
+};
+
+// Reads a whole file into `out` (reusing its capacity). Throws DecodeError for a missing,
+// unreadable or empty file.
+void read_file(const std::string& path, std::vector<std::uint8_t>& out);
+
+// One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
+// image seen and are then reused, so steady-state decoding does not allocate.
+class ImageDecoder {
+ public:
+  explicit ImageDecoder(DecodeLimits limits = {});
+  ~ImageDecoder();
+  ImageDecoder(ImageDecoder&&) noexcept;
+  ImageDecoder& operator=(ImageDecoder&&) noexcept;
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Decodes `bytes` to RGB. JPEGs are shrunk in the DCT domain to the smallest scale whose size is
+  // still >= (min_height, min_width) (full size when the image is smaller, or when both are 0). The view stays valid
+  // until the next call. Grayscale and CMYK sources come out as RGB. Throws DecodeError(name, …).
+  ImageView decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0,
+                   int min_width = 0);
+
+  // The DCT scale TurboJPEG would use for this image and minimum size (numerator/denominator).
+  static void choose_jpeg_scale(int width, int height, int min_height, int min_width, int& num,
+                                int& denom);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,162 @@
+// The public Loader: files → decoded, transformed samples → batches in buffers allocated once.
+//
+//   stoker::Loader loader(stoker::dataset_from_directory("data/train"), options);
+//   for (std::uint64_t epoch = 0; epoch < 10; ++epoch) {
+//     loader.begin_epoch(epoch);
+//     while (auto batch = loader.next()) { use(batch->pixels(), batch->labels()); }
+//   }
+//
+// Decoding runs on a oneTBB arena of `threads` workers, one task per sample, writing straight into
+// the sample's slot of a batch buffer. At most `prefetch` batches are in flight ahead of the
+// consumer; a slow consumer causes backpressure, never growth.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/image.hpp"
+#include "stoker/pipeline/transform.hpp"
+
+namespace stoker {
+
+enum class LabelMode : std::uint8_t {
+  Binary,       // one float per sample, 0 or 1 (exactly two classes)
+  Categorical,  // one-hot floats, one per class (Keras' default)
+  Sparse,       // the class index as one float per sample (classes() has it as int32 too)
+  None,         // no labels
+};
+
+enum class BadSamplePolicy : std::uint8_t {
+  Fail,  // the epoch stops; next() throws DecodeError naming the file and the reason
+  Skip,  // the sample is left out of its batch (the batch gets smaller) and counted
+};
+
+LabelMode parse_label_mode(const std::string& name);         // binary|categorical|sparse|none
+BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // fail|skip
+Interpolation parse_interpolation(const std::string& name);  // nearest|bilinear|area
+
+// Where batch buffers live. The default is page-aligned host memory; the GPU feed supplies pinned
+// (page-locked) memory. Called only while the loader is constructed and destroyed.
+class HostAllocator {
+ public:
+  virtual ~HostAllocator() = default;
+  virtual void* allocate(std::size_t bytes) = 0;  // throws BadAlloc
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  virtual const char* name() const noexcept = 0;
+};
+
+struct LoaderOptions {
+  int batch_size = 32;
+  // The default transform: resize to this size (Keras' target_size), uint8 NHWC RGB.
+  int image_height = 256;
+  int image_width = 256;
+  Interpolation interpolation = Interpolation::Nearest;  // Keras' default
+  bool keep_aspect_ratio = false;  // centre-crop to the target aspect ratio before resizing
+  // Replaces the default transform (e.g. an augment::Augmenter); then image_* are not used.
+  std::shared_ptr<const SampleTransform> transform;
+
+  LabelMode label_mode = LabelMode::Categorical;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  bool drop_last = false;  // drop the last, partial batch of an epoch
+
+  int threads = 0;   // decode threads; 0 = all hardware threads
+  int prefetch = 4;  // batches decoded ahead of the consumer (>= 1)
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::Fail;
+  DecodeLimits limits;
+  std::shared_ptr<HostAllocator> allocator;  // null = aligned host memory
+};
+
+// Cumulative counters since construction (or reset_stats()). Times are busy time summed over
+// threads, except consumer_wait_seconds: the time next() blocked waiting for data.
+struct LoaderStats {
+  std::uint64_t files_read = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t samples_decoded = 0;
+  std::uint64_t samples_skipped = 0;
+  std::uint64_t batches_delivered = 0;
+  double read_seconds = 0;
+  double decode_seconds = 0;
+  double transform_seconds = 0;
+  double consumer_wait_seconds = 0;
+};
+
+struct SkippedSample {
+  std::int64_t sample_id = 0;
+  std::string path;
+  std::string reason;
+};
+
+namespace detail {
+class LoaderCore;
+}
+
+// A filled batch, lent to the consumer. Destroying it (or release()) returns its buffer to the
+// pool. It stays valid even if the Loader is destroyed first.
+class Batch {
+ public:
+  Batch(Batch&& other) noexcept;
+  Batch& operator=(Batch&& other) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch();
+
+  int size() const noexcept;      // samples in this batch (<= batch_size)
+  const SampleShape& sample_shape() const noexcept;
+  const std::byte* pixels() const noexcept;  // size() * sample_shape().bytes(), sample-major
+  std::span<const float> labels() const noexcept;  // size() * label_width()
+  int label_width() const noexcept;
+  std::span<const std::int32_t> classes() const noexcept;    // class index per sample (-1: none)
+  std::span<const std::int64_t> sample_ids() const noexcept; // index into the dataset
+  std::uint64_t epoch() const noexcept;
+  std::int64_t index() const noexcept;  // position of this batch in its epoch
+  void release() noexcept;
+
+ private:
+  friend class detail::LoaderCore;
+  Batch(std::shared_ptr<detail::LoaderCore> core, int slot) noexcept;
+  std::shared_ptr<detail::LoaderCore> core_;
+  int slot_ = -1;
+};
+
+class Loader {
+ public:
+  // Validates the options (throws InvalidArgument naming the option) and allocates every batch
+  // buffer up front. The dataset must not be empty (DatasetError).
+  Loader(Dataset dataset, LoaderOptions options);
+  ~Loader();  // stops decoding, joins every task; outstanding Batches stay valid
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts (or restarts) an epoch: its order comes from (seed, epoch). An unfinished previous
+  // epoch is abandoned. Decoding of the first `prefetch` batches starts immediately.
+  void begin_epoch(std::uint64_t epoch);
+
+  // The next batch of the current epoch, in plan order; std::nullopt at the end of the epoch.
+  // Throws DecodeError under BadSamplePolicy::Fail, and Error if the consumer holds every buffer.
+  std::optional<Batch> next();
+
+  std::size_t batches_per_epoch() const noexcept;
+  const Dataset& dataset() const noexcept;
+  const LoaderOptions& options() const noexcept;
+  SampleShape sample_shape() const noexcept;
+  int label_width() const noexcept;
+  int threads() const noexcept;
+  std::size_t buffer_bytes() const noexcept;  // batch memory allocated at construction
+
+  LoaderStats stats() const noexcept;
+  void reset_stats() noexcept;
+  std::vector<SkippedSample> skipped() const;  // samples skipped in the current epoch
+
+ private:
+  std::shared_ptr<detail::LoaderCore> core_;
+};
+
+}  // namespace stoker

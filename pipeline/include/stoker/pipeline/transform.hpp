@@ -1,0 +1,62 @@
+// The per-sample stage that turns a decoded image into its slot of a batch. The loader owns one
+// transform; the default resizes (Keras' load_img semantics), an augmenter (augment/) draws random
+// parameters from the sample context and warps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "stoker/pipeline/image.hpp"
+
+namespace stoker {
+
+// Identifies one draw: the same (seed, epoch, sample_id) always gives the same random parameters,
+// whichever thread runs the sample.
+struct SampleContext {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::int64_t sample_id = 0;
+};
+
+enum class Interpolation : std::uint8_t { Nearest, Bilinear, Area };
+
+const char* to_string(Interpolation i) noexcept;
+
+class SampleTransform {
+ public:
+  virtual ~SampleTransform() = default;
+
+  // Shape and dtype of what apply() writes; fixed for the transform's lifetime.
+  virtual SampleShape output_shape() const = 0;
+
+  // The decoder may shrink JPEGs in the DCT domain down to, but not below, this size.
+  virtual int min_decode_height() const { return output_shape().height; }
+  virtual int min_decode_width() const { return output_shape().width; }
+
+  // Writes exactly output_shape().bytes() bytes to dst. Must be thread-safe (called concurrently
+  // for different samples) and deterministic in (src, ctx). Throws stoker::Error on failure.
+  virtual void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const = 0;
+};
+
+// Resize to a fixed size (uint8 NHWC), optionally centre-cropping to the target aspect ratio first
+// (Keras' keep_aspect_ratio). Nearest uses pixel centres, as PIL and Keras do.
+class ResizeTransform final : public SampleTransform {
+ public:
+  ResizeTransform(int height, int width, Interpolation interpolation = Interpolation::Nearest,
+                  bool keep_aspect_ratio = false);
+  SampleShape output_shape() const override { return shape_; }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override;
+
+ private:
+  SampleShape shape_;
+  Interpolation interpolation_;
+  bool keep_aspect_ratio_;
+};
+
+// Keras' keep_aspect_ratio crop: the largest centred box of the target aspect ratio.
+struct CropBox {
+  int x = 0, y = 0, width = 0, height = 0;
+};
+CropBox centre_crop_box(int src_height, int src_width, int target_height, int target_width) noexcept;
+
+}  // namespace stoker

@@ -1,0 +1,224 @@
+#include "stoker/pipeline/dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "stoker/error.hpp"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+void check_split(const Split& split) {
+  if (!(split.validation_fraction >= 0.0 && split.validation_fraction < 1.0)) {
+    throw InvalidArgument("validation_split must be in [0, 1), received " +
+                          std::to_string(split.validation_fraction));
+  }
+  if (split.subset != Subset::All && split.validation_fraction == 0.0) {
+    throw InvalidArgument("a training/validation subset needs validation_split > 0");
+  }
+}
+
+bool has_extension(const fs::path& file, const std::vector<std::string>& extensions) {
+  std::string ext = lower(file.extension().string());
+  if (ext.empty()) return false;
+  ext.erase(0, 1);
+  return std::find(extensions.begin(), extensions.end(), ext) != extensions.end();
+}
+
+// Files under `dir`, recursively, sorted by path (Keras sorts os.walk's output the same way).
+std::vector<std::string> list_images(const fs::path& dir, const DirectoryOptions& options) {
+  std::vector<std::string> files;
+  auto dir_options = fs::directory_options::skip_permission_denied;
+  if (options.follow_links) dir_options |= fs::directory_options::follow_directory_symlink;
+  for (auto it = fs::recursive_directory_iterator(dir, dir_options); it != fs::recursive_directory_iterator(); ++it) {
+    std::error_code ec;
+    if (it->is_directory(ec)) continue;
+    if (!options.follow_links && it->is_symlink(ec) && !fs::is_regular_file(it->path(), ec)) continue;
+    if (has_extension(it->path(), options.extensions)) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+Dataset apply_split(const Dataset& dataset, const Split& split) {
+  check_split(split);
+  if (split.subset == Subset::All) return dataset;
+  const std::size_t classes = std::max<std::size_t>(1, dataset.class_names.size());
+  std::vector<std::size_t> per_class(classes + 1, 0);
+  auto bucket = [&](const Sample& s) { return s.label < 0 ? classes : static_cast<std::size_t>(s.label); };
+  for (const auto& s : dataset.samples) ++per_class[bucket(s)];
+
+  Dataset out;
+  out.class_names = dataset.class_names;
+  std::vector<std::size_t> seen(classes + 1, 0);
+  for (const auto& s : dataset.samples) {
+    const std::size_t b = bucket(s);
+    const auto cut = static_cast<std::size_t>(split.validation_fraction * static_cast<double>(per_class[b]));
+    const bool in_validation = seen[b]++ < cut;
+    if (in_validation == (split.subset == Subset::Validation)) out.samples.push_back(s);
+  }
+  return out;
+}
+
+Dataset dataset_from_directory(const fs::path& root, const DirectoryOptions& options) {
+  check_split(options.split);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    throw DatasetError(root.string() + ": not a directory (expected one sub-folder per class)");
+  }
+  std::vector<std::string> classes = options.classes;
+  if (classes.empty()) {
+    for (const auto& entry : fs::directory_iterator(root)) {
+      if (entry.is_directory()) classes.push_back(entry.path().filename().string());
+    }
+    std::sort(classes.begin(), classes.end());
+  }
+  if (classes.empty()) {
+    throw DatasetError(root.string() + ": no class sub-folders (expected one sub-folder per class)");
+  }
+
+  Dataset dataset;
+  dataset.class_names = classes;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    const fs::path dir = root / classes[c];
+    if (!fs::is_directory(dir, ec)) throw DatasetError(dir.string() + ": class folder does not exist");
+    const auto files = list_images(dir, options);
+    if (files.empty()) {
+      throw DatasetError(dir.string() + ": class folder '" + classes[c] + "' holds no images (" +
+                         std::to_string(options.extensions.size()) + " accepted extensions)");
+    }
+    for (const auto& f : files) dataset.samples.push_back({f, static_cast<std::int32_t>(c)});
+  }
+  return apply_split(dataset, options.split);
+}
+
+namespace {
+
+// RFC 4180 record reader: quoted fields may contain the delimiter, doubled quotes and newlines.
+class CsvReader {
+ public:
+  CsvReader(std::istream& in, char delimiter, std::string name) : in_(in), delimiter_(delimiter), name_(std::move(name)) {}
+
+  bool next(std::vector<std::string>& fields) {
+    fields.clear();
+    if (in_.peek() == EOF) return false;
+    ++line_;
+    std::string field;
+    bool quoted = false, any = false;
+    for (int ch; (ch = in_.get()) != EOF;) {
+      any = true;
+      const char c = static_cast<char>(ch);
+      if (quoted) {
+        if (c == '"') {
+          if (in_.peek() == '"') { field += '"'; in_.get(); } else { quoted = false; }
+        } else {
+          if (c == '\n') ++line_;
+          field += c;
+        }
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == delimiter_) {
+        fields.push_back(std::move(field));
+        field.clear();
+      } else if (c == '\n') {
+        break;
+      } else if (c != '\r') {
+        field += c;
+      }
+    }
+    if (quoted) throw DatasetError(name_ + ":" + std::to_string(line_) + ": unterminated quoted field");
+    if (any) fields.push_back(std::move(field));
+    return true;
+  }
+  int line() const { return line_; }
+
+ private:
+  std::istream& in_;
+  char delimiter_;
+  std::string name_;
+  int line_ = 0;
+};
+
+}  // namespace
+
+Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
+  check_split(options.split);
+  std::ifstream in(csv_file, std::ios::binary);
+  if (!in) throw DatasetError(csv_file.string() + ": cannot open CSV file");
+  const char delimiter = options.delimiter ? options.delimiter
+                                           : (lower(csv_file.extension().string()) == ".tsv" ? '\t' : ',');
+  const fs::path base = options.base_dir.empty() ? csv_file.parent_path() : options.base_dir;
+  CsvReader reader(in, delimiter, csv_file.string());
+
+  std::vector<std::string> header;
+  if (!reader.next(header) || header.empty()) throw DatasetError(csv_file.string() + ": empty CSV file (no header row)");
+  auto column = [&](const std::string& name) -> int {
+    for (std::size_t i = 0; i < header.size(); ++i) if (header[i] == name) return static_cast<int>(i);
+    std::string have;
+    for (const auto& h : header) have += (have.empty() ? "" : ", ") + h;
+    throw DatasetError(csv_file.string() + ": no column '" + name + "' (columns: " + have + ")");
+  };
+  const int path_col = column(options.path_column);
+  const int label_col = options.label_column.empty() ? -1 : column(options.label_column);
+
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::vector<std::string> fields;
+  while (reader.next(fields)) {
+    if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+    const int need = std::max(path_col, label_col);
+    if (static_cast<int>(fields.size()) <= need) {
+      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": " +
+                         std::to_string(fields.size()) + " fields, expected at least " + std::to_string(need + 1));
+    }
+    if (fields[path_col].empty()) {
+      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": empty '" + options.path_column + "'");
+    }
+    fs::path p(fields[path_col]);
+    if (p.is_relative()) p = base / p;
+    rows.emplace_back(p.string(), label_col >= 0 ? fields[label_col] : std::string());
+  }
+  if (rows.empty()) throw DatasetError(csv_file.string() + ": no rows after the header");
+
+  Dataset dataset;
+  if (label_col >= 0) {
+    std::set<std::string> names;
+    for (const auto& r : rows) names.insert(r.second);
+    dataset.class_names.assign(names.begin(), names.end());
+  }
+  for (auto& [path, name] : rows) {
+    std::int32_t label = -1;
+    if (label_col >= 0) {
+      label = static_cast<std::int32_t>(std::lower_bound(dataset.class_names.begin(), dataset.class_names.end(), name) -
+                                        dataset.class_names.begin());
+    }
+    dataset.samples.push_back({std::move(path), label});
+  }
+  return apply_split(dataset, options.split);
+}
+
+Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> class_names, const Split& split) {
+  if (samples.empty()) throw DatasetError("dataset_from_list: the list of samples is empty");
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const auto& s = samples[i];
+    if (s.path.empty()) throw DatasetError("dataset_from_list: sample " + std::to_string(i) + " has an empty path");
+    if (s.label < -1 || s.label >= static_cast<std::int32_t>(class_names.size())) {
+      throw DatasetError("dataset_from_list: sample " + std::to_string(i) + " (" + s.path + ") has label " +
+                         std::to_string(s.label) + ", but there are " + std::to_string(class_names.size()) + " classes");
+    }
+  }
+  return apply_split(Dataset{std::move(samples), std::move(class_names)}, split);
+}
+
+}  // namespace stoker

@@ -1,0 +1,549 @@
+#include "stoker/pipeline/loader.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include "stoker/error.hpp"
+#include "stoker/pipeline/plan.hpp"
+
+namespace stoker {
+
+LabelMode parse_label_mode(const std::string& name) {
+  if (name == "binary") return LabelMode::Binary;
+  if (name == "categorical") return LabelMode::Categorical;
+  if (name == "sparse") return LabelMode::Sparse;
+  if (name == "none") return LabelMode::None;
+  throw InvalidArgument("label mode must be binary, categorical, sparse or none, received '" + name + "'");
+}
+
+BadSamplePolicy parse_bad_sample_policy(const std::string& name) {
+  if (name == "fail") return BadSamplePolicy::Fail;
+  if (name == "skip") return BadSamplePolicy::Skip;
+  throw InvalidArgument("bad-sample policy must be fail or skip, received '" + name + "'");
+}
+
+Interpolation parse_interpolation(const std::string& name) {
+  if (name == "nearest") return Interpolation::Nearest;
+  if (name == "bilinear") return Interpolation::Bilinear;
+  if (name == "area") return Interpolation::Area;
+  throw InvalidArgument("interpolation must be nearest, bilinear or area, received '" + name + "'");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t elapsed_ns(Clock::time_point since) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count());
+}
+
+constexpr std::size_t kPage = 4096;
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+class AlignedHostAllocator final : public HostAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = std::aligned_alloc(kPage, round_up(std::max<std::size_t>(bytes, 1), kPage));
+    if (!p) throw BadAlloc("cannot allocate " + std::to_string(bytes) + " bytes of host memory for batch buffers");
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override { std::free(p); }
+  const char* name() const noexcept override { return "host"; }
+};
+
+// TBB starts default_concurrency - 1 workers, expecting the calling thread to help. Our tasks are
+// enqueued and run by workers only, so raise the process-wide worker limit to what the largest live
+// loader needs. Only ever raised, so concurrent loaders do not throttle each other.
+void ensure_tbb_workers(int workers) {
+  static std::mutex mu;
+  static std::unique_ptr<tbb::global_control> control;
+  static int current = 0;
+  std::lock_guard lock(mu);
+  const int wanted = std::max(workers + 1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (wanted <= current) return;
+  control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, wanted);
+  current = wanted;
+}
+
+}  // namespace
+
+namespace detail {
+
+// One batch buffer and the state of the batch being filled in it.
+struct Slot {
+  enum class State { Free, Filling, Ready, Held };
+  std::byte* pixels = nullptr;
+  std::vector<float> labels;
+  std::vector<std::int32_t> classes;
+  std::vector<std::int64_t> ids;
+  std::vector<std::string> failures;  // per position; empty = decoded fine
+
+  State state = State::Free;
+  std::int64_t batch_index = -1;
+  std::uint64_t epoch = 0;
+  int planned = 0;  // samples assigned to this batch
+  int size = 0;     // samples delivered (after skipped ones are compacted away)
+  std::atomic<int> pending{0};
+  std::optional<DecodeError> error;  // BadSamplePolicy::Fail: the first failure in batch order
+  std::vector<SkippedSample> skipped;
+};
+
+struct ThreadScratch {
+  explicit ThreadScratch(DecodeLimits limits) : decoder(limits) {}
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> file;
+};
+
+class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
+ public:
+  LoaderCore(Dataset dataset, LoaderOptions options);
+  ~LoaderCore();
+
+  void begin_epoch(std::uint64_t epoch);
+  std::optional<Batch> next();
+  void release(int slot) noexcept;
+  void shutdown() noexcept;
+
+  const Slot& slot(int i) const { return *slots_[static_cast<std::size_t>(i)]; }
+
+  Dataset dataset_;
+  LoaderOptions options_;
+  std::shared_ptr<const SampleTransform> transform_;
+  SampleShape shape_;
+  int label_width_ = 0;
+  int threads_ = 1;
+  std::size_t slot_bytes_ = 0;
+  std::size_t buffer_bytes_ = 0;
+  std::int64_t batches_per_epoch_ = 0;
+
+  struct Counters {
+    std::atomic<std::uint64_t> files{0}, bytes{0}, decoded{0}, skipped{0}, batches{0};
+    std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
+  } counters_;
+
+  mutable std::mutex mu_;
+  std::vector<SkippedSample> skipped_;  // current epoch
+
+ private:
+  void refill_locked();
+  void cancel_locked();
+  void run_sample(int slot, int position, std::uint32_t sample, std::uint64_t generation);
+  void process_sample(Slot& s, int position, std::uint32_t sample);
+  void finish_batch(int slot, std::uint64_t generation);
+  void move_sample(Slot& s, int from, int to);
+
+  std::shared_ptr<HostAllocator> allocator_;
+  std::byte* memory_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<int> free_slots_;
+  std::deque<int> submitted_;  // slots in batch order, not yet delivered
+
+  tbb::task_arena arena_;
+  tbb::enumerable_thread_specific<std::unique_ptr<ThreadScratch>> scratch_;
+
+  std::condition_variable cv_;
+  bool epoch_active_ = false;
+  bool stopping_ = false;
+  std::uint64_t epoch_ = 0;
+  std::atomic<std::uint64_t> generation_{0};  // bumped to cancel in-flight work
+  std::vector<std::uint32_t> order_;
+  std::int64_t next_submit_ = 0;
+  std::int64_t next_deliver_ = 0;
+  std::optional<DecodeError> failed_;
+  int inflight_batches_ = 0;
+};
+
+LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  const auto& o = options_;
+  if (dataset_.empty()) throw DatasetError("the dataset is empty: no samples to load");
+  if (dataset_.size() > UINT32_MAX) throw InvalidArgument("datasets over 4 billion samples are not supported");
+  if (o.batch_size < 1) throw InvalidArgument("batch_size must be >= 1, received " + std::to_string(o.batch_size));
+  if (o.prefetch < 1) throw InvalidArgument("prefetch must be >= 1, received " + std::to_string(o.prefetch));
+  if (o.threads < 0) throw InvalidArgument("threads must be >= 0, received " + std::to_string(o.threads));
+  if (o.limits.max_pixels < 1) throw InvalidArgument("limits.max_pixels must be >= 1");
+
+  const auto classes = static_cast<int>(dataset_.class_names.size());
+  switch (o.label_mode) {
+    case LabelMode::Binary:
+      if (classes != 2) {
+        throw InvalidArgument("label mode 'binary' needs exactly 2 classes, the dataset has " + std::to_string(classes));
+      }
+      label_width_ = 1;
+      break;
+    case LabelMode::Categorical: label_width_ = classes; break;
+    case LabelMode::Sparse: label_width_ = 1; break;
+    case LabelMode::None: label_width_ = 0; break;
+  }
+  if (o.label_mode != LabelMode::None) {
+    for (const auto& s : dataset_.samples) {
+      if (s.label < 0 || s.label >= classes) {
+        throw InvalidArgument("sample " + s.path + " has no valid label (" + std::to_string(s.label) +
+                              ") but label mode is not 'none'");
+      }
+    }
+  }
+
+  transform_ = o.transform ? o.transform
+                           : std::make_shared<ResizeTransform>(o.image_height, o.image_width, o.interpolation,
+                                                               o.keep_aspect_ratio);
+  shape_ = transform_->output_shape();
+  if (shape_.bytes() == 0) throw InvalidArgument("the transform's output shape is empty");
+
+  const auto n = static_cast<std::int64_t>(dataset_.size());
+  batches_per_epoch_ = o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
+  if (batches_per_epoch_ == 0) {
+    throw InvalidArgument("drop_last with batch_size " + std::to_string(o.batch_size) + " leaves no batch from " +
+                          std::to_string(n) + " samples");
+  }
+
+  threads_ = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  ensure_tbb_workers(threads_);
+  arena_.initialize(threads_, 0);  // no slot reserved for a master: workers run everything
+
+  // Every batch buffer is allocated here, once: prefetch batches in flight + one with the consumer.
+  allocator_ = o.allocator ? o.allocator : std::make_shared<AlignedHostAllocator>();
+  const int slot_count = o.prefetch + 1;
+  slot_bytes_ = round_up(shape_.bytes() * static_cast<std::size_t>(o.batch_size), kPage);
+  buffer_bytes_ = slot_bytes_ * static_cast<std::size_t>(slot_count);
+  memory_ = static_cast<std::byte*>(allocator_->allocate(buffer_bytes_));
+  const auto per_batch = static_cast<std::size_t>(o.batch_size);
+  for (int i = 0; i < slot_count; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->pixels = memory_ + slot_bytes_ * static_cast<std::size_t>(i);
+    s->labels.resize(per_batch * static_cast<std::size_t>(label_width_));
+    s->classes.resize(per_batch);
+    s->ids.resize(per_batch);
+    s->failures.resize(per_batch);
+    slots_.push_back(std::move(s));
+    free_slots_.push_back(slot_count - 1 - i);
+  }
+}
+
+LoaderCore::~LoaderCore() {
+  shutdown();
+  if (memory_) allocator_->deallocate(memory_, buffer_bytes_);
+}
+
+void LoaderCore::shutdown() noexcept {
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  cancel_locked();
+  cv_.wait(lock, [&] { return inflight_batches_ == 0; });
+}
+
+// Abandons the current epoch: in-flight samples see the new generation and stop early; ready but
+// undelivered batches go back to the pool.
+void LoaderCore::cancel_locked() {
+  generation_.fetch_add(1);
+  for (int si : submitted_) {
+    Slot& s = *slots_[static_cast<std::size_t>(si)];
+    if (s.state == Slot::State::Ready) {
+      s.state = Slot::State::Free;
+      free_slots_.push_back(si);
+    }  // Filling slots are returned by their last task
+  }
+  submitted_.clear();
+  next_submit_ = batches_per_epoch_;
+  cv_.notify_all();
+}
+
+void LoaderCore::begin_epoch(std::uint64_t epoch) {
+  std::unique_lock lock(mu_);
+  cancel_locked();
+  cv_.wait(lock, [&] { return inflight_batches_ == 0; });
+  epoch_ = epoch;
+  order_ = epoch_order(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle);
+  next_submit_ = 0;
+  next_deliver_ = 0;
+  failed_.reset();
+  skipped_.clear();
+  epoch_active_ = true;
+  refill_locked();
+}
+
+void LoaderCore::refill_locked() {
+  const std::int64_t n = static_cast<std::int64_t>(order_.size());
+  while (!stopping_ && !free_slots_.empty() && next_submit_ < batches_per_epoch_) {
+    const int si = free_slots_.back();
+    free_slots_.pop_back();
+    Slot& s = *slots_[static_cast<std::size_t>(si)];
+    const std::int64_t begin = next_submit_ * options_.batch_size;
+    const int count = static_cast<int>(std::min<std::int64_t>(options_.batch_size, n - begin));
+    s.state = Slot::State::Filling;
+    s.batch_index = next_submit_;
+    s.epoch = epoch_;
+    s.planned = count;
+    s.size = 0;
+    s.error.reset();
+    s.skipped.clear();
+    for (int p = 0; p < count; ++p) s.failures[static_cast<std::size_t>(p)].clear();
+    s.pending.store(count);
+    submitted_.push_back(si);
+    ++inflight_batches_;
+    ++next_submit_;
+    const std::uint64_t generation = generation_.load();
+    for (int p = 0; p < count; ++p) {
+      const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
+      arena_.enqueue([this, si, p, sample, generation] { run_sample(si, p, sample, generation); });
+    }
+  }
+}
+
+void LoaderCore::run_sample(int si, int position, std::uint32_t sample, std::uint64_t generation) {
+  Slot& s = *slots_[static_cast<std::size_t>(si)];
+  if (generation == generation_.load()) {
+    std::string failure;
+    try {
+      process_sample(s, position, sample);
+    } catch (const DecodeError& e) {
+      failure = e.reason();
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "unknown error";
+    } catch (...) {
+      failure = "unknown error";
+    }
+    s.failures[static_cast<std::size_t>(position)] = std::move(failure);
+  }
+  if (s.pending.fetch_sub(1) == 1) finish_batch(si, generation);
+}
+
+void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
+  auto& local = scratch_.local();
+  if (!local) local = std::make_unique<ThreadScratch>(options_.limits);
+  const Sample& item = dataset_.samples[sample];
+
+  auto t0 = Clock::now();
+  read_file(item.path, local->file);
+  counters_.read_ns += elapsed_ns(t0);
+  counters_.files += 1;
+  counters_.bytes += local->file.size();
+
+  t0 = Clock::now();
+  const ImageView image = local->decoder.decode(local->file, item.path, transform_->min_decode_height(),
+                                                transform_->min_decode_width());
+  counters_.decode_ns += elapsed_ns(t0);
+
+  t0 = Clock::now();
+  transform_->apply(image, SampleContext{options_.seed, s.epoch, static_cast<std::int64_t>(sample)},
+                    s.pixels + shape_.bytes() * static_cast<std::size_t>(position));
+  counters_.transform_ns += elapsed_ns(t0);
+
+  const auto p = static_cast<std::size_t>(position);
+  s.classes[p] = item.label;
+  s.ids[p] = sample;
+  float* labels = s.labels.data() + p * static_cast<std::size_t>(label_width_);
+  switch (options_.label_mode) {
+    case LabelMode::Binary:
+    case LabelMode::Sparse: labels[0] = static_cast<float>(item.label); break;
+    case LabelMode::Categorical:
+      std::fill(labels, labels + label_width_, 0.0f);
+      labels[item.label] = 1.0f;
+      break;
+    case LabelMode::None: break;
+  }
+  counters_.decoded += 1;
+}
+
+void LoaderCore::move_sample(Slot& s, int from, int to) {
+  const std::size_t bytes = shape_.bytes();
+  std::memmove(s.pixels + bytes * static_cast<std::size_t>(to), s.pixels + bytes * static_cast<std::size_t>(from), bytes);
+  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to), w = static_cast<std::size_t>(label_width_);
+  std::copy_n(s.labels.data() + f * w, w, s.labels.data() + t * w);
+  s.classes[t] = s.classes[f];
+  s.ids[t] = s.ids[f];
+}
+
+// Runs on the thread that finished the batch's last sample: the slot is exclusively ours until we
+// publish it under the lock.
+void LoaderCore::finish_batch(int si, std::uint64_t generation) {
+  Slot& s = *slots_[static_cast<std::size_t>(si)];
+  const bool current = generation == generation_.load();
+  if (current) {
+    const std::int64_t begin = s.batch_index * options_.batch_size;
+    int out = 0;
+    for (int p = 0; p < s.planned; ++p) {
+      const auto& why = s.failures[static_cast<std::size_t>(p)];
+      if (why.empty()) {
+        if (out != p) move_sample(s, p, out);
+        ++out;
+        continue;
+      }
+      const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
+      const std::string& path = dataset_.samples[sample].path;
+      if (options_.on_bad_sample == BadSamplePolicy::Fail) {
+        if (!s.error) s.error.emplace(path, why);
+      } else {
+        s.skipped.push_back({static_cast<std::int64_t>(sample), path, why});
+      }
+    }
+    s.size = out;
+  }
+  std::lock_guard lock(mu_);
+  if (current && generation == generation_.load()) {
+    s.state = Slot::State::Ready;
+  } else {
+    s.state = Slot::State::Free;
+    free_slots_.push_back(si);
+  }
+  --inflight_batches_;
+  cv_.notify_all();
+}
+
+std::optional<Batch> LoaderCore::next() {
+  std::unique_lock lock(mu_);
+  if (!epoch_active_) throw Error("Loader::next() called before begin_epoch()");
+  for (;;) {
+    if (failed_) throw *failed_;
+    if (next_deliver_ >= batches_per_epoch_) return std::nullopt;
+    refill_locked();
+    if (submitted_.empty()) {
+      throw Error("all " + std::to_string(slots_.size()) +
+                  " batch buffers are held by the consumer; release a Batch before asking for the next one "
+                  "(or raise prefetch)");
+    }
+    const int si = submitted_.front();
+    Slot& s = *slots_[static_cast<std::size_t>(si)];
+    if (s.state != Slot::State::Ready) {
+      const auto t0 = Clock::now();
+      cv_.wait(lock, [&] { return s.state == Slot::State::Ready || stopping_; });
+      counters_.wait_ns += elapsed_ns(t0);
+      if (stopping_) throw Error("the loader is shutting down");
+    }
+    submitted_.pop_front();
+    ++next_deliver_;
+    // Skipped samples are recorded as the batch is delivered, so the record follows plan order.
+    for (auto& k : s.skipped) skipped_.push_back(std::move(k));
+    counters_.skipped += s.skipped.size();
+    s.skipped.clear();
+    if (s.error) {
+      failed_ = std::move(s.error);
+      s.error.reset();
+      s.state = Slot::State::Free;
+      free_slots_.push_back(si);
+      cancel_locked();
+      throw *failed_;
+    }
+    if (s.size == 0) {  // every sample of this batch was skipped
+      s.state = Slot::State::Free;
+      free_slots_.push_back(si);
+      continue;
+    }
+    s.state = Slot::State::Held;
+    counters_.batches += 1;
+    refill_locked();
+    return Batch(shared_from_this(), si);
+  }
+}
+
+void LoaderCore::release(int si) noexcept {
+  std::lock_guard lock(mu_);
+  Slot& s = *slots_[static_cast<std::size_t>(si)];
+  s.state = Slot::State::Free;
+  free_slots_.push_back(si);
+  try {
+    refill_locked();
+  } catch (...) {
+    // enqueue can only fail on allocation; the batch is then submitted by the next next() call.
+  }
+}
+
+}  // namespace detail
+
+// ---- Batch -------------------------------------------------------------------------------------
+
+Batch::Batch(std::shared_ptr<detail::LoaderCore> core, int slot) noexcept : core_(std::move(core)), slot_(slot) {}
+Batch::Batch(Batch&& other) noexcept : core_(std::move(other.core_)), slot_(std::exchange(other.slot_, -1)) {}
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    release();
+    core_ = std::move(other.core_);
+    slot_ = std::exchange(other.slot_, -1);
+  }
+  return *this;
+}
+Batch::~Batch() { release(); }
+
+void Batch::release() noexcept {
+  if (core_ && slot_ >= 0) core_->release(slot_);
+  core_.reset();
+  slot_ = -1;
+}
+
+int Batch::size() const noexcept { return core_->slot(slot_).size; }
+const SampleShape& Batch::sample_shape() const noexcept { return core_->shape_; }
+const std::byte* Batch::pixels() const noexcept { return core_->slot(slot_).pixels; }
+std::span<const float> Batch::labels() const noexcept {
+  return {core_->slot(slot_).labels.data(), static_cast<std::size_t>(size() * core_->label_width_)};
+}
+int Batch::label_width() const noexcept { return core_->label_width_; }
+std::span<const std::int32_t> Batch::classes() const noexcept {
+  return {core_->slot(slot_).classes.data(), static_cast<std::size_t>(size())};
+}
+std::span<const std::int64_t> Batch::sample_ids() const noexcept {
+  return {core_->slot(slot_).ids.data(), static_cast<std::size_t>(size())};
+}
+std::uint64_t Batch::epoch() const noexcept { return core_->slot(slot_).epoch; }
+std::int64_t Batch::index() const noexcept { return core_->slot(slot_).batch_index; }
+
+// ---- Loader ------------------------------------------------------------------------------------
+
+Loader::Loader(Dataset dataset, LoaderOptions options)
+    : core_(std::make_shared<detail::LoaderCore>(std::move(dataset), std::move(options))) {}
+
+Loader::~Loader() {
+  if (core_) core_->shutdown();
+}
+
+void Loader::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
+std::optional<Batch> Loader::next() { return core_->next(); }
+std::size_t Loader::batches_per_epoch() const noexcept { return static_cast<std::size_t>(core_->batches_per_epoch_); }
+const Dataset& Loader::dataset() const noexcept { return core_->dataset_; }
+const LoaderOptions& Loader::options() const noexcept { return core_->options_; }
+SampleShape Loader::sample_shape() const noexcept { return core_->shape_; }
+int Loader::label_width() const noexcept { return core_->label_width_; }
+int Loader::threads() const noexcept { return core_->threads_; }
+std::size_t Loader::buffer_bytes() const noexcept { return core_->buffer_bytes_; }
+
+LoaderStats Loader::stats() const noexcept {
+  const auto& c = core_->counters_;
+  constexpr double kNs = 1e-9;
+  LoaderStats s;
+  s.files_read = c.files.load();
+  s.bytes_read = c.bytes.load();
+  s.samples_decoded = c.decoded.load();
+  s.samples_skipped = c.skipped.load();
+  s.batches_delivered = c.batches.load();
+  s.read_seconds = static_cast<double>(c.read_ns.load()) * kNs;
+  s.decode_seconds = static_cast<double>(c.decode_ns.load()) * kNs;
+  s.transform_seconds = static_cast<double>(c.transform_ns.load()) * kNs;
+  s.consumer_wait_seconds = static_cast<double>(c.wait_ns.load()) * kNs;
+  return s;
+}
+
+void Loader::reset_stats() noexcept {
+  auto& c = core_->counters_;
+  for (auto* a : {&c.files, &c.bytes, &c.decoded, &c.skipped, &c.batches, &c.read_ns, &c.decode_ns, &c.transform_ns,
+                  &c.wait_ns}) {
+    a->store(0);
+  }
+}
+
+std::vector<SkippedSample> Loader::skipped() const {
+  std::lock_guard lock(core_->mu_);
+  return core_->skipped_;
+}
+
+}  // namespace stoker

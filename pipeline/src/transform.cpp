@@ -1,0 +1,97 @@
+#include "stoker/pipeline/transform.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <opencv2/imgproc.hpp>
+
+#include "stoker/error.hpp"
+
+namespace stoker {
+
+const char* to_string(DType t) noexcept {
+  switch (t) {
+    case DType::U8: return "uint8";
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* to_string(Layout l) noexcept { return l == Layout::NHWC ? "NHWC" : "NCHW"; }
+
+const char* to_string(Interpolation i) noexcept {
+  switch (i) {
+    case Interpolation::Nearest: return "nearest";
+    case Interpolation::Bilinear: return "bilinear";
+    case Interpolation::Area: return "area";
+  }
+  return "?";
+}
+
+namespace {
+
+// PIL's NEAREST (what Keras' load_img uses): output pixel x samples source floor((x + 0.5) * in/out).
+// OpenCV's INTER_NEAREST uses floor(x * in/out), and 4.6's INTER_NEAREST_EXACT differs from PIL on
+// even ratios, so the mapping is written out here.
+void resize_nearest_centres(const cv::Mat& in, cv::Mat& out) {
+  thread_local std::vector<int> x_offsets;
+  x_offsets.resize(static_cast<std::size_t>(out.cols));
+  const double sx = static_cast<double>(in.cols) / out.cols, sy = static_cast<double>(in.rows) / out.rows;
+  for (int x = 0; x < out.cols; ++x) {
+    x_offsets[static_cast<std::size_t>(x)] = 3 * std::min(in.cols - 1, static_cast<int>((x + 0.5) * sx));
+  }
+  for (int y = 0; y < out.rows; ++y) {
+    const std::uint8_t* src = in.ptr<std::uint8_t>(std::min(in.rows - 1, static_cast<int>((y + 0.5) * sy)));
+    std::uint8_t* dst = out.ptr<std::uint8_t>(y);
+    for (int x = 0; x < out.cols; ++x, dst += 3) {
+      const std::uint8_t* p = src + x_offsets[static_cast<std::size_t>(x)];
+      dst[0] = p[0];
+      dst[1] = p[1];
+      dst[2] = p[2];
+    }
+  }
+}
+
+}  // namespace
+
+CropBox centre_crop_box(int src_height, int src_width, int target_height, int target_width) noexcept {
+  // Keras (keras.utils.load_img): integer crop sizes, then int() of the half margins.
+  int crop_h = static_cast<int>((static_cast<long>(src_width) * target_height) / target_width);
+  int crop_w = static_cast<int>((static_cast<long>(src_height) * target_width) / target_height);
+  crop_h = std::min(src_height, crop_h);
+  crop_w = std::min(src_width, crop_w);
+  return CropBox{(src_width - crop_w) / 2, (src_height - crop_h) / 2, crop_w, crop_h};
+}
+
+ResizeTransform::ResizeTransform(int height, int width, Interpolation interpolation, bool keep_aspect_ratio)
+    : shape_{height, width, 3, DType::U8, Layout::NHWC},
+      interpolation_(interpolation),
+      keep_aspect_ratio_(keep_aspect_ratio) {
+  if (height <= 0 || width <= 0 || height > 16384 || width > 16384) {
+    throw InvalidArgument("image size must be in 1..16384, received " + std::to_string(height) + "x" +
+                          std::to_string(width));
+  }
+}
+
+void ResizeTransform::apply(const ImageView& src, const SampleContext&, std::byte* dst) const {
+  if (src.channels != 3) throw InvalidArgument("ResizeTransform expects 3 channels, received " + std::to_string(src.channels));
+  cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);
+  if (keep_aspect_ratio_) {
+    const CropBox box = centre_crop_box(src.height, src.width, shape_.height, shape_.width);
+    in = in(cv::Rect(box.x, box.y, box.width, box.height));
+  }
+  cv::Mat out(shape_.height, shape_.width, CV_8UC3, dst);
+  if (in.rows == out.rows && in.cols == out.cols) {
+    in.copyTo(out);
+    return;
+  }
+  if (interpolation_ == Interpolation::Nearest) {
+    resize_nearest_centres(in, out);
+    return;
+  }
+  cv::resize(in, out, out.size(), 0, 0, interpolation_ == Interpolation::Bilinear ? cv::INTER_LINEAR : cv::INTER_AREA);
+}
+
+}  // namespace stoker

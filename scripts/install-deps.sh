@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of stoker from Debian's packages.
+# Idempotent: skips apt entirely when everything is already present.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  libopencv-dev libturbojpeg0-dev libtbb-dev libboost-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libhdf5-dev nlohmann-json3-dev libcli11-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "install-deps: all Debian packages present"
+fi

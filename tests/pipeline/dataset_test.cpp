@@ -1,0 +1,152 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "stoker/error.hpp"
+#include "stoker/pipeline/dataset.hpp"
+#include "test_support.hpp"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+using test::TempDir;
+
+void touch(const fs::path& p) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << "x";
+}
+
+TEST(DatasetFromDirectory, ClassesAreSortedFoldersAndFilesAreFoundRecursivelyInOrder) {
+  TempDir dir;
+  touch(dir / "dogs/b.jpg");
+  touch(dir / "dogs/a.PNG");
+  touch(dir / "dogs/sub/c.jpeg");
+  touch(dir / "dogs/notes.txt");  // not an image extension
+  touch(dir / "cats/z.bmp");
+  touch(dir / "Birds/x.tif");
+  const Dataset d = dataset_from_directory(dir.path());
+  ASSERT_EQ(d.class_names, (std::vector<std::string>{"Birds", "cats", "dogs"}));
+  ASSERT_EQ(d.size(), 5u);
+  EXPECT_EQ(fs::path(d.samples[0].path).filename(), "x.tif");
+  EXPECT_EQ(d.samples[0].label, 0);
+  EXPECT_EQ(d.samples[1].label, 1);
+  EXPECT_EQ(fs::path(d.samples[2].path).filename(), "a.PNG");
+  EXPECT_EQ(fs::path(d.samples[3].path).filename(), "b.jpg");
+  EXPECT_EQ(fs::path(d.samples[4].path).filename(), "c.jpeg");
+  EXPECT_EQ(d.samples[4].label, 2);
+}
+
+TEST(DatasetFromDirectory, ExplicitClassesKeepTheirOrder) {
+  TempDir dir;
+  touch(dir / "a/1.jpg");
+  touch(dir / "b/1.jpg");
+  DirectoryOptions o;
+  o.classes = {"b", "a"};
+  const Dataset d = dataset_from_directory(dir.path(), o);
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(d.samples[0].label, 0);
+  EXPECT_NE(d.samples[0].path.find("/b/"), std::string::npos);
+}
+
+TEST(DatasetFromDirectory, ValidationSplitTakesTheFirstFractionOfEachClassLikeKeras) {
+  TempDir dir;
+  for (int i = 0; i < 10; ++i) touch(dir / ("a/" + std::to_string(i) + ".jpg"));
+  for (int i = 0; i < 5; ++i) touch(dir / ("b/" + std::to_string(i) + ".jpg"));
+  DirectoryOptions o;
+  o.split = {0.25, Subset::Validation};
+  const Dataset val = dataset_from_directory(dir.path(), o);
+  // int(0.25 * 10) = 2 from a ("0.jpg", "1.jpg"), int(0.25 * 5) = 1 from b.
+  ASSERT_EQ(val.size(), 3u);
+  EXPECT_EQ(fs::path(val.samples[0].path).filename(), "0.jpg");
+  EXPECT_EQ(fs::path(val.samples[1].path).filename(), "1.jpg");
+  EXPECT_EQ(val.samples[2].label, 1);
+  o.split.subset = Subset::Training;
+  const Dataset train = dataset_from_directory(dir.path(), o);
+  EXPECT_EQ(train.size(), 12u);
+  for (const auto& t : train.samples)
+    for (const auto& v : val.samples) EXPECT_NE(t.path, v.path);
+}
+
+TEST(DatasetFromDirectory, ClearErrors) {
+  TempDir dir;
+  EXPECT_THROW(dataset_from_directory(dir / "missing"), DatasetError);
+  try {
+    dataset_from_directory(dir.path());
+    FAIL();
+  } catch (const DatasetError& e) {
+    EXPECT_NE(std::string(e.what()).find("no class sub-folders"), std::string::npos);
+  }
+  touch(dir / "cats/1.jpg");
+  fs::create_directories(dir / "dogs");
+  touch(dir / "dogs/readme.txt");
+  try {
+    dataset_from_directory(dir.path());
+    FAIL();
+  } catch (const DatasetError& e) {
+    EXPECT_NE(std::string(e.what()).find("'dogs' holds no images"), std::string::npos) << e.what();
+  }
+  DirectoryOptions bad;
+  bad.split = {1.5, Subset::Training};
+  EXPECT_THROW(dataset_from_directory(dir.path(), bad), InvalidArgument);
+}
+
+TEST(DatasetFromCsv, ReadsPathAndLabelColumnsRelativeToTheBaseDirectory) {
+  TempDir dir;
+  std::ofstream(dir / "labels.csv") << "id,filename,class\n"
+                                       "1,img/a.jpg,dog\n"
+                                       "2,\"img/b, with comma.jpg\",cat\n"
+                                       "3,/abs/c.jpg,\"dog\"\r\n"
+                                       "\n";
+  const Dataset d = dataset_from_csv(dir / "labels.csv");
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"cat", "dog"}));
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d.samples[0].path, (dir / "img/a.jpg").string());
+  EXPECT_EQ(d.samples[0].label, 1);
+  EXPECT_EQ(d.samples[1].path, (dir / "img/b, with comma.jpg").string());
+  EXPECT_EQ(d.samples[1].label, 0);
+  EXPECT_EQ(d.samples[2].path, "/abs/c.jpg");
+}
+
+TEST(DatasetFromCsv, TsvAndCustomColumnsAndBaseDir) {
+  TempDir dir;
+  std::ofstream(dir / "list.tsv") << "file\tlabel\nx.png\t1\ny.png\t0\n";
+  CsvOptions o;
+  o.path_column = "file";
+  o.label_column = "label";
+  o.base_dir = "/data";
+  const Dataset d = dataset_from_csv(dir / "list.tsv", o);
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(d.samples[0].path, "/data/x.png");
+  EXPECT_EQ(d.samples[0].label, 1);
+}
+
+TEST(DatasetFromCsv, ClearErrors) {
+  TempDir dir;
+  std::ofstream(dir / "a.csv") << "path,y\nx.jpg,1\n";
+  try {
+    dataset_from_csv(dir / "a.csv");
+    FAIL();
+  } catch (const DatasetError& e) {
+    EXPECT_NE(std::string(e.what()).find("no column 'filename' (columns: path, y)"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "b.csv") << "filename,class\n";
+  EXPECT_THROW(dataset_from_csv(dir / "b.csv"), DatasetError);
+  std::ofstream(dir / "c.csv") << "filename,class\n\"unterminated,1\n";
+  EXPECT_THROW(dataset_from_csv(dir / "c.csv"), DatasetError);
+  std::ofstream(dir / "d.csv") << "filename,class\nonlyone\n";
+  EXPECT_THROW(dataset_from_csv(dir / "d.csv"), DatasetError);
+  EXPECT_THROW(dataset_from_csv(dir / "missing.csv"), DatasetError);
+}
+
+TEST(DatasetFromList, ValidatesLabelsAndSplits) {
+  EXPECT_THROW(dataset_from_list({}, {"a"}), DatasetError);
+  EXPECT_THROW(dataset_from_list({{"x.jpg", 3}}, {"a", "b"}), DatasetError);
+  const Dataset d = dataset_from_list({{"1.jpg", 0}, {"2.jpg", 0}, {"3.jpg", 1}, {"4.jpg", 1}}, {"a", "b"},
+                                      Split{0.5, Subset::Validation});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d.samples[0].path, "1.jpg");
+  EXPECT_EQ(d.samples[1].path, "3.jpg");
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,258 @@
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <opencv2/imgproc.hpp>
+
+#include "stoker/error.hpp"
+#include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/transform.hpp"
+#include "test_support.hpp"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+using test::TempDir;
+
+cv::Mat view_to_mat(const ImageView& v) {
+  return cv::Mat(v.height, v.width, CV_8UC3, const_cast<std::uint8_t*>(v.data), v.row_stride).clone();
+}
+
+double max_abs_diff(const cv::Mat& a, const cv::Mat& b) {
+  double m = 0;
+  cv::minMaxLoc(cv::abs(a - b) + cv::abs(b - a), nullptr, &m);
+  return m;
+}
+
+// Decodes a file and expects a DecodeError naming it, with `reason_part` in the reason.
+void expect_decode_error(const fs::path& file, const std::string& reason_part) {
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  try {
+    read_file(file.string(), bytes);
+    decoder.decode(bytes, file.string());
+    FAIL() << "no error for " << file;
+  } catch (const DecodeError& e) {
+    EXPECT_EQ(e.path(), file.string());
+    EXPECT_NE(e.reason().find(reason_part), std::string::npos) << "reason: " << e.reason();
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos);
+  }
+}
+
+ImageView decode_file(ImageDecoder& decoder, std::vector<std::uint8_t>& bytes, const fs::path& file, int min_h = 0,
+                      int min_w = 0) {
+  read_file(file.string(), bytes);
+  return decoder.decode(bytes, file.string(), min_h, min_w);
+}
+
+TEST(Decode, JpegDecodesToRgbCloseToTheSource) {
+  TempDir dir;
+  const cv::Mat src = test::make_pattern_rgb(64, 96);
+  test::write_jpeg(dir / "a.jpg", src, 100);
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  const ImageView v = decode_file(decoder, bytes, dir / "a.jpg");
+  ASSERT_EQ(v.height, 64);
+  ASSERT_EQ(v.width, 96);
+  cv::Mat got = view_to_mat(v), diff;
+  cv::absdiff(got, src, diff);
+  // Lossy (and 4:2:0 smears the sharp blue checkerboard), but the same picture: the smooth red and
+  // green gradients survive almost exactly.
+  EXPECT_LT(cv::mean(diff)[0], 4.0);
+  EXPECT_LT(cv::mean(diff)[1], 4.0);
+  EXPECT_LT(cv::mean(diff)[2], 30.0);
+  // Channel order: the red channel follows x, the green one follows y.
+  EXPECT_LT(got.at<cv::Vec3b>(32, 2)[0], 40);
+  EXPECT_GT(got.at<cv::Vec3b>(32, 93)[0], 215);
+}
+
+TEST(Decode, JpegUsesTheSmallestDctScaleThatStaysAtLeastTheTarget) {
+  int num = 0, denom = 0;
+  ImageDecoder::choose_jpeg_scale(400, 370, 224, 224, num, denom);  // 5/8 → 250x232
+  EXPECT_EQ(num * 8, 5 * denom);
+  ImageDecoder::choose_jpeg_scale(1000, 800, 100, 100, num, denom);  // 1/8 → 125x100
+  EXPECT_EQ(num * 8, denom);
+  ImageDecoder::choose_jpeg_scale(100, 100, 224, 224, num, denom);  // smaller than target: full size
+  EXPECT_EQ(num, denom);
+  ImageDecoder::choose_jpeg_scale(500, 500, 0, 0, num, denom);  // no target: full size
+  EXPECT_EQ(num, denom);
+
+  TempDir dir;
+  test::write_jpeg(dir / "big.jpg", test::make_pattern_rgb(480, 640));
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  const ImageView v = decode_file(decoder, bytes, dir / "big.jpg", 224, 224);
+  EXPECT_EQ(v.width, 320);  // 1/2 is the smallest scale with both sides >= 224
+  EXPECT_EQ(v.height, 240);
+}
+
+TEST(Decode, GrayscaleJpegComesOutAsRgb) {
+  TempDir dir;
+  cv::Mat gray(32, 32, CV_8UC1, cv::Scalar(128));
+  gray(cv::Rect(0, 0, 16, 32)).setTo(30);
+  test::write_gray_jpeg(dir / "g.jpg", gray, 100);
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  const cv::Mat got = view_to_mat(decode_file(decoder, bytes, dir / "g.jpg"));
+  const auto left = got.at<cv::Vec3b>(16, 4), right = got.at<cv::Vec3b>(16, 28);
+  EXPECT_NEAR(left[0], 30, 3);
+  EXPECT_EQ(left[0], left[1]);
+  EXPECT_EQ(left[1], left[2]);
+  EXPECT_NEAR(right[2], 128, 3);
+}
+
+TEST(Decode, CmykJpegComesOutAsRgb) {
+  TempDir dir;
+  // Adobe (inverted) CMYK: 255 = no ink. Left half red (no cyan, full magenta+yellow), right half
+  // mid-grey through K alone.
+  cv::Mat cmyk(16, 32, CV_8UC4, cv::Scalar(255, 0, 0, 255));
+  cmyk(cv::Rect(16, 0, 16, 16)).setTo(cv::Scalar(255, 255, 255, 128));
+  test::write_cmyk_jpeg(dir / "cmyk.jpg", cmyk, 100);
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  const cv::Mat got = view_to_mat(decode_file(decoder, bytes, dir / "cmyk.jpg"));
+  const auto red = got.at<cv::Vec3b>(8, 4), grey = got.at<cv::Vec3b>(8, 27);
+  EXPECT_GT(red[0], 240);
+  EXPECT_LT(red[1], 15);
+  EXPECT_LT(red[2], 15);
+  EXPECT_NEAR(grey[0], 128, 4);
+  EXPECT_NEAR(grey[1], 128, 4);
+}
+
+TEST(Decode, PngAndBmpAreExact) {
+  TempDir dir;
+  const cv::Mat src = test::make_pattern_rgb(20, 30, 1);
+  test::write_png(dir / "a.png", src);
+  test::write_bmp(dir / "a.bmp", src);
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  for (const char* name : {"a.png", "a.bmp"}) {
+    const cv::Mat got = view_to_mat(decode_file(decoder, bytes, dir / name));
+    EXPECT_EQ(max_abs_diff(got, src), 0) << name;
+  }
+}
+
+TEST(Decode, HeaderSizes) {
+  TempDir dir;
+  test::write_png(dir / "a.png", test::make_pattern_rgb(7, 11));
+  test::write_bmp(dir / "a.bmp", test::make_pattern_rgb(7, 11));
+  test::write_jpeg(dir / "a.jpg", test::make_pattern_rgb(7, 11));
+  for (const char* name : {"a.png", "a.bmp", "a.jpg"}) {
+    const auto bytes = test::read_bytes(dir / name);
+    const ImageHeader h = read_image_header(bytes, name);
+    EXPECT_EQ(h.width, 11) << name;
+    EXPECT_EQ(h.height, 7) << name;
+  }
+  const std::string pnm = "P6\n# comment\n640 480\n255\n";
+  const ImageHeader h = read_image_header({reinterpret_cast<const std::uint8_t*>(pnm.data()), pnm.size()}, "x.ppm");
+  EXPECT_EQ(h.format, ImageFormat::Pnm);
+  EXPECT_EQ(h.width, 640);
+  EXPECT_EQ(h.height, 480);
+}
+
+TEST(DecodeErrors, MissingEmptyDirectoryAndFifo) {
+  TempDir dir;
+  expect_decode_error(dir / "missing.jpg", "cannot open");
+  test::write_bytes(dir / "empty.jpg", {});
+  expect_decode_error(dir / "empty.jpg", "empty file");
+  fs::create_directories(dir / "folder.jpg");
+  expect_decode_error(dir / "folder.jpg", "not a regular file");
+  ASSERT_EQ(::mkfifo((dir / "pipe.jpg").c_str(), 0600), 0);
+  expect_decode_error(dir / "pipe.jpg", "not a regular file");  // must not block
+}
+
+TEST(DecodeErrors, NotAnImage) {
+  TempDir dir;
+  const std::string text = "hello, I am a text file pretending to be a JPEG";
+  test::write_bytes(dir / "text.jpg", {text.begin(), text.end()});
+  expect_decode_error(dir / "text.jpg", "not an image");
+}
+
+TEST(DecodeErrors, TruncatedJpeg) {
+  TempDir dir;
+  test::write_jpeg(dir / "full.jpg", test::make_pattern_rgb(64, 64));
+  auto bytes = test::read_bytes(dir / "full.jpg");
+  bytes.resize(bytes.size() / 2);
+  test::write_bytes(dir / "half.jpg", bytes);
+  expect_decode_error(dir / "half.jpg", "JPEG");
+  bytes.resize(40);  // cut inside the header
+  test::write_bytes(dir / "head.jpg", bytes);
+  expect_decode_error(dir / "head.jpg", "JPEG");
+}
+
+TEST(DecodeErrors, CorruptJpegAndPng) {
+  TempDir dir;
+  test::write_jpeg(dir / "a.jpg", test::make_pattern_rgb(32, 32));
+  auto jpeg = test::read_bytes(dir / "a.jpg");
+  for (std::size_t i = 3; i < 200 && i < jpeg.size(); ++i) jpeg[i] = static_cast<std::uint8_t>(i * 37);
+  test::write_bytes(dir / "bad.jpg", jpeg);
+  expect_decode_error(dir / "bad.jpg", "JPEG");
+
+  test::write_png(dir / "a.png", test::make_pattern_rgb(32, 32));
+  auto png = test::read_bytes(dir / "a.png");
+  png.resize(png.size() / 2);
+  test::write_bytes(dir / "half.png", png);
+  expect_decode_error(dir / "half.png", "could not decode");
+}
+
+// Patches the size fields of a real, tiny file: the decoder must refuse from the header alone.
+TEST(DecodeErrors, AbsurdDimensionsAreRejectedBeforeAllocating) {
+  TempDir dir;
+  test::write_jpeg(dir / "a.jpg", test::make_pattern_rgb(16, 16));
+  auto jpeg = test::read_bytes(dir / "a.jpg");
+  for (std::size_t i = 2; i + 8 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && (jpeg[i + 1] == 0xC0 || jpeg[i + 1] == 0xC2)) {  // SOF: length, precision, H, W
+      jpeg[i + 5] = 0xEA; jpeg[i + 6] = 0x60;  // 60000
+      jpeg[i + 7] = 0xEA; jpeg[i + 8] = 0x60;
+      break;
+    }
+  }
+  test::write_bytes(dir / "huge.jpg", jpeg);
+  expect_decode_error(dir / "huge.jpg", "60000x60000 pixels, over the limit");
+
+  test::write_png(dir / "a.png", test::make_pattern_rgb(16, 16));
+  auto png = test::read_bytes(dir / "a.png");
+  png[16] = 0; png[17] = 1; png[18] = 0x86; png[19] = 0xA0;  // width 100000
+  png[20] = 0; png[21] = 1; png[22] = 0x86; png[23] = 0xA0;  // height 100000
+  test::write_bytes(dir / "huge.png", png);
+  expect_decode_error(dir / "huge.png", "100000x100000 pixels, over the limit");
+
+  png[16] = 0x80;  // width >= 2^31
+  test::write_bytes(dir / "impossible.png", png);
+  expect_decode_error(dir / "impossible.png", "impossible size");
+
+  // A custom, smaller limit applies too.
+  ImageDecoder strict(DecodeLimits{100});
+  const auto ok = test::read_bytes(dir / "a.jpg");
+  EXPECT_THROW(strict.decode(ok, "a.jpg"), DecodeError);
+}
+
+TEST(ResizeTransform, KeepAspectRatioCropsTheCentreLikeKeras) {
+  // 100x50 (w x h) to 20x20: Keras crops the centred 50x50 box.
+  const CropBox box = centre_crop_box(50, 100, 20, 20);
+  EXPECT_EQ(box.x, 25);
+  EXPECT_EQ(box.y, 0);
+  EXPECT_EQ(box.width, 50);
+  EXPECT_EQ(box.height, 50);
+  const CropBox tall = centre_crop_box(101, 40, 10, 20);  // target aspect 2:1
+  EXPECT_EQ(tall.width, 40);
+  EXPECT_EQ(tall.height, 20);
+  EXPECT_EQ(tall.y, 40);
+}
+
+TEST(ResizeTransform, NearestSamplesPixelCentresLikePil) {
+  // 4x4 → 2x2 nearest: PIL picks source pixels 1 and 3 (centres at 1.0 and 3.0 → floor).
+  cv::Mat src(4, 4, CV_8UC3);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 4; ++x) src.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<uchar>(x * 10 + y), 0, 0);
+  ResizeTransform t(2, 2, Interpolation::Nearest);
+  std::vector<std::byte> out(t.output_shape().bytes());
+  t.apply(ImageView{src.data, 4, 4, 3, src.step}, {}, out.data());
+  EXPECT_EQ(static_cast<int>(out[0]), 11);
+  EXPECT_EQ(static_cast<int>(out[3]), 31);
+  EXPECT_EQ(static_cast<int>(out[6]), 13);
+  EXPECT_THROW(ResizeTransform(0, 10), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,360 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "stoker/error.hpp"
+#include "stoker/pipeline/loader.hpp"
+#include "test_support.hpp"
+
+namespace stoker {
+namespace {
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// A class-per-folder dataset of small JPEG/PNG files, each with distinct content.
+struct Fixture {
+  explicit Fixture(int per_class = 10, int classes = 2) {
+    for (int c = 0; c < classes; ++c) {
+      const fs::path folder = dir / ("class" + std::to_string(c));
+      fs::create_directories(folder);
+      for (int i = 0; i < per_class; ++i) {
+        const cv::Mat img = test::make_pattern_rgb(40 + i, 50 + 2 * i, c * 100 + i);
+        if (i % 3 == 0) {
+          test::write_png(folder / ("img" + std::to_string(i) + ".png"), img);
+        } else {
+          test::write_jpeg(folder / ("img" + std::to_string(i) + ".jpg"), img);
+        }
+      }
+    }
+  }
+  Dataset dataset() const { return dataset_from_directory(dir.path()); }
+  TempDir dir;
+};
+
+LoaderOptions small_options(int threads = 2) {
+  LoaderOptions o;
+  o.image_height = 16;
+  o.image_width = 24;
+  o.batch_size = 4;
+  o.threads = threads;
+  o.prefetch = 2;
+  o.seed = 123;
+  return o;
+}
+
+// What one sample should look like: decoded and transformed on its own.
+std::vector<std::byte> expected_pixels(const Sample& sample, const LoaderOptions& o) {
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  read_file(sample.path, bytes);
+  const ResizeTransform resize(o.image_height, o.image_width, o.interpolation, o.keep_aspect_ratio);
+  const ImageView v = decoder.decode(bytes, sample.path, o.image_height, o.image_width);
+  std::vector<std::byte> out(resize.output_shape().bytes());
+  resize.apply(v, {}, out.data());
+  return out;
+}
+
+struct Delivered {
+  std::vector<std::int64_t> ids;
+  std::vector<std::vector<std::byte>> pixels;
+  std::vector<float> labels;
+  std::vector<int> batch_sizes;
+};
+
+Delivered run_epoch(Loader& loader, std::uint64_t epoch) {
+  Delivered d;
+  loader.begin_epoch(epoch);
+  while (auto batch = loader.next()) {
+    const auto bytes = batch->sample_shape().bytes();
+    d.batch_sizes.push_back(batch->size());
+    for (int i = 0; i < batch->size(); ++i) {
+      d.ids.push_back(batch->sample_ids()[static_cast<std::size_t>(i)]);
+      const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
+      d.pixels.emplace_back(p, p + bytes);
+    }
+    d.labels.insert(d.labels.end(), batch->labels().begin(), batch->labels().end());
+  }
+  return d;
+}
+
+TEST(Loader, DeliversEverySampleOnceWithTheRightPixelsAndLabels) {
+  Fixture f(5, 3);
+  const Dataset ds = f.dataset();
+  auto o = small_options();
+  Loader loader(ds, o);
+  EXPECT_EQ(loader.batches_per_epoch(), 4u);  // 15 samples, batch 4, last one partial
+  EXPECT_EQ(loader.label_width(), 3);
+  const Delivered d = run_epoch(loader, 0);
+  EXPECT_EQ(d.batch_sizes, (std::vector<int>{4, 4, 4, 3}));
+  ASSERT_EQ(d.ids.size(), 15u);
+  EXPECT_EQ(std::set<std::int64_t>(d.ids.begin(), d.ids.end()).size(), 15u);
+  for (std::size_t i = 0; i < d.ids.size(); ++i) {
+    const Sample& s = ds.samples[static_cast<std::size_t>(d.ids[i])];
+    EXPECT_EQ(d.pixels[i], expected_pixels(s, o)) << s.path;
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(d.labels[i * 3 + static_cast<std::size_t>(c)], c == s.label ? 1.0f : 0.0f);
+  }
+  const LoaderStats st = loader.stats();
+  EXPECT_EQ(st.files_read, 15u);
+  EXPECT_EQ(st.samples_decoded, 15u);
+  EXPECT_EQ(st.batches_delivered, 4u);
+  EXPECT_GT(st.bytes_read, 15u * 100);
+  EXPECT_GT(st.decode_seconds, 0.0);
+}
+
+TEST(Loader, SameSeedGivesBitIdenticalBatchesWhateverTheThreadCount) {
+  Fixture f(8, 2);
+  const Dataset ds = f.dataset();
+  std::vector<Delivered> runs;
+  for (int threads : {1, 2, 4}) {
+    Loader loader(ds, small_options(threads));
+    runs.push_back(run_epoch(loader, 3));
+  }
+  for (std::size_t r = 1; r < runs.size(); ++r) {
+    EXPECT_EQ(runs[r].ids, runs[0].ids);
+    EXPECT_EQ(runs[r].pixels, runs[0].pixels);
+    EXPECT_EQ(runs[r].labels, runs[0].labels);
+  }
+  // Another epoch is another order; no shuffle keeps dataset order.
+  Loader loader(ds, small_options());
+  EXPECT_NE(run_epoch(loader, 4).ids, runs[0].ids);
+  auto o = small_options();
+  o.shuffle = false;
+  Loader ordered(ds, o);
+  const auto d = run_epoch(ordered, 9);
+  for (std::size_t i = 0; i < d.ids.size(); ++i) EXPECT_EQ(d.ids[i], static_cast<std::int64_t>(i));
+}
+
+TEST(Loader, LabelModes) {
+  Fixture f(3, 2);
+  const Dataset ds = f.dataset();
+  for (auto mode : {LabelMode::Binary, LabelMode::Sparse, LabelMode::None}) {
+    auto o = small_options();
+    o.label_mode = mode;
+    o.shuffle = false;
+    Loader loader(ds, o);
+    loader.begin_epoch(0);
+    auto b = loader.next();
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->label_width(), mode == LabelMode::None ? 0 : 1);
+    EXPECT_EQ(b->labels().size(), mode == LabelMode::None ? 0u : 4u);
+    if (mode != LabelMode::None) {
+      EXPECT_EQ(b->labels()[0], 0.0f);
+      EXPECT_EQ(b->labels()[3], 1.0f);  // sample 3 is the first of class 1
+    }
+    EXPECT_EQ(b->classes()[3], 1);
+  }
+  Fixture three(2, 3);
+  auto o = small_options();
+  o.label_mode = LabelMode::Binary;
+  try {
+    Loader bad(three.dataset(), o);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("exactly 2 classes, the dataset has 3"), std::string::npos);
+  }
+}
+
+TEST(Loader, DropLastAndPartialBatches) {
+  Fixture f(5, 2);
+  auto o = small_options();
+  o.drop_last = true;
+  Loader loader(f.dataset(), o);
+  EXPECT_EQ(loader.batches_per_epoch(), 2u);
+  EXPECT_EQ(run_epoch(loader, 0).batch_sizes, (std::vector<int>{4, 4}));
+  o.batch_size = 11;
+  EXPECT_THROW(Loader(f.dataset(), o), InvalidArgument);
+}
+
+TEST(Loader, InvalidOptionsNameTheParameter) {
+  Fixture f(2, 2);
+  auto expect_invalid = [&](auto mutate, const std::string& name) {
+    auto o = small_options();
+    mutate(o);
+    try {
+      Loader loader(f.dataset(), o);
+      FAIL() << name;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([](LoaderOptions& o) { o.batch_size = 0; }, "batch_size");
+  expect_invalid([](LoaderOptions& o) { o.prefetch = 0; }, "prefetch");
+  expect_invalid([](LoaderOptions& o) { o.threads = -1; }, "threads");
+  expect_invalid([](LoaderOptions& o) { o.image_height = 0; }, "image size");
+  EXPECT_THROW(Loader(Dataset{}, small_options()), DatasetError);
+  EXPECT_THROW(parse_label_mode("onehot"), InvalidArgument);
+  EXPECT_THROW(parse_interpolation("cubic"), InvalidArgument);
+}
+
+// A dataset with every kind of bad file mixed into good ones.
+struct BadFixture : Fixture {
+  BadFixture() : Fixture(6, 2) {
+    const fs::path c0 = dir / "class0";
+    test::write_bytes(c0 / "empty.jpg", {});
+    const std::string text = "not an image";
+    test::write_bytes(c0 / "text.png", {text.begin(), text.end()});
+    auto jpeg = test::read_bytes(c0 / "img1.jpg");
+    jpeg.resize(jpeg.size() / 2);
+    test::write_bytes(dir / "class1" / "truncated.jpg", jpeg);
+  }
+};
+
+TEST(Loader, FailPolicyStopsTheEpochWithTheFileAndTheReason) {
+  BadFixture f;
+  auto o = small_options();
+  o.shuffle = false;
+  Loader loader(f.dataset(), o);
+  loader.begin_epoch(0);
+  int good_batches = 0;
+  try {
+    while (auto b = loader.next()) ++good_batches;
+    FAIL() << "no error";
+  } catch (const DecodeError& e) {
+    // In dataset order the first bad file is class0/empty.jpg (index 0), in the first batch.
+    EXPECT_EQ(fs::path(e.path()).filename(), "empty.jpg");
+    EXPECT_EQ(e.reason(), "empty file");
+  }
+  EXPECT_EQ(good_batches, 0);
+  EXPECT_THROW(loader.next(), DecodeError);  // sticky until the next epoch
+  loader.begin_epoch(1);                    // a new epoch starts cleanly
+  EXPECT_THROW(while (loader.next()) {}, DecodeError);
+}
+
+TEST(Loader, SkipPolicyCountsBadFilesAndNeverLeavesAGarbageSlot) {
+  BadFixture f;
+  const Dataset ds = f.dataset();
+  auto o = small_options();
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  for (int threads : {1, 2}) {
+    o.threads = threads;
+    Loader loader(ds, o);
+    const Delivered d = run_epoch(loader, 5);
+    EXPECT_EQ(d.ids.size(), ds.size() - 3);
+    for (std::size_t i = 0; i < d.ids.size(); ++i) {
+      const Sample& s = ds.samples[static_cast<std::size_t>(d.ids[i])];
+      EXPECT_EQ(d.pixels[i], expected_pixels(s, o)) << s.path;  // compacted, never stale
+    }
+    EXPECT_EQ(loader.stats().samples_skipped, 3u);
+    const auto skipped = loader.skipped();
+    ASSERT_EQ(skipped.size(), 3u);
+    std::set<std::string> names;
+    for (const auto& k : skipped) {
+      names.insert(fs::path(k.path).filename().string());
+      EXPECT_FALSE(k.reason.empty());
+    }
+    EXPECT_EQ(names, (std::set<std::string>{"empty.jpg", "text.png", "truncated.jpg"}));
+  }
+}
+
+TEST(Loader, SkipPolicyWithABatchOfOnlyBadFiles) {
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  for (int i = 0; i < 4; ++i) test::write_bytes(dir / "a" / ("bad" + std::to_string(i) + ".jpg"), {1, 2, 3});
+  test::write_jpeg(dir / "b" / "good.jpg", test::make_pattern_rgb(20, 20));
+  auto o = small_options();
+  o.shuffle = false;
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  Loader loader(dataset_from_directory(dir.path()), o);
+  const Delivered d = run_epoch(loader, 0);
+  EXPECT_EQ(d.batch_sizes, (std::vector<int>{1}));  // the first batch was empty and is not delivered
+  EXPECT_EQ(loader.stats().samples_skipped, 4u);
+}
+
+TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
+  Fixture f(10, 2);
+  auto o = small_options();
+  o.prefetch = 1;  // two buffers
+  Loader loader(f.dataset(), o);
+  loader.begin_epoch(0);
+  auto a = loader.next();
+  auto b = loader.next();
+  ASSERT_TRUE(a && b);
+  EXPECT_THROW(loader.next(), Error);
+  a->release();
+  EXPECT_TRUE(loader.next());
+}
+
+TEST(Loader, BackpressureBoundsWorkAheadOfTheConsumer) {
+  Fixture f(20, 2);
+  auto o = small_options();
+  o.prefetch = 2;
+  Loader loader(f.dataset(), o);
+  loader.begin_epoch(0);
+  auto first = loader.next();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // give the workers time to run ahead
+  // At most the held batch + prefetch batches may have been read.
+  EXPECT_LE(loader.stats().files_read, static_cast<std::uint64_t>((o.prefetch + 1) * o.batch_size));
+  EXPECT_EQ(loader.buffer_bytes() % 4096, 0u);
+  EXPECT_GE(loader.buffer_bytes(), static_cast<std::size_t>(3 * 4 * 16 * 24 * 3));
+}
+
+TEST(Loader, StoppingMidEpochJoinsAndBatchesOutliveTheLoader) {
+  Fixture f(20, 2);
+  std::optional<Batch> kept;
+  {
+    Loader loader(f.dataset(), small_options());
+    loader.begin_epoch(0);
+    kept = loader.next();
+    loader.next();  // dropped at once
+  }  // destroyed mid-epoch with work in flight
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->size(), 4);
+  EXPECT_EQ(kept->sample_ids().size(), 4u);
+  kept.reset();
+
+  // An exception thrown by the consumer unwinds through the loader.
+  EXPECT_THROW(
+      {
+        Loader loader(f.dataset(), small_options());
+        loader.begin_epoch(0);
+        while (auto b = loader.next()) throw std::runtime_error("consumer failed");
+      },
+      std::runtime_error);
+}
+
+TEST(Loader, RestartingAnEpochAbandonsTheOldOne) {
+  Fixture f(10, 2);
+  Loader loader(f.dataset(), small_options());
+  loader.begin_epoch(0);
+  auto held = loader.next();  // keep one from the old epoch
+  loader.begin_epoch(1);
+  const Delivered d = [&] {
+    Delivered out;
+    while (auto b = loader.next()) {
+      EXPECT_EQ(b->epoch(), 1u);
+      for (auto id : b->sample_ids()) out.ids.push_back(id);
+    }
+    return out;
+  }();
+  EXPECT_EQ(d.ids.size(), 20u);
+  EXPECT_EQ(held->epoch(), 0u);
+}
+
+TEST(Loader, NextBeforeBeginEpochIsAnError) {
+  Fixture f(2, 2);
+  Loader loader(f.dataset(), small_options());
+  EXPECT_THROW(loader.next(), Error);
+}
+
+TEST(Loader, KeepAspectRatioAndInterpolationsProduceTheExpectedPixels) {
+  Fixture f(3, 2);
+  const Dataset ds = f.dataset();
+  for (auto interp : {Interpolation::Nearest, Interpolation::Bilinear, Interpolation::Area}) {
+    auto o = small_options();
+    o.interpolation = interp;
+    o.keep_aspect_ratio = true;
+    Loader loader(ds, o);
+    const Delivered d = run_epoch(loader, 0);
+    for (std::size_t i = 0; i < d.ids.size(); ++i) {
+      EXPECT_EQ(d.pixels[i], expected_pixels(ds.samples[static_cast<std::size_t>(d.ids[i])], o));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,99 @@
+#include "test_support.hpp"
+
+#include <turbojpeg.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <unistd.h>
+
+namespace stoker::test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+  path_ = fs::temp_directory_path() /
+          ("stoker-test-" + std::to_string(::getpid()) + "-" + std::to_string(stamp) + "-" +
+           std::to_string(counter++));
+  fs::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+  fs::remove_all(path_, ec);
+}
+
+std::optional<fs::path> shared_data_dir() {
+  fs::path dir = STOKER_SHARED_DATA_DEFAULT;
+  if (const char* env = std::getenv("STOKER_SHARED_DATA")) dir = env;
+  if (fs::is_directory(dir)) return dir;
+  return std::nullopt;
+}
+
+cv::Mat make_pattern_rgb(int height, int width, int variant) {
+  cv::Mat img(height, width, CV_8UC3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      auto& px = img.at<cv::Vec3b>(y, x);
+      px[0] = static_cast<std::uint8_t>((x * 255) / std::max(1, width - 1));
+      px[1] = static_cast<std::uint8_t>((y * 255) / std::max(1, height - 1));
+      px[2] = static_cast<std::uint8_t>(((x / 8 + y / 8 + variant) % 2) ? 200 : 40);
+    }
+  }
+  return img;
+}
+
+namespace {
+void write_with_turbojpeg(const fs::path& file, const cv::Mat& img, int pixel_format, int subsamp,
+                          int quality) {
+  tjhandle handle = tjInitCompress();
+  if (!handle) throw std::runtime_error("tjInitCompress failed");
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const cv::Mat cont = img.isContinuous() ? img : img.clone();
+  const int rc = tjCompress2(handle, cont.data, cont.cols, 0, cont.rows, pixel_format, &out, &size,
+                             subsamp, quality, 0);
+  if (rc != 0) {
+    std::string msg = tjGetErrorStr2(handle);
+    tjDestroy(handle);
+    throw std::runtime_error("tjCompress2: " + msg);
+  }
+  std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(out), static_cast<std::streamsize>(size));
+  tjFree(out);
+  tjDestroy(handle);
+}
+}  // namespace
+
+void write_jpeg(const fs::path& file, const cv::Mat& rgb, int quality) {
+  write_with_turbojpeg(file, rgb, TJPF_RGB, TJSAMP_420, quality);
+}
+void write_gray_jpeg(const fs::path& file, const cv::Mat& gray, int quality) {
+  write_with_turbojpeg(file, gray, TJPF_GRAY, TJSAMP_GRAY, quality);
+}
+void write_cmyk_jpeg(const fs::path& file, const cv::Mat& cmyk, int quality) {
+  write_with_turbojpeg(file, cmyk, TJPF_CMYK, TJSAMP_444, quality);
+}
+void write_png(const fs::path& file, const cv::Mat& rgb) {
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  if (!cv::imwrite(file.string(), bgr)) throw std::runtime_error("imwrite failed: " + file.string());
+}
+void write_bmp(const fs::path& file, const cv::Mat& rgb) { write_png(file, rgb); }
+
+std::vector<std::uint8_t> read_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const fs::path& file, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace stoker::test

@@ -1,0 +1,47 @@
+// Helpers shared by every test suite: temporary folders, generated images, the shared data path.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+namespace stoker::test {
+
+// A fresh directory under the system temp folder, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// ../shared/data (or $STOKER_SHARED_DATA) when it exists.
+std::optional<std::filesystem::path> shared_data_dir();
+
+// A deterministic RGB test pattern: smooth gradients plus a few sharp edges.
+cv::Mat make_pattern_rgb(int height, int width, int variant = 0);
+
+// Writes RGB pixels (cv::Mat CV_8UC3 in RGB order) as a JPEG via TurboJPEG.
+void write_jpeg(const std::filesystem::path& file, const cv::Mat& rgb, int quality = 95);
+// Writes a grayscale JPEG (CV_8UC1).
+void write_gray_jpeg(const std::filesystem::path& file, const cv::Mat& gray, int quality = 95);
+// Writes a CMYK JPEG from a CV_8UC4 image holding (Adobe-inverted) C, M, Y, K.
+void write_cmyk_jpeg(const std::filesystem::path& file, const cv::Mat& cmyk, int quality = 95);
+// Writes RGB pixels as PNG / BMP through OpenCV.
+void write_png(const std::filesystem::path& file, const cv::Mat& rgb);
+void write_bmp(const std::filesystem::path& file, const cv::Mat& rgb);
+
+std::vector<std::uint8_t> read_bytes(const std::filesystem::path& file);
+void write_bytes(const std::filesystem::path& file, const std::vector<std::uint8_t>& bytes);
+
+}  // namespace stoker::test
