@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Tiny generated Keras models that exercise every layer type stoker imports, with Keras' own outputs.
+
+Writes, under tests/trainer/vectors/layers/:
+  <case>.h5      the model, saved by tf-keras in the legacy HDF5 format (topology JSON + weights)
+  <case>.json    {"input": {shape, offset}, "outputs": {layer name: {shape, offset}}}: the input batch
+                 and the output of every layer for it; offset counts float32 values into <case>.bin
+  <case>.bin     those tensors, little-endian float32, concatenated
+Random weights come from a fixed seed; BatchNormalization gets non-trivial moving statistics.
+CI never runs this script; the C++ tests use the committed files.
+
+  python scripts/keras_reference_layers.py [--out tests/trainer/vectors/layers]
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tf_keras as keras
+from tf_keras import layers as L
+
+repo = Path(__file__).resolve().parent.parent
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", default=str(repo / "tests" / "trainer" / "vectors" / "layers"))
+args = ap.parse_args()
+out = Path(args.out)
+out.mkdir(parents=True, exist_ok=True)
+rng = np.random.default_rng(1234)
+
+
+def randomise(model):
+    for layer in model.layers:
+        ws = layer.get_weights()
+        if not ws:
+            continue
+        if isinstance(layer, L.BatchNormalization):
+            new = []
+            for w, n in zip(ws, [v.name for v in layer.weights]):
+                if "moving_variance" in n:
+                    new.append(rng.uniform(0.5, 2.0, w.shape).astype(np.float32))
+                elif "gamma" in n:
+                    new.append(rng.uniform(0.5, 1.5, w.shape).astype(np.float32))
+                else:
+                    new.append(rng.normal(0, 0.3, w.shape).astype(np.float32))
+            layer.set_weights(new)
+        else:
+            layer.set_weights([rng.normal(0, 0.4, w.shape).astype(np.float32) for w in ws])
+
+
+def dump(name, model, x):
+    randomise(model)
+    model.save(out / f"{name}.h5", save_format="h5", include_optimizer=False)
+    probe = keras.Model(model.inputs, [l.output for l in model.layers if not isinstance(l, L.InputLayer)])
+    ys = probe.predict(x, verbose=0)
+    if not isinstance(ys, list):
+        ys = [ys]
+    names = [l.name for l in model.layers if not isinstance(l, L.InputLayer)]
+    write_vectors(name, x, dict(zip(names, ys)))
+
+
+def write_vectors(name, x, outputs):
+    blobs, index, offset = [], {}, 0
+    def add(a):
+        nonlocal offset
+        a = np.ascontiguousarray(a, dtype="<f4")
+        entry = {"shape": list(a.shape), "offset": offset}
+        blobs.append(a.ravel())
+        offset += a.size
+        return entry
+    meta = {"input": add(x), "outputs": {k: add(v) for k, v in outputs.items()}}
+    np.concatenate(blobs).astype("<f4").tofile(out / f"{name}.bin")
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=0))
+    print(name, {k: v["shape"] for k, v in meta["outputs"].items()})
+
+
+# 1. Convolutions, padding (asymmetric 'same' at stride 2 on even sizes), BN, activations, pooling.
+inp = keras.Input((12, 10, 3), name="input")
+z = L.ZeroPadding2D(((1, 2), (0, 1)), name="zpad")(inp)                                     # 15x11
+c1 = L.Conv2D(6, 3, strides=2, padding="same", activation="relu", name="conv_same_s2_odd")(inp)   # 12x10 -> 6x5 (pad 0/1, 0/1)
+c2 = L.Conv2D(5, 3, strides=2, padding="same", use_bias=False, name="conv_same_s2")(z)           # 15x11 -> 8x6
+c3 = L.Conv2D(4, (3, 2), strides=(1, 2), padding="valid", dilation_rate=1, name="conv_valid")(z)  # 13x5
+c4 = L.Conv2D(4, 3, padding="same", dilation_rate=2, activation="swish", name="conv_dilated")(inp)
+dw = L.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2, name="dw_same_s2")(c1)  # 3x3x12
+dw1 = L.DepthwiseConv2D(3, padding="same", use_bias=False, name="dw_m1")(c4)
+bn = L.BatchNormalization(epsilon=1e-3, name="bn")(dw1)
+r6 = L.ReLU(max_value=6.0, name="relu6")(bn)
+rl = L.ReLU(negative_slope=0.1, threshold=0.2, name="relu_leaky_thr")(bn)
+lk = L.LeakyReLU(alpha=0.2, name="leaky")(bn)
+add = L.Add(name="add")([r6, rl, lk])
+cat = L.Concatenate(name="concat")([add, c4])
+sg = L.Activation("sigmoid", name="act_sigmoid")(cat)
+sw = L.Activation("swish", name="act_swish")(cat)
+rr = L.Activation("relu", name="act_relu")(cat)
+ln = L.Activation("linear", name="act_linear")(cat)
+mp = L.MaxPooling2D(3, strides=2, padding="same", name="maxpool_same")(sw)                  # 6x5
+mp2 = L.MaxPooling2D(2, name="maxpool_valid")(rr)
+ap1 = L.AveragePooling2D(3, strides=2, padding="same", name="avgpool_same")(sg)              # excludes padding
+ap2 = L.AveragePooling2D((2, 3), strides=(2, 1), padding="valid", name="avgpool_valid")(ln)
+gap = L.GlobalAveragePooling2D(name="gap")(mp)
+fl = L.Flatten(name="flatten")(ap2)
+gap2 = L.GlobalAveragePooling2D(name="gap_c2")(c2)
+gap3 = L.GlobalAveragePooling2D(name="gap_c3")(c3)
+gap4 = L.GlobalAveragePooling2D(name="gap_dw")(dw)
+gap5 = L.GlobalAveragePooling2D(name="gap_ap1")(ap1)
+gap6 = L.GlobalAveragePooling2D(name="gap_mp2")(mp2)
+feats = L.Concatenate(name="concat_feats")([gap, gap2, gap3, gap4, gap5, gap6])
+d1 = L.Dense(7, activation="relu", name="dense_relu")(fl)
+dr = L.Dropout(0.5, name="dropout")(d1)
+d2 = L.Dense(3, activation="softmax", name="dense_softmax")(L.Concatenate(name="concat_head")([dr, feats]))
+d3 = L.Dense(1, activation="sigmoid", name="dense_sigmoid")(dr)
+act_softmax = L.Activation("softmax", name="act_softmax")(d1)
+model = keras.Model(inp, [d2, d3, act_softmax], name="layers_functional")
+x = rng.normal(0, 1, (1, 12, 10, 3)).astype(np.float32)
+dump("layers_functional", model, x)
+
+# 2. Nested: Sequential[ Functional[conv, bn, relu], GAP ] then Sequential head, as Teachable Machine nests.
+inner_in = keras.Input((8, 8, 2), name="inner_input")
+t = L.ZeroPadding2D(((0, 1), (0, 1)), name="inner_pad")(inner_in)
+t = L.Conv2D(4, 3, strides=2, padding="valid", use_bias=False, name="inner_conv")(t)
+t = L.BatchNormalization(name="inner_bn")(t)
+t = L.ReLU(6.0, name="inner_relu")(t)
+inner = keras.Model(inner_in, t, name="inner_model")
+backbone = keras.Sequential([keras.Input((8, 8, 2), name="bb_input"), inner, L.GlobalAveragePooling2D(name="bb_gap")], name="backbone")
+head = keras.Sequential([keras.Input((4,), name="head_input"), L.Dense(3, activation="relu", name="head_dense"),
+                         L.Dense(2, activation="softmax", use_bias=False, name="head_out")], name="head")
+nested = keras.Sequential([keras.Input((8, 8, 2), name="top_input"), backbone, head], name="nested")
+for m in (inner, head):
+    randomise(m)
+xs = rng.normal(0, 1, (3, 8, 8, 2)).astype(np.float32)
+nested.save(out / "nested.h5", save_format="h5", include_optimizer=False)
+outs = {"backbone": backbone.predict(xs, verbose=0), "nested": nested.predict(xs, verbose=0),
+        "inner_model": inner.predict(xs, verbose=0)}
+write_vectors("nested", xs, outs)

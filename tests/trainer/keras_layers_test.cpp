@@ -1,0 +1,72 @@
+// Every layer type against Keras' own outputs (tests/trainer/vectors/layers, written by
+// scripts/keras_reference_layers.py): the model is imported from the .h5, cut at each layer,
+// and run on the CPU backend.
+#include <gtest/gtest.h>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/model.hpp>
+
+#include "test_support.hpp"
+#include "vectors.hpp"
+
+namespace stoker::trainer {
+namespace {
+
+using test::max_rel_error;
+using test::vectors_dir;
+using test::VectorFile;
+
+void check_every_layer(const std::string& name, const CpuBackendOptions& options, double tolerance) {
+  const auto dir = vectors_dir() / "layers";
+  Model model = load_model(dir / (name + ".h5"));
+  VectorFile ref(dir / (name + ".json"));
+  const Tensor x = ref.tensor(ref.meta.at("input"));
+  int checked = 0;
+  for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
+    SCOPED_TRACE("layer " + layer);
+    Model cut = model.cut_at(layer);
+    cut.set_backend(make_cpu_backend(cut.graph(), options));
+    Tensor y = cut.forward(x.data.data(), x.batch());
+    const Tensor expected = ref.tensor(entry);
+    ASSERT_EQ(y.shape, expected.shape);
+    const double err = max_rel_error(y.data, expected.data);
+    EXPECT_LE(err, tolerance) << "relative error " << err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+TEST(KerasLayers, EveryLayerMatchesKerasFolded) { check_every_layer("layers_functional", {}, 1e-5); }
+
+TEST(KerasLayers, EveryLayerMatchesKerasUnfused) {
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_functional", o, 1e-5);
+}
+
+TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
+
+TEST(KerasLayers, WholeModelHasThreeOutputs) {
+  const auto dir = vectors_dir() / "layers";
+  Model model = load_model(dir / "layers_functional.h5");
+  VectorFile ref(dir / "layers_functional.json");
+  const Tensor x = ref.tensor(ref.meta.at("input"));
+  auto outs = model.forward_all(x.data.data(), x.batch());
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_LE(max_rel_error(outs[0].data, ref.tensor(ref.meta["outputs"]["dense_softmax"]).data), 1e-5);
+  EXPECT_LE(max_rel_error(outs[1].data, ref.tensor(ref.meta["outputs"]["dense_sigmoid"]).data), 1e-5);
+  EXPECT_LE(max_rel_error(outs[2].data, ref.tensor(ref.meta["outputs"]["act_softmax"]).data), 1e-5);
+  EXPECT_THROW(model.forward(x.data.data(), x.batch()), InvalidArgument);
+}
+
+TEST(KerasLayers, NestedModelNamesAreCutPoints) {
+  Model model = load_model(vectors_dir() / "layers" / "nested.h5");
+  EXPECT_EQ(model.cut_at("backbone").output_shape(), (std::vector<int>{4}));
+  EXPECT_EQ(model.cut_at("inner_model").output_shape(), (std::vector<int>{4, 4, 4}));
+  EXPECT_EQ(model.output_shape(), (std::vector<int>{2}));
+  EXPECT_THROW(model.cut_at("no_such_layer"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -1,0 +1,98 @@
+// The layer graph that model import produces and backends execute. Each node is one Keras layer
+// (nested Sequential/Functional models are flattened away); nodes are stored in topological order
+// and refer to their inputs by index. Shapes are per sample (no batch dimension), channels last.
+#pragma once
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stoker::trainer {
+
+enum class LayerKind {
+  Input,
+  Conv2D,
+  DepthwiseConv2D,
+  BatchNormalization,
+  Activation,  // Activation, ReLU (max_value, negative_slope, threshold), LeakyReLU: see ActivationSpec
+  ZeroPadding2D,
+  Add,
+  Concatenate,
+  MaxPooling2D,
+  AveragePooling2D,
+  GlobalAveragePooling2D,
+  Flatten,
+  Dense,
+  Dropout,
+};
+const char* to_string(LayerKind kind);
+
+enum class ActKind { Linear, ReLU, Sigmoid, Softmax, Swish, Tanh };
+
+// y = relu-like(x) with Keras ReLU semantics: x >= threshold ? min(x, max_value)
+//                                                  : negative_slope * (x - threshold);
+// sigmoid / swish (x * sigmoid(x)) / tanh / softmax over the last axis otherwise.
+struct ActivationSpec {
+  ActKind kind = ActKind::Linear;
+  float max_value = std::numeric_limits<float>::infinity();
+  float negative_slope = 0.0f;
+  float threshold = 0.0f;
+  bool is_linear() const { return kind == ActKind::Linear; }
+};
+// Parses a Keras activation name ("relu", "relu6", "linear", "sigmoid", "softmax", "swish", "silu",
+// "tanh"); throws InvalidArgument naming `layer` for anything else.
+ActivationSpec parse_activation(const std::string& name, const std::string& layer);
+std::string to_string(const ActivationSpec& act);
+
+enum class Padding { Valid, Same };
+
+// A weight array, shared between a model and the models cut from it.
+struct Weight {
+  std::vector<int> shape;
+  std::shared_ptr<const std::vector<float>> data;
+  std::size_t size() const { return data ? data->size() : 0; }
+  const float* ptr() const { return data ? data->data() : nullptr; }
+};
+
+struct LayerNode {
+  std::string name;
+  std::string keras_class;  // as written in the topology ("Conv2D", "ReLU", "LeakyReLU", ...)
+  LayerKind kind = LayerKind::Input;
+  std::vector<int> inputs;     // indices of earlier nodes
+  std::vector<int> out_shape;  // per sample, e.g. {H, W, C} or {features}
+
+  // Parameters (the ones that apply to the kind).
+  int filters = 0;                         // Conv2D filters, Dense units
+  int kernel_h = 1, kernel_w = 1;          // convolution / pooling window
+  int stride_h = 1, stride_w = 1;
+  int dilation_h = 1, dilation_w = 1;
+  Padding padding = Padding::Valid;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
+  int depth_multiplier = 1;
+  bool use_bias = false;
+  float epsilon = 1e-3f;  // BatchNormalization
+  int axis = -1;          // Concatenate, BatchNormalization
+  ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
+
+  // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
+  std::map<std::string, Weight> weights;
+
+  std::size_t parameter_count() const;
+  const Weight* weight(const std::string& key) const;
+};
+
+struct Graph {
+  std::vector<LayerNode> nodes;     // topological order
+  std::vector<int> inputs;          // Input nodes
+  std::vector<int> outputs;         // nodes whose values the model returns
+  // Names of (nested) models and the node that is their output, so cut_at("backbone") works.
+  std::map<std::string, int> model_outputs;
+  std::string name;
+
+  int find(const std::string& layer_name) const;  // -1 when absent
+  std::size_t parameter_count() const;
+};
+
+}  // namespace stoker::trainer

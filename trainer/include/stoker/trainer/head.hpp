@@ -1,0 +1,105 @@
+// The transfer-learning head: Dense(1, sigmoid) + binary cross-entropy, or Dense(k, softmax) +
+// categorical cross-entropy, trained with Adam (Keras' formulation and defaults) on feature
+// vectors. Independent of the data loader: it takes float feature batches and integer labels.
+//
+//   Head head = Head::sigmoid(1280);                       // or Head::softmax(1280, k)
+//   for (epoch...) { auto s = head.train_epoch(x, y, n, 32, epoch); }   // s.loss, s.accuracy
+//   head.save("head.stkh", {"mobilenet.h5", "sequential_9"});
+//   BackboneRef ref; Head again = Head::load("head.stkh", &ref);
+//   Tensor p = again.predict(x, n);                        // {n, 1} or {n, k} probabilities
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <stoker/trainer/model.hpp>
+#include <stoker/trainer/tensor.hpp>
+
+namespace stoker::trainer {
+
+enum class HeadActivation { Sigmoid, Softmax };
+
+struct AdamConfig {  // Keras defaults
+  float learning_rate = 1e-3f;
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+};
+
+// Which backbone produced the features, so a saved head can be used on new images.
+struct BackboneRef {
+  std::string model;       // path of the Keras .h5 or TF.js model.json
+  std::string cut_at;      // layer (or nested model) whose output are the features; empty: the whole model
+  std::string preprocess;  // free text, e.g. "x/127.5-1"
+};
+// load_model(ref.model) cut at ref.cut_at (when not empty).
+Model load_backbone(const BackboneRef& ref, const LoadOptions& options = {});
+
+struct StepResult {
+  double loss = 0;   // mean over the batch
+  int correct = 0;   // samples whose predicted class equals the label
+  int samples = 0;
+};
+
+struct EpochStats {
+  double loss = 0;      // mean over samples
+  double accuracy = 0;  // fraction correct (binary: probability > 0.5)
+  int samples = 0;
+};
+
+class Head {
+ public:
+  // Glorot-uniform kernel and zero bias, like Keras' Dense, from a deterministic seed.
+  Head(int input_dim, int units, HeadActivation activation, AdamConfig adam = {}, std::uint64_t seed = 0);
+  static Head sigmoid(int input_dim, AdamConfig adam = {}, std::uint64_t seed = 0);
+  static Head softmax(int input_dim, int classes, AdamConfig adam = {}, std::uint64_t seed = 0);
+
+  int input_dim() const { return input_dim_; }
+  int units() const { return units_; }
+  int classes() const { return units_ == 1 ? 2 : units_; }
+  HeadActivation activation() const { return activation_; }
+  const AdamConfig& adam() const { return adam_; }
+  std::int64_t steps() const { return step_; }
+
+  // kernel [input_dim, units] row-major, bias [units]: readable and writable (e.g. to start from
+  // known weights in tests).
+  std::vector<float>& kernel() { return kernel_; }
+  std::vector<float>& bias() { return bias_; }
+  const std::vector<float>& kernel() const { return kernel_; }
+  const std::vector<float>& bias() const { return bias_; }
+
+  // One Adam step on a batch. features: batch × input_dim; labels: class index per sample (0/1 for
+  // the sigmoid head). Returns the batch's loss (before the update) and correct count.
+  StepResult train_step(const float* features, const int* labels, int batch);
+  // One pass over n samples in mini-batches, in an order shuffled from (seed, epoch) like Keras'
+  // fit(shuffle=True); reports the running mean loss and accuracy seen during the epoch.
+  EpochStats train_epoch(const float* features, const int* labels, int n, int batch_size, std::uint64_t epoch,
+                         std::uint64_t seed = 0);
+  EpochStats evaluate(const float* features, const int* labels, int n) const;
+
+  // Probabilities: {n, 1} (sigmoid) or {n, k} (softmax).
+  Tensor predict(const float* features, int n) const;
+  std::vector<int> predict_classes(const float* features, int n) const;
+
+  // The file format is described in docs/trainer.md ("stoker head file"): a magic, a JSON header,
+  // then raw little-endian float32 tensors (kernel, bias and Adam's moments), so save -> load
+  // reproduces the head bit for bit and training can resume.
+  void save(const std::filesystem::path& file, const BackboneRef& backbone = {}) const;
+  static Head load(const std::filesystem::path& file, BackboneRef* backbone = nullptr);
+
+ private:
+  int input_dim_;
+  int units_;
+  HeadActivation activation_;
+  AdamConfig adam_;
+  std::int64_t step_ = 0;
+  std::vector<float> kernel_, bias_;
+  std::vector<float> m_kernel_, v_kernel_, m_bias_, v_bias_;
+
+  void logits(const float* features, int n, float* out) const;
+  void check_labels(const int* labels, int n) const;
+};
+
+}  // namespace stoker::trainer

@@ -1,0 +1,541 @@
+// The CPU backend: float32 NHWC, oneTBB. Compiling a graph folds frozen BatchNormalization into
+// the convolution/dense before it, fuses a following activation into its epilogue, packs weights,
+// and turns Dropout/Flatten into aliases. forward() runs chunks of samples in parallel; each op
+// also parallelises over rows, so small batches use every core too.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/backend.hpp>
+
+#include "cpu_gemm.hpp"
+#include "import.hpp"
+
+namespace stoker::trainer {
+namespace {
+
+enum class OpType { Conv, Depthwise, Dense, Scale, Act, ZeroPad, Add, Concat, MaxPool, AvgPool, Gap };
+
+struct Op {
+  OpType type = OpType::Act;
+  std::string name;     // the layer (for messages)
+  std::vector<int> in;  // value slots read
+  int out = -1;         // value slot written
+  std::size_t out_size = 0;  // values per sample
+  // geometry (NHWC, per sample)
+  int h = 0, w = 0, c = 0, oh = 0, ow = 0, oc = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, mult = 1;
+  bool direct = false;  // 1×1, stride 1, no padding: the input is already the GEMM's A
+  ActivationSpec act;
+  std::vector<float> weights;  // conv/dense: [K, N] before packing; depthwise: [kh*kw, C*mult]
+  std::vector<float> bias;     // per output channel (may be empty)
+  std::vector<float> scale;    // Scale op (unfolded BatchNormalization): y = x * scale + bias
+  cpu::PackedB packed;
+  std::vector<std::size_t> in_sizes;  // Concat: last-axis width of each input
+};
+
+void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a) {
+  const std::size_t total = rows * static_cast<std::size_t>(n);
+  switch (a.kind) {
+    case ActKind::Linear: return;
+    case ActKind::ReLU: {
+      const float mx = a.max_value, slope = a.negative_slope, thr = a.threshold;
+      if (thr == 0.0f && slope == 0.0f) {
+        for (std::size_t i = 0; i < total; ++i) x[i] = std::min(std::max(x[i], 0.0f), mx);
+      } else {
+        for (std::size_t i = 0; i < total; ++i) x[i] = x[i] > thr ? std::min(x[i], mx) : slope * (x[i] - thr);
+      }
+      return;
+    }
+    case ActKind::Sigmoid:
+      for (std::size_t i = 0; i < total; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
+      return;
+    case ActKind::Swish:
+      for (std::size_t i = 0; i < total; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+      return;
+    case ActKind::Tanh:
+      for (std::size_t i = 0; i < total; ++i) x[i] = std::tanh(x[i]);
+      return;
+    case ActKind::Softmax:
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* row = x + r * static_cast<std::size_t>(n);
+        const float m = *std::max_element(row, row + n);
+        float sum = 0.0f;
+        for (int j = 0; j < n; ++j) sum += (row[j] = std::exp(row[j] - m));
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < n; ++j) row[j] *= inv;
+      }
+      return;
+  }
+}
+
+// Ops whose kernels end with apply_act (so an activation can be fused into them).
+bool applies_activation(OpType t) {
+  return t == OpType::Conv || t == OpType::Dense || t == OpType::Depthwise || t == OpType::Scale ||
+         t == OpType::Add || t == OpType::Gap;
+}
+
+constexpr std::size_t kRowBlock = 96;  // GEMM rows per task (a multiple of cpu::kRows)
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Graph& g, const CpuBackendOptions& opt) : options_(opt) { compile(g); }
+
+  std::string name() const override { return "cpu"; }
+
+  std::vector<Tensor> forward(const float* input, int batch) const override {
+    std::vector<Tensor> outs;
+    for (std::size_t i = 0; i < outputs_.size(); ++i) {
+      std::vector<int> shape = output_shapes_[i];
+      shape.insert(shape.begin(), batch);
+      outs.emplace_back(shape);
+    }
+    if (batch == 0) return outs;
+    auto run = [&] {
+      const int threads = tbb::this_task_arena::max_concurrency();
+      // Whole samples per task when there are enough of them (better locality); otherwise one
+      // chunk and the ops' own row parallelism.
+      const int chunk = batch >= 2 * threads ? std::max(1, std::min(4, batch / (4 * threads))) : batch;
+      const int chunks = (batch + chunk - 1) / chunk;
+      tbb::parallel_for(0, chunks, [&](int ci) {
+        const int b0 = ci * chunk;
+        run_chunk(input + static_cast<std::size_t>(b0) * input_size_, b0, std::min(chunk, batch - b0), outs);
+      });
+    };
+    if (arena_) arena_->execute(run);
+    else run();
+    return outs;
+  }
+
+ private:
+  CpuBackendOptions options_;
+  std::vector<Op> ops_;
+  int input_slot_ = -1;
+  std::size_t input_size_ = 0;
+  std::vector<int> outputs_;  // value slots
+  std::vector<std::vector<int>> output_shapes_;
+  std::vector<std::size_t> slot_size_;  // values per sample
+  std::vector<int> slot_uses_;          // ops reading each slot (+1 per graph output)
+  std::unique_ptr<tbb::task_arena> arena_;
+
+  void compile(const Graph& g) {
+    if (g.inputs.size() != 1)
+      throw InvalidArgument("cpu backend: model '" + g.name + "' has " + std::to_string(g.inputs.size()) +
+                            " inputs; only single-input models are supported");
+    if (options_.max_threads > 0) arena_ = std::make_unique<tbb::task_arena>(options_.max_threads);
+    const std::size_t n = g.nodes.size();
+    std::vector<int> consumers(n, 0);
+    for (const auto& node : g.nodes)
+      for (int i : node.inputs) ++consumers[static_cast<std::size_t>(i)];
+    for (int o : g.outputs) ++consumers[static_cast<std::size_t>(o)];
+
+    std::vector<int> slot_of(n, -1);      // node -> value slot
+    std::vector<int> producer(n, -1);     // slot -> op index (or -1 for the input)
+    std::vector<int> slot_readers(n, 0);  // graph consumers of the node now owning the slot
+    slot_size_.assign(n, 0);
+    auto sample_size = [&](int node) { return Tensor::element_count(g.nodes[static_cast<std::size_t>(node)].out_shape); };
+
+    for (std::size_t id = 0; id < n; ++id) {
+      const LayerNode& node = g.nodes[id];
+      const int nid = static_cast<int>(id);
+      auto in_slot = [&](std::size_t k) { return slot_of[static_cast<std::size_t>(node.inputs.at(k))]; };
+      auto alias = [&](int slot) {
+        slot_of[id] = slot;
+        slot_readers[static_cast<std::size_t>(slot)] = consumers[id];
+      };
+      auto fusable_producer = [&](int slot) -> Op* {
+        // The op producing `slot` if this node is its only reader and nothing is fused into it yet.
+        const int p = producer[static_cast<std::size_t>(slot)];
+        if (p < 0 || slot_readers[static_cast<std::size_t>(slot)] != 1) return nullptr;
+        Op& op = ops_[static_cast<std::size_t>(p)];
+        if (!op.act.is_linear()) return nullptr;
+        return &op;
+      };
+      const std::vector<int>& in_shape =
+          node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
+
+      switch (node.kind) {
+        case LayerKind::Input:
+          input_slot_ = nid;
+          input_size_ = sample_size(nid);
+          slot_of[id] = nid;
+          slot_size_[id] = input_size_;
+          slot_readers[id] = consumers[id];
+          continue;
+        case LayerKind::Dropout:
+        case LayerKind::Flatten:
+          alias(in_slot(0));  // identity / same memory layout in NHWC
+          continue;
+        case LayerKind::BatchNormalization: {
+          const std::size_t c = static_cast<std::size_t>(in_shape.back());
+          std::vector<float> scale(c), shift(c);
+          const Weight* gamma = node.weight("gamma");
+          const Weight* beta = node.weight("beta");
+          const float* mean = node.weight("moving_mean")->ptr();
+          const float* var = node.weight("moving_variance")->ptr();
+          for (std::size_t i = 0; i < c; ++i) {
+            // Keras: (x - mean) / sqrt(var + eps) * gamma + beta, in float32.
+            const float inv = 1.0f / std::sqrt(var[i] + node.epsilon);
+            scale[i] = (gamma ? gamma->ptr()[i] : 1.0f) * inv;
+            shift[i] = (beta ? beta->ptr()[i] : 0.0f) - mean[i] * scale[i];
+          }
+          Op* p = options_.fold_batch_norm ? fusable_producer(in_slot(0)) : nullptr;
+          if (p && (p->type == OpType::Conv || p->type == OpType::Depthwise || p->type == OpType::Dense)) {
+            const std::size_t cols = c;
+            if (p->bias.empty()) p->bias.assign(cols, 0.0f);
+            for (std::size_t r = 0; r < p->weights.size() / cols; ++r)
+              for (std::size_t j = 0; j < cols; ++j) p->weights[r * cols + j] *= scale[j];
+            for (std::size_t j = 0; j < cols; ++j) p->bias[j] = p->bias[j] * scale[j] + shift[j];
+            alias(in_slot(0));
+            continue;
+          }
+          Op op;
+          op.type = OpType::Scale;
+          op.scale = std::move(scale);
+          op.bias = std::move(shift);
+          op.c = static_cast<int>(c);
+          add_op(std::move(op), node, {in_slot(0)}, nid, slot_of, producer, slot_readers, consumers);
+          continue;
+        }
+        case LayerKind::Activation: {
+          Op* p = options_.fuse_activations ? fusable_producer(in_slot(0)) : nullptr;
+          if (p && applies_activation(p->type)) {
+            p->act = node.activation;
+            alias(in_slot(0));
+            continue;
+          }
+          Op op;
+          op.type = OpType::Act;
+          op.act = node.activation;
+          op.c = in_shape.back();
+          add_op(std::move(op), node, {in_slot(0)}, nid, slot_of, producer, slot_readers, consumers);
+          continue;
+        }
+        default: break;
+      }
+
+      Op op;
+      std::vector<int> ins;
+      for (std::size_t k = 0; k < node.inputs.size(); ++k) ins.push_back(in_slot(k));
+      if (in_shape.size() == 3) op.h = in_shape[0], op.w = in_shape[1], op.c = in_shape[2];
+      else op.c = in_shape.back();
+      if (node.out_shape.size() == 3) op.oh = node.out_shape[0], op.ow = node.out_shape[1];
+      op.oc = node.out_shape.back();
+      op.kh = node.kernel_h, op.kw = node.kernel_w, op.sh = node.stride_h, op.sw = node.stride_w;
+      op.dh = node.dilation_h, op.dw = node.dilation_w, op.mult = node.depth_multiplier;
+      if (node.kind == LayerKind::Conv2D || node.kind == LayerKind::DepthwiseConv2D ||
+          node.kind == LayerKind::MaxPooling2D || node.kind == LayerKind::AveragePooling2D) {
+        const bool conv = node.kind == LayerKind::Conv2D || node.kind == LayerKind::DepthwiseConv2D;
+        op.pt = detail::tf_padding(op.h, op.kh, op.sh, conv ? op.dh : 1, node.padding).pad_before;
+        op.pl = detail::tf_padding(op.w, op.kw, op.sw, conv ? op.dw : 1, node.padding).pad_before;
+        if (!conv) op.dh = op.dw = 1;
+      }
+      switch (node.kind) {
+        case LayerKind::Conv2D:
+          op.type = OpType::Conv;
+          op.weights = *node.weight("kernel")->data;  // [kh, kw, cin, cout] == [K, N]
+          if (node.use_bias) op.bias = *node.weight("bias")->data;
+          op.act = node.activation;
+          op.direct = op.kh == 1 && op.kw == 1 && op.sh == 1 && op.sw == 1;
+          break;
+        case LayerKind::DepthwiseConv2D:
+          op.type = OpType::Depthwise;
+          op.weights = *node.weight("depthwise_kernel")->data;  // [kh, kw, cin, mult] == [kh*kw, cin*mult]
+          if (node.use_bias) op.bias = *node.weight("bias")->data;
+          op.act = node.activation;
+          break;
+        case LayerKind::Dense:
+          op.type = OpType::Dense;
+          op.weights = *node.weight("kernel")->data;
+          if (node.use_bias) op.bias = *node.weight("bias")->data;
+          op.act = node.activation;
+          break;
+        case LayerKind::ZeroPadding2D:
+          op.type = OpType::ZeroPad;
+          op.pt = node.pad_top, op.pl = node.pad_left;
+          break;
+        case LayerKind::Add: op.type = OpType::Add; break;
+        case LayerKind::Concatenate:
+          op.type = OpType::Concat;
+          for (int i : node.inputs)
+            op.in_sizes.push_back(static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(i)].out_shape.back()));
+          break;
+        case LayerKind::MaxPooling2D: op.type = OpType::MaxPool; break;
+        case LayerKind::AveragePooling2D: op.type = OpType::AvgPool; break;
+        case LayerKind::GlobalAveragePooling2D: op.type = OpType::Gap; break;
+        default: throw InvalidArgument("cpu backend: layer '" + node.name + "' (" + node.keras_class + ") is not supported");
+      }
+      add_op(std::move(op), node, ins, nid, slot_of, producer, slot_readers, consumers);
+    }
+
+    for (auto& op : ops_) {
+      if (op.type == OpType::Conv || op.type == OpType::Dense) {
+        const int n_out = op.oc;
+        const int k = static_cast<int>(op.weights.size() / static_cast<std::size_t>(n_out));
+        op.packed = cpu::pack_b(op.weights.data(), k, n_out);
+        op.weights.clear();
+        op.weights.shrink_to_fit();
+      }
+    }
+    for (int o : g.outputs) {
+      outputs_.push_back(slot_of[static_cast<std::size_t>(o)]);
+      output_shapes_.push_back(g.nodes[static_cast<std::size_t>(o)].out_shape);
+    }
+    slot_uses_.assign(n, 0);
+    for (const auto& op : ops_)
+      for (int s : op.in) ++slot_uses_[static_cast<std::size_t>(s)];
+    for (int s : outputs_) ++slot_uses_[static_cast<std::size_t>(s)];
+  }
+
+  void add_op(Op op, const LayerNode& node, std::vector<int> ins, int nid, std::vector<int>& slot_of,
+              std::vector<int>& producer, std::vector<int>& slot_readers, const std::vector<int>& consumers) {
+    op.name = node.name;
+    op.in = std::move(ins);
+    op.out = nid;
+    op.out_size = Tensor::element_count(node.out_shape);
+    slot_of[static_cast<std::size_t>(nid)] = nid;
+    slot_size_[static_cast<std::size_t>(nid)] = op.out_size;
+    slot_readers[static_cast<std::size_t>(nid)] = consumers[static_cast<std::size_t>(nid)];
+    producer[static_cast<std::size_t>(nid)] = static_cast<int>(ops_.size());
+    ops_.push_back(std::move(op));
+  }
+
+  void run_chunk(const float* input, int b0, int nb, std::vector<Tensor>& outs) const {
+    std::vector<std::vector<float>> buffers(slot_size_.size());
+    std::vector<const float*> values(slot_size_.size(), nullptr);
+    std::vector<int> uses = slot_uses_;
+    values[static_cast<std::size_t>(input_slot_)] = input;
+    for (const Op& op : ops_) {
+      auto& buf = buffers[static_cast<std::size_t>(op.out)];
+      buf.resize(op.out_size * static_cast<std::size_t>(nb));
+      std::vector<const float*> ins;
+      for (int s : op.in) ins.push_back(values[static_cast<std::size_t>(s)]);
+      run_op(op, ins, buf.data(), nb);
+      values[static_cast<std::size_t>(op.out)] = buf.data();
+      for (int s : op.in) {
+        if (--uses[static_cast<std::size_t>(s)] == 0) {
+          auto& b = buffers[static_cast<std::size_t>(s)];
+          std::vector<float>().swap(b);
+        }
+      }
+    }
+    for (std::size_t i = 0; i < outputs_.size(); ++i) {
+      const float* src = values[static_cast<std::size_t>(outputs_[i])];
+      const std::size_t per = slot_size_[static_cast<std::size_t>(outputs_[i])];
+      std::memcpy(outs[i].data.data() + static_cast<std::size_t>(b0) * per, src, per * static_cast<std::size_t>(nb) * sizeof(float));
+    }
+  }
+
+  static void run_op(const Op& op, const std::vector<const float*>& in, float* out, int nb) {
+    switch (op.type) {
+      case OpType::Conv: return conv(op, in[0], out, nb);
+      case OpType::Dense: return dense(op, in[0], out, nb);
+      case OpType::Depthwise: return depthwise(op, in[0], out, nb);
+      case OpType::Scale: return scale(op, in[0], out, nb);
+      case OpType::Act: return act(op, in[0], out, nb);
+      case OpType::ZeroPad: return zero_pad(op, in[0], out, nb);
+      case OpType::Add: return add(op, in, out, nb);
+      case OpType::Concat: return concat(op, in, out, nb);
+      case OpType::MaxPool:
+      case OpType::AvgPool: return pool(op, in[0], out, nb);
+      case OpType::Gap: return gap(op, in[0], out, nb);
+    }
+  }
+
+  static void conv(const Op& op, const float* x, float* y, int nb) {
+    const std::size_t rows = static_cast<std::size_t>(nb) * op.oh * op.ow;
+    const int k = op.packed.k;
+    const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, kRowBlock), [&](const tbb::blocked_range<std::size_t>& r) {
+      const std::size_t r0 = r.begin(), m = r.size();
+      float* yb = y + r0 * op.oc;
+      if (op.direct) {
+        cpu::gemm_rows(x + r0 * op.c, op.c, static_cast<int>(m), op.packed, bias, yb, op.oc);
+      } else {
+        thread_local std::vector<float> cols;
+        cols.resize(m * static_cast<std::size_t>(k));
+        for (std::size_t i = 0; i < m; ++i) {
+          const std::size_t row = r0 + i;
+          const int ox = static_cast<int>(row % op.ow);
+          const int oy = static_cast<int>((row / op.ow) % op.oh);
+          const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
+          float* dst = cols.data() + i * k;
+          for (int ky = 0; ky < op.kh; ++ky) {
+            const int iy = oy * op.sh - op.pt + ky * op.dh;
+            for (int kx = 0; kx < op.kw; ++kx) {
+              const int ix = ox * op.sw - op.pl + kx * op.dw;
+              float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
+              if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) {
+                std::fill(d, d + op.c, 0.0f);
+              } else {
+                const float* s = x + ((n * op.h + iy) * op.w + ix) * op.c;
+                std::memcpy(d, s, sizeof(float) * static_cast<std::size_t>(op.c));
+              }
+            }
+          }
+        }
+        cpu::gemm_rows(cols.data(), k, static_cast<int>(m), op.packed, bias, yb, op.oc);
+      }
+      apply_act(yb, m, op.oc, op.act);
+    });
+  }
+
+  static void dense(const Op& op, const float* x, float* y, int nb) {
+    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
+    const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 12), [&](const tbb::blocked_range<std::size_t>& r) {
+      float* yb = y + r.begin() * op.oc;
+      cpu::gemm_rows(x + r.begin() * op.c, op.c, static_cast<int>(r.size()), op.packed, bias, yb, op.oc);
+      apply_act(yb, r.size(), op.oc, op.act);
+    });
+  }
+
+  static void depthwise(const Op& op, const float* x, float* y, int nb) {
+    const int oc = op.c * op.mult;
+    const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 2), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t line = r.begin(); line != r.end(); ++line) {
+        const std::size_t n = line / op.oh;
+        const int oy = static_cast<int>(line % op.oh);
+        float* yl = y + line * op.ow * oc;
+        for (int ox = 0; ox < op.ow; ++ox) {
+          float* acc = yl + static_cast<std::size_t>(ox) * oc;
+          if (op.bias.empty()) std::fill(acc, acc + oc, 0.0f);
+          else std::copy(op.bias.begin(), op.bias.end(), acc);
+          for (int ky = 0; ky < op.kh; ++ky) {
+            const int iy = oy * op.sh - op.pt + ky * op.dh;
+            if (iy < 0 || iy >= op.h) continue;
+            for (int kx = 0; kx < op.kw; ++kx) {
+              const int ix = ox * op.sw - op.pl + kx * op.dw;
+              if (ix < 0 || ix >= op.w) continue;
+              const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
+              const float* ws = op.weights.data() + (static_cast<std::size_t>(ky) * op.kw + kx) * oc;
+              if (op.mult == 1) {
+                for (int c = 0; c < oc; ++c) acc[c] += xs[c] * ws[c];
+              } else {
+                for (int c = 0; c < op.c; ++c)
+                  for (int m = 0; m < op.mult; ++m) acc[c * op.mult + m] += xs[c] * ws[c * op.mult + m];
+              }
+            }
+          }
+        }
+        apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
+      }
+    });
+  }
+
+  static void scale(const Op& op, const float* x, float* y, int nb) {
+    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.c));
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 256), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+        const float* xs = x + i * op.c;
+        float* ys = y + i * op.c;
+        for (int c = 0; c < op.c; ++c) ys[c] = xs[c] * op.scale[static_cast<std::size_t>(c)] + op.bias[static_cast<std::size_t>(c)];
+      }
+      apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
+    });
+  }
+
+  static void act(const Op& op, const float* x, float* y, int nb) {
+    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.c));
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 256), [&](const tbb::blocked_range<std::size_t>& r) {
+      std::memcpy(y + r.begin() * op.c, x + r.begin() * op.c, r.size() * op.c * sizeof(float));
+      apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
+    });
+  }
+
+  static void zero_pad(const Op& op, const float* x, float* y, int nb) {
+    std::fill(y, y + op.out_size * static_cast<std::size_t>(nb), 0.0f);
+    for (int n = 0; n < nb; ++n)
+      for (int iy = 0; iy < op.h; ++iy)
+        std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + iy + op.pt) * op.ow + op.pl) * op.c,
+                    x + ((static_cast<std::size_t>(n) * op.h + iy) * op.w) * op.c,
+                    sizeof(float) * static_cast<std::size_t>(op.w) * op.c);
+  }
+
+  static void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
+    const std::size_t total = op.out_size * static_cast<std::size_t>(nb);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 16384), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i];
+      for (std::size_t k = 2; k < in.size(); ++k)
+        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] += in[k][i];
+      apply_act(y + r.begin(), 1, static_cast<int>(r.size()), op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);
+    });
+    if (op.act.kind == ActKind::Softmax) apply_act(y, total / op.oc, op.oc, op.act);
+  }
+
+  static void concat(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
+    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* dst = y + r * op.oc;
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        std::memcpy(dst, in[k] + r * op.in_sizes[k], op.in_sizes[k] * sizeof(float));
+        dst += op.in_sizes[k];
+      }
+    }
+  }
+
+  static void pool(const Op& op, const float* x, float* y, int nb) {
+    const bool is_max = op.type == OpType::MaxPool;
+    const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 4), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t line = r.begin(); line != r.end(); ++line) {
+        const std::size_t n = line / op.oh;
+        const int oy = static_cast<int>(line % op.oh);
+        for (int ox = 0; ox < op.ow; ++ox) {
+          float* acc = y + (line * op.ow + ox) * op.c;
+          std::fill(acc, acc + op.c, is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
+          int count = 0;  // TensorFlow averages over the window's pixels inside the image only
+          for (int ky = 0; ky < op.kh; ++ky) {
+            const int iy = oy * op.sh - op.pt + ky;
+            if (iy < 0 || iy >= op.h) continue;
+            for (int kx = 0; kx < op.kw; ++kx) {
+              const int ix = ox * op.sw - op.pl + kx;
+              if (ix < 0 || ix >= op.w) continue;
+              const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
+              ++count;
+              if (is_max)
+                for (int c = 0; c < op.c; ++c) acc[c] = std::max(acc[c], xs[c]);
+              else
+                for (int c = 0; c < op.c; ++c) acc[c] += xs[c];
+            }
+          }
+          if (!is_max && count > 0) {
+            const float inv = 1.0f / static_cast<float>(count);
+            for (int c = 0; c < op.c; ++c) acc[c] *= inv;
+          }
+        }
+      }
+    });
+  }
+
+  static void gap(const Op& op, const float* x, float* y, int nb) {
+    const std::size_t hw = static_cast<std::size_t>(op.h) * op.w;
+    const float inv = 1.0f / static_cast<float>(hw);
+    for (int n = 0; n < nb; ++n) {
+      float* acc = y + static_cast<std::size_t>(n) * op.c;
+      std::fill(acc, acc + op.c, 0.0f);
+      const float* xs = x + static_cast<std::size_t>(n) * hw * op.c;
+      for (std::size_t p = 0; p < hw; ++p)
+        for (int c = 0; c < op.c; ++c) acc[c] += xs[p * op.c + c];
+      for (int c = 0; c < op.c; ++c) acc[c] *= inv;
+      apply_act(acc, 1, op.c, op.act);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Graph& graph, const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(graph, options);
+}
+
+}  // namespace stoker::trainer

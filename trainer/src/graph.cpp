@@ -1,0 +1,276 @@
+// Layer graph: names, activations, shape inference, weight checks.
+#include <algorithm>
+#include <sstream>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/graph.hpp>
+#include <stoker/trainer/tensor.hpp>
+
+#include "import.hpp"
+
+namespace stoker::trainer {
+
+std::string shape_to_string(const std::vector<int>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += shape[i] < 0 ? std::string("?") : std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+const char* to_string(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::Input: return "Input";
+    case LayerKind::Conv2D: return "Conv2D";
+    case LayerKind::DepthwiseConv2D: return "DepthwiseConv2D";
+    case LayerKind::BatchNormalization: return "BatchNormalization";
+    case LayerKind::Activation: return "Activation";
+    case LayerKind::ZeroPadding2D: return "ZeroPadding2D";
+    case LayerKind::Add: return "Add";
+    case LayerKind::Concatenate: return "Concatenate";
+    case LayerKind::MaxPooling2D: return "MaxPooling2D";
+    case LayerKind::AveragePooling2D: return "AveragePooling2D";
+    case LayerKind::GlobalAveragePooling2D: return "GlobalAveragePooling2D";
+    case LayerKind::Flatten: return "Flatten";
+    case LayerKind::Dense: return "Dense";
+    case LayerKind::Dropout: return "Dropout";
+  }
+  return "?";
+}
+
+ActivationSpec parse_activation(const std::string& name, const std::string& layer) {
+  ActivationSpec a;
+  if (name == "linear" || name.empty()) a.kind = ActKind::Linear;
+  else if (name == "relu") a.kind = ActKind::ReLU;
+  else if (name == "relu6") a.kind = ActKind::ReLU, a.max_value = 6.0f;
+  else if (name == "sigmoid") a.kind = ActKind::Sigmoid;
+  else if (name == "softmax") a.kind = ActKind::Softmax;
+  else if (name == "swish" || name == "silu") a.kind = ActKind::Swish;
+  else if (name == "tanh") a.kind = ActKind::Tanh;
+  else
+    throw InvalidArgument("layer '" + layer + "': activation '" + name +
+                          "' is not supported (linear, relu, relu6, sigmoid, softmax, swish/silu, tanh)");
+  return a;
+}
+
+std::string to_string(const ActivationSpec& a) {
+  switch (a.kind) {
+    case ActKind::Linear: return "linear";
+    case ActKind::Sigmoid: return "sigmoid";
+    case ActKind::Softmax: return "softmax";
+    case ActKind::Swish: return "swish";
+    case ActKind::Tanh: return "tanh";
+    case ActKind::ReLU: {
+      std::ostringstream s;
+      s << "relu";
+      if (a.max_value != std::numeric_limits<float>::infinity()) s << " max " << a.max_value;
+      if (a.negative_slope != 0.0f) s << " slope " << a.negative_slope;
+      if (a.threshold != 0.0f) s << " threshold " << a.threshold;
+      return s.str();
+    }
+  }
+  return "?";
+}
+
+std::size_t LayerNode::parameter_count() const {
+  std::size_t n = 0;
+  for (const auto& [k, w] : weights) n += w.size();
+  return n;
+}
+
+const Weight* LayerNode::weight(const std::string& key) const {
+  auto it = weights.find(key);
+  return it == weights.end() ? nullptr : &it->second;
+}
+
+int Graph::find(const std::string& layer_name) const {
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].name == layer_name) return static_cast<int>(i);
+  auto it = model_outputs.find(layer_name);
+  return it == model_outputs.end() ? -1 : it->second;
+}
+
+std::size_t Graph::parameter_count() const {
+  std::size_t n = 0;
+  for (const auto& node : nodes) n += node.parameter_count();
+  return n;
+}
+
+namespace detail {
+
+std::string weight_key(const std::string& full_name) {
+  std::string s = full_name;
+  auto colon = s.rfind(':');
+  if (colon != std::string::npos && colon > s.rfind('/')) s = s.substr(0, colon);
+  auto last = s.rfind('/');
+  if (last == std::string::npos) return s;
+  auto prev = s.rfind('/', last - 1);
+  return prev == std::string::npos || last == 0 ? s : s.substr(prev + 1);
+}
+
+void WeightStore::add(RawWeight weight) {
+  const std::string key = weight_key(weight.full_name);
+  weights_[key].push_back(std::move(weight));
+}
+
+RawWeight* WeightStore::find(const std::string& layer, const std::string& weight) {
+  auto it = weights_.find(layer + "/" + weight);
+  if (it == weights_.end()) return nullptr;
+  if (it->second.size() > 1)
+    throw InvalidArgument("layer '" + layer + "': weight '" + weight + "' is stored " +
+                          std::to_string(it->second.size()) + " times (" + it->second[0].full_name + ", " +
+                          it->second[1].full_name + "); cannot tell which belongs to the layer");
+  return &it->second[0];
+}
+
+PadInfo tf_padding(int in, int kernel, int stride, int dilation, Padding padding) {
+  const int eff = (kernel - 1) * dilation + 1;
+  PadInfo p;
+  if (padding == Padding::Valid) {
+    p.out = in >= eff ? (in - eff) / stride + 1 : 0;
+  } else {
+    p.out = (in + stride - 1) / stride;
+    const int total = std::max((p.out - 1) * stride + eff - in, 0);
+    p.pad_before = total / 2;  // TensorFlow puts the odd pixel at the bottom / right
+    p.pad_after = total - p.pad_before;
+  }
+  return p;
+}
+
+namespace {
+[[noreturn]] void fail(const LayerNode& n, const std::string& what) {
+  throw InvalidArgument("layer '" + n.name + "' (" + n.keras_class + "): " + what);
+}
+
+void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank) {
+  if (in.size() != rank)
+    fail(n, "expects an input of rank " + std::to_string(rank + 1) + " (with batch), received " +
+                shape_to_string(in) + " per sample");
+}
+
+int channel_axis(const LayerNode& n, int axis, std::size_t rank) {
+  // Keras axes count the batch dimension; the last axis is -1 or rank.
+  if (axis == -1 || axis == static_cast<int>(rank)) return static_cast<int>(rank) - 1;
+  fail(n, "axis " + std::to_string(axis) + " is not supported (only the last axis, -1)");
+}
+}  // namespace
+
+std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  auto one = [&]() -> const std::vector<int>& {
+    if (in.size() != 1) fail(n, "expects 1 input, received " + std::to_string(in.size()));
+    return in[0];
+  };
+  switch (n.kind) {
+    case LayerKind::Input: return n.out_shape;
+    case LayerKind::Conv2D:
+    case LayerKind::DepthwiseConv2D:
+    case LayerKind::MaxPooling2D:
+    case LayerKind::AveragePooling2D: {
+      const auto& s = one();
+      need_rank(n, s, 3);
+      const int dh = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ? n.dilation_h : 1;
+      const int dw = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ? n.dilation_w : 1;
+      auto ph = tf_padding(s[0], n.kernel_h, n.stride_h, dh, n.padding);
+      auto pw = tf_padding(s[1], n.kernel_w, n.stride_w, dw, n.padding);
+      if (ph.out <= 0 || pw.out <= 0)
+        fail(n, "window " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " does not fit input " +
+                    shape_to_string(s));
+      int c = s[2];
+      if (n.kind == LayerKind::Conv2D) c = n.filters;
+      if (n.kind == LayerKind::DepthwiseConv2D) c = s[2] * n.depth_multiplier;
+      return {ph.out, pw.out, c};
+    }
+    case LayerKind::BatchNormalization: {
+      const auto& s = one();
+      channel_axis(n, n.axis, s.size());
+      return s;
+    }
+    case LayerKind::Activation:
+    case LayerKind::Dropout: return one();
+    case LayerKind::ZeroPadding2D: {
+      const auto& s = one();
+      need_rank(n, s, 3);
+      return {s[0] + n.pad_top + n.pad_bottom, s[1] + n.pad_left + n.pad_right, s[2]};
+    }
+    case LayerKind::Add: {
+      if (in.size() < 2) fail(n, "expects at least 2 inputs, received " + std::to_string(in.size()));
+      for (const auto& s : in)
+        if (s != in[0]) fail(n, "input shapes differ: " + shape_to_string(in[0]) + " and " + shape_to_string(s));
+      return in[0];
+    }
+    case LayerKind::Concatenate: {
+      if (in.empty()) fail(n, "expects inputs");
+      channel_axis(n, n.axis, in[0].size());
+      auto out = in[0];
+      out.back() = 0;
+      for (const auto& s : in) {
+        if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin()))
+          fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(s) + " differ outside the last axis");
+        out.back() += s.back();
+      }
+      return out;
+    }
+    case LayerKind::GlobalAveragePooling2D: {
+      const auto& s = one();
+      need_rank(n, s, 3);
+      if (n.depth_multiplier) return {1, 1, s[2]};
+      return {s[2]};
+    }
+    case LayerKind::Flatten: {
+      const auto& s = one();
+      return {static_cast<int>(Tensor::element_count(s))};
+    }
+    case LayerKind::Dense: {
+      auto s = one();
+      s.back() = n.filters;
+      return s;
+    }
+  }
+  fail(n, "unknown layer kind");
+}
+
+void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
+  for (auto& n : g.nodes) {
+    std::vector<std::vector<int>> ins;
+    for (int i : n.inputs) ins.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape);
+    n.out_shape = infer_shape(n, ins);
+
+    auto take = [&](const std::string& key, std::vector<int> expected) {
+      RawWeight* w = store.find(n.name, key);
+      if (!w) fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing from " + source);
+      if (w->shape != expected)
+        fail(n, "weight '" + w->full_name + "' has shape " + shape_to_string(w->shape) + ", expected " +
+                    shape_to_string(expected));
+      if (w->data.size() != Tensor::element_count(expected))
+        fail(n, "weight '" + w->full_name + "' holds " + std::to_string(w->data.size()) + " values, expected " +
+                    std::to_string(Tensor::element_count(expected)));
+      n.weights[key] = Weight{expected, std::make_shared<const std::vector<float>>(std::move(w->data))};
+    };
+    const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
+    switch (n.kind) {
+      case LayerKind::Conv2D:
+        take("kernel", {n.kernel_h, n.kernel_w, cin, n.filters});
+        if (n.use_bias) take("bias", {n.filters});
+        break;
+      case LayerKind::DepthwiseConv2D:
+        take("depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier});
+        if (n.use_bias) take("bias", {cin * n.depth_multiplier});
+        break;
+      case LayerKind::BatchNormalization:
+        if (n.filters) take("gamma", {cin});
+        if (n.use_bias) take("beta", {cin});
+        take("moving_mean", {cin});
+        take("moving_variance", {cin});
+        break;
+      case LayerKind::Dense:
+        take("kernel", {cin, n.filters});
+        if (n.use_bias) take("bias", {n.filters});
+        break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace stoker::trainer

@@ -1,0 +1,341 @@
+// Transfer-learning head: Dense + sigmoid/softmax, cross-entropy, Adam; the head file format.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/head.hpp>
+
+namespace stoker::trainer {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the head file stores little-endian float32");
+
+constexpr char kMagic[8] = {'S', 'T', 'K', 'H', 'E', 'A', 'D', '1'};
+
+// splitmix64: a portable, seedable generator (std distributions differ between libraries).
+struct SplitMix {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+
+double softplus(double z) { return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))); }
+
+}  // namespace
+
+Model load_backbone(const BackboneRef& ref, const LoadOptions& options) {
+  Model m = load_model(ref.model, options);
+  return ref.cut_at.empty() ? m : m.cut_at(ref.cut_at);
+}
+
+Head::Head(int input_dim, int units, HeadActivation activation, AdamConfig adam, std::uint64_t seed)
+    : input_dim_(input_dim), units_(units), activation_(activation), adam_(adam) {
+  if (input_dim <= 0) throw InvalidArgument("Head: input_dim must be > 0, received " + std::to_string(input_dim));
+  if (activation == HeadActivation::Sigmoid && units != 1)
+    throw InvalidArgument("Head: a sigmoid head has 1 unit, received " + std::to_string(units));
+  if (activation == HeadActivation::Softmax && units < 2)
+    throw InvalidArgument("Head: a softmax head needs >= 2 classes, received " + std::to_string(units));
+  if (!(adam.learning_rate > 0) || !(adam.beta_1 >= 0 && adam.beta_1 < 1) || !(adam.beta_2 >= 0 && adam.beta_2 < 1) ||
+      !(adam.epsilon >= 0))
+    throw InvalidArgument("Head: invalid Adam settings (learning_rate " + std::to_string(adam.learning_rate) +
+                          ", beta_1 " + std::to_string(adam.beta_1) + ", beta_2 " + std::to_string(adam.beta_2) + ")");
+  const std::size_t nk = static_cast<std::size_t>(input_dim) * units;
+  kernel_.resize(nk);
+  SplitMix rng{seed};
+  const double limit = std::sqrt(6.0 / (input_dim + units));  // glorot_uniform
+  for (auto& w : kernel_) w = static_cast<float>((rng.uniform() * 2.0 - 1.0) * limit);
+  bias_.assign(static_cast<std::size_t>(units), 0.0f);
+  m_kernel_.assign(nk, 0.0f);
+  v_kernel_.assign(nk, 0.0f);
+  m_bias_.assign(static_cast<std::size_t>(units), 0.0f);
+  v_bias_.assign(static_cast<std::size_t>(units), 0.0f);
+}
+
+Head Head::sigmoid(int input_dim, AdamConfig adam, std::uint64_t seed) {
+  return Head(input_dim, 1, HeadActivation::Sigmoid, adam, seed);
+}
+Head Head::softmax(int input_dim, int classes, AdamConfig adam, std::uint64_t seed) {
+  return Head(input_dim, classes, HeadActivation::Softmax, adam, seed);
+}
+
+void Head::logits(const float* x, int n, float* out) const {
+  for (int b = 0; b < n; ++b) {
+    float* z = out + static_cast<std::size_t>(b) * units_;
+    for (int j = 0; j < units_; ++j) z[j] = bias_[static_cast<std::size_t>(j)];
+    const float* xb = x + static_cast<std::size_t>(b) * input_dim_;
+    for (int i = 0; i < input_dim_; ++i) {
+      const float xi = xb[i];
+      const float* w = kernel_.data() + static_cast<std::size_t>(i) * units_;
+      for (int j = 0; j < units_; ++j) z[j] += xi * w[j];
+    }
+  }
+}
+
+void Head::check_labels(const int* labels, int n) const {
+  for (int b = 0; b < n; ++b)
+    if (labels[b] < 0 || labels[b] >= classes())
+      throw InvalidArgument("Head: label " + std::to_string(labels[b]) + " of sample " + std::to_string(b) +
+                            " is outside [0, " + std::to_string(classes()) + ")");
+}
+
+StepResult Head::train_step(const float* x, const int* labels, int batch) {
+  if (batch <= 0) throw InvalidArgument("Head::train_step: batch must be > 0, received " + std::to_string(batch));
+  check_labels(labels, batch);
+  const int u = units_;
+  std::vector<float> z(static_cast<std::size_t>(batch) * u);
+  logits(x, batch, z.data());
+  StepResult r;
+  r.samples = batch;
+  // dL/dz = (p - y) / batch for both heads (cross-entropy on sigmoid/softmax, computed from logits).
+  std::vector<float> dz(z.size());
+  double loss = 0;
+  for (int b = 0; b < batch; ++b) {
+    const float* zb = z.data() + static_cast<std::size_t>(b) * u;
+    float* db = dz.data() + static_cast<std::size_t>(b) * u;
+    if (activation_ == HeadActivation::Sigmoid) {
+      const double y = labels[b];
+      loss += softplus(zb[0]) - zb[0] * y;
+      const double p = 1.0 / (1.0 + std::exp(-static_cast<double>(zb[0])));
+      r.correct += (p > 0.5) == (labels[b] == 1);
+      db[0] = static_cast<float>((p - y) / batch);
+    } else {
+      const double m = *std::max_element(zb, zb + u);
+      double sum = 0;
+      for (int j = 0; j < u; ++j) sum += std::exp(zb[j] - m);
+      const double lse = m + std::log(sum);
+      loss += lse - zb[labels[b]];
+      r.correct += static_cast<int>(std::max_element(zb, zb + u) - zb) == labels[b];
+      for (int j = 0; j < u; ++j) db[j] = static_cast<float>((std::exp(zb[j] - lse) - (j == labels[b])) / batch);
+    }
+  }
+  r.loss = loss / batch;
+
+  // Gradients.
+  std::vector<float> gk(kernel_.size(), 0.0f), gb(bias_.size(), 0.0f);
+  for (int b = 0; b < batch; ++b) {
+    const float* xb = x + static_cast<std::size_t>(b) * input_dim_;
+    const float* db = dz.data() + static_cast<std::size_t>(b) * u;
+    for (int i = 0; i < input_dim_; ++i) {
+      float* g = gk.data() + static_cast<std::size_t>(i) * u;
+      for (int j = 0; j < u; ++j) g[j] += xb[i] * db[j];
+    }
+    for (int j = 0; j < u; ++j) gb[static_cast<std::size_t>(j)] += db[j];
+  }
+
+  // Adam as Keras computes it: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t);
+  // m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha * m / (sqrt(v) + eps).
+  ++step_;
+  const double t = static_cast<double>(step_);
+  const float alpha = static_cast<float>(adam_.learning_rate * std::sqrt(1.0 - std::pow(double(adam_.beta_2), t)) /
+                                         (1.0 - std::pow(double(adam_.beta_1), t)));
+  auto update = [&](std::vector<float>& w, std::vector<float>& m, std::vector<float>& v, const std::vector<float>& g) {
+    const float one_b1 = 1.0f - adam_.beta_1, one_b2 = 1.0f - adam_.beta_2;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      m[i] += (g[i] - m[i]) * one_b1;
+      v[i] += (g[i] * g[i] - v[i]) * one_b2;
+      w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + adam_.epsilon);
+    }
+  };
+  update(kernel_, m_kernel_, v_kernel_, gk);
+  update(bias_, m_bias_, v_bias_, gb);
+  return r;
+}
+
+EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch_size, std::uint64_t epoch,
+                             std::uint64_t seed) {
+  if (n <= 0 || batch_size <= 0)
+    throw InvalidArgument("Head::train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
+                          std::to_string(batch_size));
+  std::vector<int> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  SplitMix rng{seed * 0x100000001B3ull + epoch + 1};
+  for (int i = n - 1; i > 0; --i) std::swap(order[static_cast<std::size_t>(i)], order[rng.next() % static_cast<std::uint64_t>(i + 1)]);
+  std::vector<float> bx(static_cast<std::size_t>(batch_size) * input_dim_);
+  std::vector<int> by(static_cast<std::size_t>(batch_size));
+  EpochStats s;
+  double loss_sum = 0;
+  int correct = 0;
+  for (int start = 0; start < n; start += batch_size) {
+    const int nb = std::min(batch_size, n - start);
+    for (int b = 0; b < nb; ++b) {
+      const int idx = order[static_cast<std::size_t>(start + b)];
+      std::memcpy(bx.data() + static_cast<std::size_t>(b) * input_dim_, x + static_cast<std::size_t>(idx) * input_dim_,
+                  sizeof(float) * static_cast<std::size_t>(input_dim_));
+      by[static_cast<std::size_t>(b)] = labels[idx];
+    }
+    auto r = train_step(bx.data(), by.data(), nb);
+    loss_sum += r.loss * nb;
+    correct += r.correct;
+  }
+  s.samples = n;
+  s.loss = loss_sum / n;
+  s.accuracy = static_cast<double>(correct) / n;
+  return s;
+}
+
+EpochStats Head::evaluate(const float* x, const int* labels, int n) const {
+  EpochStats s;
+  if (n <= 0) return s;
+  check_labels(labels, n);
+  std::vector<float> z(static_cast<std::size_t>(n) * units_);
+  logits(x, n, z.data());
+  double loss = 0;
+  int correct = 0;
+  for (int b = 0; b < n; ++b) {
+    const float* zb = z.data() + static_cast<std::size_t>(b) * units_;
+    if (activation_ == HeadActivation::Sigmoid) {
+      loss += softplus(zb[0]) - zb[0] * static_cast<double>(labels[b]);
+      correct += (zb[0] > 0.0f) == (labels[b] == 1);
+    } else {
+      const double m = *std::max_element(zb, zb + units_);
+      double sum = 0;
+      for (int j = 0; j < units_; ++j) sum += std::exp(zb[j] - m);
+      loss += m + std::log(sum) - zb[labels[b]];
+      correct += static_cast<int>(std::max_element(zb, zb + units_) - zb) == labels[b];
+    }
+  }
+  s.samples = n;
+  s.loss = loss / n;
+  s.accuracy = static_cast<double>(correct) / n;
+  return s;
+}
+
+Tensor Head::predict(const float* x, int n) const {
+  Tensor t({n, units_});
+  logits(x, n, t.data.data());
+  for (int b = 0; b < n; ++b) {
+    float* z = t.sample(b);
+    if (activation_ == HeadActivation::Sigmoid) {
+      z[0] = 1.0f / (1.0f + std::exp(-z[0]));
+    } else {
+      const float m = *std::max_element(z, z + units_);
+      float sum = 0;
+      for (int j = 0; j < units_; ++j) sum += (z[j] = std::exp(z[j] - m));
+      for (int j = 0; j < units_; ++j) z[j] /= sum;
+    }
+  }
+  return t;
+}
+
+std::vector<int> Head::predict_classes(const float* x, int n) const {
+  Tensor p = predict(x, n);
+  std::vector<int> c(static_cast<std::size_t>(n));
+  for (int b = 0; b < n; ++b) {
+    const float* pb = p.sample(b);
+    c[static_cast<std::size_t>(b)] = activation_ == HeadActivation::Sigmoid ? (pb[0] > 0.5f ? 1 : 0)
+                                                                            : static_cast<int>(std::max_element(pb, pb + units_) - pb);
+  }
+  return c;
+}
+
+void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) const {
+  nlohmann::json h;
+  h["format"] = "stoker-head";
+  h["version"] = 1;
+  h["activation"] = activation_ == HeadActivation::Sigmoid ? "sigmoid" : "softmax";
+  h["loss"] = activation_ == HeadActivation::Sigmoid ? "binary_crossentropy" : "categorical_crossentropy";
+  h["input_dim"] = input_dim_;
+  h["units"] = units_;
+  h["optimizer"] = {{"name", "adam"}, {"learning_rate", adam_.learning_rate}, {"beta_1", adam_.beta_1},
+                    {"beta_2", adam_.beta_2}, {"epsilon", adam_.epsilon}, {"iterations", step_}};
+  h["backbone"] = {{"model", backbone.model}, {"cut_at", backbone.cut_at}, {"preprocess", backbone.preprocess}};
+  const std::vector<std::pair<const char*, const std::vector<float>*>> tensors = {
+      {"kernel", &kernel_}, {"bias", &bias_}, {"adam_m_kernel", &m_kernel_}, {"adam_v_kernel", &v_kernel_},
+      {"adam_m_bias", &m_bias_}, {"adam_v_bias", &v_bias_}};
+  std::size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const bool is_kernel = t->size() == kernel_.size() && std::string(name).find("kernel") != std::string::npos;
+    h["tensors"].push_back({{"name", name},
+                            {"shape", is_kernel ? std::vector<int>{input_dim_, units_} : std::vector<int>{units_}},
+                            {"offset", offset}});
+    offset += t->size();
+  }
+  const std::string header = h.dump(1);
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError(tmp.string() + ": cannot create");
+    const std::uint64_t len = header.size();
+    out.write(kMagic, 8);
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const auto& [name, t] : tensors)
+      out.write(reinterpret_cast<const char*>(t->data()), static_cast<std::streamsize>(t->size() * sizeof(float)));
+    if (!out.flush()) throw IoError(tmp.string() + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) throw IoError(file.string() + ": cannot replace: " + ec.message());
+}
+
+Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
+  const std::string where = file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw IoError(where + ": cannot open");
+  char magic[8];
+  std::uint64_t len = 0;
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(&len), 8);
+  if (!in || std::memcmp(magic, kMagic, 8) != 0) throw IoError(where + ": not a stoker head file (bad magic)");
+  if (len > (1u << 24)) throw IoError(where + ": header length " + std::to_string(len) + " is implausible");
+  std::string header(len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(len));
+  if (!in) throw IoError(where + ": truncated header");
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(header);
+    if (h.at("format") != "stoker-head" || h.at("version").get<int>() != 1)
+      throw IoError(where + ": unsupported head format " + h.value("format", std::string()) + " version " +
+                    std::to_string(h.value("version", 0)));
+    AdamConfig adam;
+    const auto& o = h.at("optimizer");
+    adam.learning_rate = o.at("learning_rate").get<float>();
+    adam.beta_1 = o.at("beta_1").get<float>();
+    adam.beta_2 = o.at("beta_2").get<float>();
+    adam.epsilon = o.at("epsilon").get<float>();
+    const std::string act = h.at("activation").get<std::string>();
+    if (act != "sigmoid" && act != "softmax") throw IoError(where + ": unknown activation '" + act + "'");
+    Head head(h.at("input_dim").get<int>(), h.at("units").get<int>(),
+              act == "sigmoid" ? HeadActivation::Sigmoid : HeadActivation::Softmax, adam);
+    head.step_ = o.at("iterations").get<std::int64_t>();
+    std::vector<float> data;
+    {
+      std::vector<char> rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      data.resize(rest.size() / sizeof(float));
+      std::memcpy(data.data(), rest.data(), data.size() * sizeof(float));
+    }
+    for (const auto& t : h.at("tensors")) {
+      const std::string name = t.at("name").get<std::string>();
+      std::vector<float>* dst = name == "kernel" ? &head.kernel_ : name == "bias" ? &head.bias_
+                              : name == "adam_m_kernel" ? &head.m_kernel_ : name == "adam_v_kernel" ? &head.v_kernel_
+                              : name == "adam_m_bias" ? &head.m_bias_ : name == "adam_v_bias" ? &head.v_bias_ : nullptr;
+      if (!dst) continue;  // unknown tensors from a newer writer are ignored
+      const std::size_t off = t.at("offset").get<std::size_t>();
+      if (off + dst->size() > data.size())
+        throw IoError(where + ": tensor '" + name + "' lies past the end of the file");
+      std::memcpy(dst->data(), data.data() + off, dst->size() * sizeof(float));
+    }
+    if (backbone) {
+      const auto& b = h.at("backbone");
+      backbone->model = b.value("model", std::string());
+      backbone->cut_at = b.value("cut_at", std::string());
+      backbone->preprocess = b.value("preprocess", std::string());
+    }
+    return head;
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(where + ": malformed header: " + e.what());
+  }
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,55 @@
+// Internal: the pieces model import is made of (topology parsing, weight stores, finalising).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <stoker/trainer/graph.hpp>
+#include <stoker/trainer/model.hpp>
+
+namespace stoker::trainer::detail {
+
+struct RawWeight {
+  std::string full_name;  // as stored in the file, e.g. "sequential_9/Conv1/kernel:0"
+  std::vector<int> shape;
+  std::vector<float> data;
+};
+
+// Weights keyed by "<layer>/<weight>" (the last two parts of the stored name, without ":0").
+class WeightStore {
+ public:
+  void add(RawWeight weight);
+  // nullptr when absent; throws InvalidArgument when the key is ambiguous.
+  RawWeight* find(const std::string& layer, const std::string& weight);
+  std::size_t size() const { return weights_.size(); }
+
+ private:
+  std::map<std::string, std::vector<RawWeight>> weights_;
+};
+
+// "a/b/conv/kernel:0" -> "conv/kernel"
+std::string weight_key(const std::string& full_name);
+
+// Parses a Keras model config ({"class_name": "Sequential" | "Functional" | "Model", "config": ...}),
+// flattening nested models. Nodes get parameters and inputs; shapes and weights come in finalize().
+Graph parse_keras_topology(const nlohmann::json& model_config, const LoadOptions& options);
+
+// Infers every node's output shape, takes its weights from the store (checking their shapes) and
+// rejects what the backends cannot run. `source` names the file in error messages.
+void finalize_graph(Graph& graph, WeightStore& weights, const std::string& source);
+
+// Output shape of a node from its inputs' shapes (used by finalize and by graph tests).
+std::vector<int> infer_shape(const LayerNode& node, const std::vector<std::vector<int>>& inputs);
+
+// TensorFlow's output size and leading pad for one spatial dimension.
+struct PadInfo {
+  int out = 0;
+  int pad_before = 0;
+  int pad_after = 0;
+};
+PadInfo tf_padding(int in, int kernel, int stride, int dilation, Padding padding);
+
+}  // namespace stoker::trainer::detail

@@ -1,0 +1,403 @@
+// Keras topology JSON -> flattened layer graph.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <stoker/error.hpp>
+
+#include "import.hpp"
+
+namespace stoker::trainer::detail {
+namespace {
+
+using nlohmann::json;
+
+bool is_model_class(const std::string& c) { return c == "Sequential" || c == "Functional" || c == "Model"; }
+
+std::string layer_name_of(const json& layer) {
+  if (layer.contains("name") && layer["name"].is_string()) return layer["name"].get<std::string>();
+  if (layer.contains("config") && layer["config"].is_object() && layer["config"].contains("name"))
+    return layer["config"]["name"].get<std::string>();
+  return {};
+}
+
+[[noreturn]] void fail(const std::string& layer, const std::string& what) {
+  throw InvalidArgument("layer '" + layer + "': " + what);
+}
+
+// An int or a list of ints of length n (Keras accepts both for kernel_size, strides, ...).
+std::vector<int> int_list(const json& cfg, const char* key, std::size_t n, int fallback, const std::string& layer) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return std::vector<int>(n, fallback);
+  const json& v = cfg[key];
+  if (v.is_number_integer()) return std::vector<int>(n, v.get<int>());
+  if (v.is_array() && v.size() == n) {
+    std::vector<int> r;
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) fail(layer, std::string(key) + " must hold integers, received " + v.dump());
+      r.push_back(e.get<int>());
+    }
+    return r;
+  }
+  fail(layer, std::string(key) + " must be an integer or a list of " + std::to_string(n) + ", received " + v.dump());
+}
+
+Padding parse_padding(const json& cfg, const std::string& layer) {
+  const std::string p = cfg.value("padding", std::string("valid"));
+  if (p == "valid") return Padding::Valid;
+  if (p == "same") return Padding::Same;
+  fail(layer, "padding '" + p + "' is not supported (only 'valid' and 'same')");
+}
+
+void check_channels_last(const json& cfg, const std::string& layer) {
+  if (cfg.contains("data_format") && cfg["data_format"].is_string() &&
+      cfg["data_format"].get<std::string>() != "channels_last")
+    fail(layer, "data_format '" + cfg["data_format"].get<std::string>() + "' is not supported (only channels_last)");
+}
+
+ActivationSpec activation_of(const json& cfg, const std::string& layer) {
+  if (!cfg.contains("activation") || cfg["activation"].is_null()) return {};
+  const json& a = cfg["activation"];
+  if (a.is_string()) return parse_activation(a.get<std::string>(), layer);
+  if (a.is_object() && a.contains("class_name") && a["class_name"].is_string()) {
+    // Keras 3 may serialise a built-in activation as {"class_name": "function", "config": "relu"}.
+    if (a.contains("config") && a["config"].is_string()) return parse_activation(a["config"].get<std::string>(), layer);
+  }
+  fail(layer, "activation " + a.dump() + " is not supported");
+}
+
+float float_or(const json& cfg, const char* key, float fallback) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+  return cfg[key].get<float>();
+}
+
+// Builds a node of the graph from one leaf layer's class and config.
+LayerNode make_node(const std::string& cls, const json& cfg, const std::string& name) {
+  LayerNode n;
+  n.name = name;
+  n.keras_class = cls;
+  if (cls == "Conv2D" || cls == "Convolution2D") {
+    n.kind = LayerKind::Conv2D;
+    check_channels_last(cfg, name);
+    n.filters = cfg.at("filters").get<int>();
+    auto k = int_list(cfg, "kernel_size", 2, 1, name);
+    auto s = int_list(cfg, "strides", 2, 1, name);
+    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
+    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
+    if ((n.stride_h > 1 || n.stride_w > 1) && (n.dilation_h > 1 || n.dilation_w > 1))
+      fail(name, "strides > 1 together with dilation_rate > 1 is not supported by Keras either");
+    if (cfg.contains("groups") && cfg["groups"].is_number_integer() && cfg["groups"].get<int>() != 1)
+      fail(name, "grouped convolution (groups=" + std::to_string(cfg["groups"].get<int>()) + ") is not supported");
+    n.padding = parse_padding(cfg, name);
+    n.use_bias = cfg.value("use_bias", true);
+    n.activation = activation_of(cfg, name);
+  } else if (cls == "DepthwiseConv2D") {
+    n.kind = LayerKind::DepthwiseConv2D;
+    check_channels_last(cfg, name);
+    auto k = int_list(cfg, "kernel_size", 2, 1, name);
+    auto s = int_list(cfg, "strides", 2, 1, name);
+    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
+    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
+    n.depth_multiplier = cfg.value("depth_multiplier", 1);
+    n.padding = parse_padding(cfg, name);
+    n.use_bias = cfg.value("use_bias", true);
+    n.activation = activation_of(cfg, name);
+  } else if (cls == "BatchNormalization") {
+    n.kind = LayerKind::BatchNormalization;
+    int axis = -1;
+    if (cfg.contains("axis")) {
+      const json& a = cfg["axis"];
+      if (a.is_number_integer()) axis = a.get<int>();
+      else if (a.is_array() && a.size() == 1) axis = a[0].get<int>();
+      else fail(name, "BatchNormalization over axis " + a.dump() + " is not supported (only the channel axis)");
+    }
+    n.axis = axis;
+    n.epsilon = float_or(cfg, "epsilon", 1e-3f);
+    n.use_bias = cfg.value("center", true);                 // beta present
+    n.filters = cfg.value("scale", true) ? 1 : 0;           // gamma present (reused field)
+  } else if (cls == "ReLU") {
+    n.kind = LayerKind::Activation;
+    n.activation.kind = ActKind::ReLU;
+    n.activation.max_value = float_or(cfg, "max_value", std::numeric_limits<float>::infinity());
+    n.activation.negative_slope = float_or(cfg, "negative_slope", 0.0f);
+    n.activation.threshold = float_or(cfg, "threshold", 0.0f);
+  } else if (cls == "LeakyReLU") {
+    n.kind = LayerKind::Activation;
+    n.activation.kind = ActKind::ReLU;
+    n.activation.negative_slope = cfg.contains("alpha") ? float_or(cfg, "alpha", 0.3f) : float_or(cfg, "negative_slope", 0.3f);
+  } else if (cls == "Activation") {
+    n.kind = LayerKind::Activation;
+    n.activation = activation_of(cfg, name);
+  } else if (cls == "Softmax") {
+    n.kind = LayerKind::Activation;
+    if (cfg.contains("axis") && cfg["axis"].is_number_integer() && cfg["axis"].get<int>() != -1)
+      fail(name, "Softmax over axis " + cfg["axis"].dump() + " is not supported (only -1)");
+    n.activation.kind = ActKind::Softmax;
+  } else if (cls == "ZeroPadding2D") {
+    n.kind = LayerKind::ZeroPadding2D;
+    check_channels_last(cfg, name);
+    const json& p = cfg.at("padding");
+    if (p.is_number_integer()) {
+      n.pad_top = n.pad_bottom = n.pad_left = n.pad_right = p.get<int>();
+    } else if (p.is_array() && p.size() == 2 && p[0].is_number_integer()) {
+      n.pad_top = n.pad_bottom = p[0].get<int>();
+      n.pad_left = n.pad_right = p[1].get<int>();
+    } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[0].size() == 2 && p[1].size() == 2) {
+      n.pad_top = p[0][0].get<int>(), n.pad_bottom = p[0][1].get<int>();
+      n.pad_left = p[1][0].get<int>(), n.pad_right = p[1][1].get<int>();
+    } else {
+      fail(name, "padding " + p.dump() + " is not understood");
+    }
+  } else if (cls == "Add") {
+    n.kind = LayerKind::Add;
+  } else if (cls == "Concatenate") {
+    n.kind = LayerKind::Concatenate;
+    n.axis = cfg.value("axis", -1);
+  } else if (cls == "MaxPooling2D" || cls == "AveragePooling2D" || cls == "MaxPool2D" || cls == "AvgPool2D") {
+    n.kind = (cls == "MaxPooling2D" || cls == "MaxPool2D") ? LayerKind::MaxPooling2D : LayerKind::AveragePooling2D;
+    check_channels_last(cfg, name);
+    auto k = int_list(cfg, "pool_size", 2, 2, name);
+    n.kernel_h = k[0], n.kernel_w = k[1];
+    auto s = (cfg.contains("strides") && !cfg["strides"].is_null()) ? int_list(cfg, "strides", 2, 1, name) : k;
+    n.stride_h = s[0], n.stride_w = s[1];
+    n.padding = parse_padding(cfg, name);
+  } else if (cls == "GlobalAveragePooling2D" || cls == "GlobalAvgPool2D") {
+    n.kind = LayerKind::GlobalAveragePooling2D;
+    check_channels_last(cfg, name);
+    n.depth_multiplier = cfg.value("keepdims", false) ? 1 : 0;  // reused: keep a 1×1 spatial shape
+  } else if (cls == "Flatten") {
+    n.kind = LayerKind::Flatten;
+    check_channels_last(cfg, name);
+  } else if (cls == "Dense") {
+    n.kind = LayerKind::Dense;
+    n.filters = cfg.at("units").get<int>();
+    n.use_bias = cfg.value("use_bias", true);
+    n.activation = activation_of(cfg, name);
+  } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
+    n.kind = LayerKind::Dropout;  // identity at inference
+  } else {
+    fail(name, "layer class '" + cls + "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
+               "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
+               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout)");
+  }
+  return n;
+}
+
+// batch_input_shape [null, H, W, C] (Keras 2) or batch_shape (Keras 3) -> {H, W, C}
+std::vector<int> input_shape_of(const json& cfg, const std::string& name, const LoadOptions& options) {
+  const json* s = nullptr;
+  if (cfg.contains("batch_input_shape")) s = &cfg["batch_input_shape"];
+  else if (cfg.contains("batch_shape")) s = &cfg["batch_shape"];
+  if (!s || !s->is_array() || s->size() < 2) fail(name, "input has no batch_input_shape");
+  std::vector<int> shape;
+  for (std::size_t i = 1; i < s->size(); ++i) {
+    const json& d = (*s)[i];
+    if (d.is_number_integer()) {
+      shape.push_back(d.get<int>());
+    } else if (shape.size() < 2 && options.input_hw.size() == 2) {
+      shape.push_back(options.input_hw[shape.size()]);
+    } else {
+      fail(name, "input shape " + s->dump() + " has an unknown dimension; pass LoadOptions::input_hw");
+    }
+  }
+  if (shape.size() == 3 && options.input_hw.size() == 2) shape[0] = options.input_hw[0], shape[1] = options.input_hw[1];
+  return shape;
+}
+
+// One tensor reference of an inbound node: (layer name, node index, tensor index).
+struct Ref {
+  std::string layer;
+  int node = 0;
+  int tensor = 0;
+};
+
+void collect_keras3_refs(const json& v, std::vector<Ref>& out) {
+  if (v.is_object()) {
+    if (v.value("class_name", std::string()) == "__keras_tensor__" && v.contains("config")) {
+      const json& h = v["config"].at("keras_history");
+      out.push_back({h[0].get<std::string>(), h[1].get<int>(), h[2].get<int>()});
+      return;
+    }
+    for (const auto& [k, e] : v.items()) collect_keras3_refs(e, out);
+  } else if (v.is_array()) {
+    for (const auto& e : v) collect_keras3_refs(e, out);
+  }
+}
+
+std::vector<Ref> parse_inbound_node(const json& node) {
+  std::vector<Ref> refs;
+  if (node.is_array()) {  // Keras 2: [[name, node_index, tensor_index, kwargs], ...]
+    for (const auto& r : node) {
+      if (r.is_array() && r.size() >= 3 && r[0].is_string())
+        refs.push_back({r[0].get<std::string>(), r[1].get<int>(), r[2].get<int>()});
+    }
+  } else if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
+    collect_keras3_refs(node, refs);
+  }
+  return refs;
+}
+
+class Flattener {
+ public:
+  Flattener(Graph& g, const LoadOptions& o) : g_(g), options_(o) {}
+
+  // Adds `model` to the graph. `inputs`: the node ids feeding it (empty at top level: the model's
+  // own InputLayers become graph inputs). Returns the node ids of its outputs.
+  std::vector<int> add_model(const json& model, const std::vector<int>& inputs) {
+    const std::string cls = model.at("class_name").get<std::string>();
+    const json& cfg = model.at("config");
+    const std::string name = layer_name_of(model);
+    std::vector<int> outs = cls == "Sequential" ? add_sequential(cfg, name, inputs) : add_functional(cfg, name, inputs);
+    if (outs.size() == 1 && !name.empty()) g_.model_outputs[name] = outs[0];
+    return outs;
+  }
+
+ private:
+  Graph& g_;
+  const LoadOptions& options_;
+  std::set<std::string> names_;
+
+  int add_node(LayerNode node) {
+    if (!names_.insert(node.name).second)
+      fail(node.name, "the layer name appears twice in the model; layer names must be unique");
+    g_.nodes.push_back(std::move(node));
+    return static_cast<int>(g_.nodes.size()) - 1;
+  }
+
+  int add_input(const json& cfg, const std::string& name) {
+    LayerNode n;
+    n.name = name;
+    n.keras_class = "InputLayer";
+    n.kind = LayerKind::Input;
+    n.out_shape = input_shape_of(cfg, name, options_);
+    int id = add_node(std::move(n));
+    g_.inputs.push_back(id);
+    return id;
+  }
+
+  std::vector<int> add_layer(const json& layer, const std::vector<int>& inputs) {
+    const std::string cls = layer.at("class_name").get<std::string>();
+    const std::string name = layer_name_of(layer);
+    if (is_model_class(cls)) return add_model(layer, inputs);
+    if (cls == "InputLayer") fail(name, "InputLayer inside the graph is not expected here");
+    if (cls == "Lambda" || cls == "TFOpLambda")
+      fail(name, "layer class '" + cls + "' (arbitrary Python code) is not supported");
+    LayerNode n = make_node(cls, layer.at("config"), name);
+    n.inputs = inputs;
+    return {add_node(std::move(n))};
+  }
+
+  std::vector<int> add_sequential(const json& cfg, const std::string& name, const std::vector<int>& inputs) {
+    const json& layers = cfg.is_array() ? cfg : cfg.at("layers");
+    std::vector<int> current = inputs;
+    for (const auto& layer : layers) {
+      const std::string cls = layer.at("class_name").get<std::string>();
+      const std::string lname = layer_name_of(layer);
+      if (cls == "InputLayer") {
+        if (current.empty()) current = {add_input(layer.at("config"), lname)};
+        continue;  // nested: the InputLayer stands for what feeds the Sequential
+      }
+      if (current.empty()) {
+        const json& lc = layer.at("config");
+        if (lc.is_object() && (lc.contains("batch_input_shape") || lc.contains("batch_shape"))) {
+          current = {add_input(lc, (name.empty() ? lname : name) + "_input")};
+        } else if (is_model_class(cls)) {
+          current = {};  // a nested model brings its own InputLayer
+        } else {
+          fail(lname, "the Sequential model '" + name + "' has no input shape");
+        }
+      }
+      if (current.size() > 1) fail(lname, "a Sequential layer receives " + std::to_string(current.size()) + " tensors");
+      current = add_layer(layer, current);
+    }
+    return current;
+  }
+
+  std::vector<int> add_functional(const json& cfg, const std::string& name, const std::vector<int>& inputs) {
+    const json& layers = cfg.at("layers");
+    std::map<std::string, std::vector<int>> produced;  // layer name -> its output nodes
+    auto normalise_io = [](const json& io) {
+      std::vector<Ref> refs;
+      if (io.is_array() && !io.empty() && io[0].is_string()) {
+        refs.push_back({io[0].get<std::string>(), io[1].get<int>(), io[2].get<int>()});
+      } else if (io.is_array()) {
+        for (const auto& r : io) refs.push_back({r[0].get<std::string>(), r[1].get<int>(), r[2].get<int>()});
+      }
+      return refs;
+    };
+    const auto in_refs = normalise_io(cfg.at("input_layers"));
+    const auto out_refs = normalise_io(cfg.at("output_layers"));
+    if (!inputs.empty() && inputs.size() != in_refs.size())
+      fail(name, "the model has " + std::to_string(in_refs.size()) + " inputs but receives " + std::to_string(inputs.size()));
+
+    // Layers are listed in a valid order by Keras, but resolve dependencies to be safe.
+    std::vector<bool> done(layers.size(), false);
+    std::size_t remaining = layers.size();
+    while (remaining > 0) {
+      bool progress = false;
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        if (done[i]) continue;
+        const json& layer = layers[i];
+        const std::string cls = layer.at("class_name").get<std::string>();
+        const std::string lname = layer_name_of(layer);
+        if (cls == "InputLayer") {
+          auto it = std::find_if(in_refs.begin(), in_refs.end(), [&](const Ref& r) { return r.layer == lname; });
+          if (!inputs.empty() && it != in_refs.end()) produced[lname] = {inputs[static_cast<std::size_t>(it - in_refs.begin())]};
+          else produced[lname] = {add_input(layer.at("config"), lname)};
+          done[i] = true, --remaining, progress = true;
+          continue;
+        }
+        const json& nodes = layer.contains("inbound_nodes") ? layer["inbound_nodes"] : json::array();
+        if (nodes.size() != 1)
+          fail(lname, nodes.empty() ? "the layer has no inbound node (not connected)"
+                                    : "the layer is called " + std::to_string(nodes.size()) +
+                                          " times (shared layers are not supported)");
+        const auto refs = parse_inbound_node(nodes[0]);
+        bool ready = true;
+        for (const auto& r : refs) ready = ready && produced.count(r.layer) > 0;
+        if (!ready) continue;
+        std::vector<int> ins;
+        for (const auto& r : refs) {
+          const auto& outs = produced[r.layer];
+          if (r.tensor < 0 || static_cast<std::size_t>(r.tensor) >= outs.size())
+            fail(lname, "input '" + r.layer + "' has no output tensor " + std::to_string(r.tensor));
+          ins.push_back(outs[static_cast<std::size_t>(r.tensor)]);
+        }
+        produced[lname] = add_layer(layer, ins);
+        done[i] = true, --remaining, progress = true;
+      }
+      if (!progress) {
+        for (std::size_t i = 0; i < layers.size(); ++i)
+          if (!done[i]) fail(layer_name_of(layers[i]), "its inputs are never produced in model '" + name + "'");
+      }
+    }
+    std::vector<int> outs;
+    for (const auto& r : out_refs) {
+      auto it = produced.find(r.layer);
+      if (it == produced.end() || static_cast<std::size_t>(r.tensor) >= it->second.size())
+        fail(name, "output layer '" + r.layer + "' is not in the model");
+      outs.push_back(it->second[static_cast<std::size_t>(r.tensor)]);
+    }
+    return outs;
+  }
+};
+
+}  // namespace
+
+Graph parse_keras_topology(const json& model_config, const LoadOptions& options) {
+  if (!model_config.is_object() || !model_config.contains("class_name") || !model_config.contains("config"))
+    throw InvalidArgument("model topology: expected {\"class_name\", \"config\"}, received " +
+                          model_config.dump().substr(0, 200));
+  const std::string cls = model_config["class_name"].get<std::string>();
+  if (!is_model_class(cls))
+    throw InvalidArgument("model topology: top-level class '" + cls + "' is not Sequential, Functional or Model");
+  Graph g;
+  g.name = layer_name_of(model_config);
+  Flattener f(g, options);
+  g.outputs = f.add_model(model_config, {});
+  if (g.inputs.empty()) throw InvalidArgument("model '" + g.name + "' has no input layer");
+  return g;
+}
+
+}  // namespace stoker::trainer::detail

@@ -1,0 +1,128 @@
+// TF.js layers models: model.json with `modelTopology` (Keras topology JSON) and `weightsManifest`
+// (groups of shard files; each group's weights lie back to back in its concatenated shards,
+// little-endian, in manifest order).
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/model.hpp>
+
+#include "import.hpp"
+
+namespace stoker::trainer {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "TF.js shards are little-endian; add byte swapping");
+
+std::vector<char> read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw IoError(p.string() + ": cannot open");
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+std::size_t dtype_bytes(const std::string& dtype, const std::string& where) {
+  if (dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "uint16" || dtype == "float16") return 2;
+  if (dtype == "uint8" || dtype == "bool") return 1;
+  throw InvalidArgument(where + ": weight dtype '" + dtype + "' is not supported");
+}
+
+}  // namespace
+
+Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& options) {
+  const std::string where = model_json.string();
+  nlohmann::json doc;
+  {
+    std::ifstream in(model_json);
+    if (!in) throw IoError(where + ": cannot open");
+    try {
+      doc = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidArgument(where + ": not valid JSON: " + e.what());
+    }
+  }
+  if (!doc.contains("modelTopology")) throw InvalidArgument(where + ": no 'modelTopology' (not a TF.js layers model)");
+  if (doc.value("format", std::string("layers-model")) == "graph-model")
+    throw InvalidArgument(where + ": a TF.js graph model is not supported (only layers models)");
+  const nlohmann::json& topo = doc["modelTopology"];
+  const nlohmann::json& model_config = topo.contains("model_config") ? topo["model_config"] : topo;
+
+  detail::WeightStore store;
+  const auto dir = model_json.parent_path();
+  for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
+    std::vector<char> bytes;
+    for (const auto& shard : group.at("paths")) {
+      auto b = read_file(dir / shard.get<std::string>());
+      bytes.insert(bytes.end(), b.begin(), b.end());
+    }
+    std::size_t offset = 0;
+    for (const auto& spec : group.at("weights")) {
+      detail::RawWeight w;
+      w.full_name = spec.at("name").get<std::string>();
+      std::size_t n = 1;
+      for (const auto& d : spec.at("shape")) w.shape.push_back(d.get<int>()), n *= d.get<std::size_t>();
+      std::string dtype = spec.value("dtype", std::string("float32"));
+      float scale = 1.0f, minv = 0.0f;
+      bool quantized = spec.contains("quantization");
+      if (quantized) {
+        const auto& q = spec["quantization"];
+        dtype = q.at("dtype").get<std::string>();
+        scale = q.value("scale", 1.0f);
+        minv = q.value("min", 0.0f);
+      }
+      const std::size_t bytes_needed = n * dtype_bytes(dtype, where + " weight '" + w.full_name + "'");
+      if (offset + bytes_needed > bytes.size())
+        throw IoError(where + ": weight '" + w.full_name + "' needs bytes " + std::to_string(offset) + ".." +
+                      std::to_string(offset + bytes_needed) + " but its shards hold " + std::to_string(bytes.size()));
+      const char* p = bytes.data() + offset;
+      w.data.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (dtype == "float32") {
+          std::memcpy(&w.data[i], p + 4 * i, 4);
+        } else if (dtype == "int32") {
+          std::int32_t v;
+          std::memcpy(&v, p + 4 * i, 4);
+          w.data[i] = static_cast<float>(v);
+        } else if (dtype == "float16") {
+          std::uint16_t v;
+          std::memcpy(&v, p + 2 * i, 2);
+          w.data[i] = half_to_float(v);
+        } else if (dtype == "uint16") {
+          std::uint16_t v;
+          std::memcpy(&v, p + 2 * i, 2);
+          w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
+        } else {
+          const auto v = static_cast<std::uint8_t>(p[i]);
+          w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
+        }
+      }
+      offset += bytes_needed;
+      store.add(std::move(w));
+    }
+  }
+
+  try {
+    Graph g = detail::parse_keras_topology(model_config, options);
+    detail::finalize_graph(g, store, where);
+    return Model(std::move(g), where);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where + ": " + e.what());
+  }
+}
+
+}  // namespace stoker::trainer
