@@ -1,0 +1,49 @@
+// The CPU executor: a SampleTransform that draws per-sample parameters from (seed, epoch,
+// sample id) and writes the augmented sample straight into its slot of the batch. All geometry
+// (crop, resize, Keras' rotation/shift/shear/zoom, flips) is one affine matrix and one
+// cv::warpAffine (cv::resize when the geometry is only crop + resize + flips).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "stoker/augment/plan.hpp"
+#include "stoker/augment/spec.hpp"
+#include "stoker/pipeline/transform.hpp"
+
+namespace stoker {
+
+class Augmenter final : public SampleTransform {
+ public:
+  // Throws InvalidArgument naming the parameter when a setting cannot work.
+  explicit Augmenter(AugmentSpec spec);
+
+  SampleShape output_shape() const override { return spec_.output_shape(); }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override;
+
+  // The slow per-pixel executor built from pixel.hpp (the CUDA kernel's CPU twin): same result
+  // as apply() within one grey level (uint8), for tests and for checking other executors.
+  void apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const;
+
+  // The parameters and the output->source matrix apply() uses for this sample and source size.
+  augment::SampleParams params(const SampleContext& ctx, int src_height, int src_width) const;
+  augment::Affine matrix(const augment::SampleParams& params) const;
+
+  const AugmentSpec& spec() const noexcept { return spec_; }
+  const augment::AugmentPlan& plan() const noexcept { return plan_; }
+
+ private:
+  void finish(const std::uint8_t* warped, const augment::SampleParams& params, const SampleContext& ctx,
+              std::byte* dst, bool reference) const;
+
+  AugmentSpec spec_;
+  augment::AugmentPlan plan_;
+};
+
+// Keras' ImageDataGenerator.fit for featurewise_center / featurewise_std_normalization: brings
+// each image to the output size with the deterministic part of `spec` (crop + resize, no
+// augmentation), multiplies by spec.rescale and returns the per-channel mean and (population)
+// standard deviation. Put the result in spec.featurewise before building the Augmenter.
+FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images);
+
+}  // namespace stoker

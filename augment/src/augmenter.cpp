@@ -1,0 +1,331 @@
+// The CPU executor: one warp (or resize) per image with OpenCV, then one pass that applies the
+// photometric steps, the standardisation and the output conversion.
+#include "stoker/augment/augmenter.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "stoker/augment/params.hpp"
+#include "stoker/augment/pixel.hpp"
+#include "stoker/error.hpp"
+
+namespace stoker {
+namespace {
+
+using augment::AugmentPlan;
+using augment::SampleParams;
+
+augment::PixelSource pixel_source(const ImageView& v) { return {v.data, v.height, v.width, v.channels, v.row_stride}; }
+
+void check_source(const AugmentPlan& p, const ImageView& src) {
+  if (src.empty()) throw InvalidArgument("Augmenter: empty source image");
+  if (src.channels != p.channels) {
+    throw InvalidArgument("Augmenter: source has " + std::to_string(src.channels) + " channels, expected " +
+                          std::to_string(p.channels));
+  }
+  if (src.row_stride < static_cast<std::size_t>(src.width) * static_cast<std::size_t>(src.channels)) {
+    throw InvalidArgument("Augmenter: row_stride " + std::to_string(src.row_stride) + " is below width * channels");
+  }
+}
+
+int border_mode(augment::FillMode m) {
+  switch (m) {
+    case augment::FillMode::Constant: return cv::BORDER_CONSTANT;
+    case augment::FillMode::Nearest: return cv::BORDER_REPLICATE;
+    case augment::FillMode::Reflect: return cv::BORDER_REFLECT;
+    case augment::FillMode::Wrap: return cv::BORDER_REPLICATE;  // coordinates are wrapped in the maps
+  }
+  return cv::BORDER_REPLICATE;
+}
+
+// Per-thread scratch buffers, reused across samples (no allocation in steady state).
+struct Scratch {
+  std::vector<std::uint8_t> warped;
+  std::vector<float> values;
+  std::vector<std::int16_t> xy;
+  std::vector<std::uint16_t> alpha;
+  std::vector<int> xofs, yofs;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The geometric part: src -> out (uint8, out_height x out_width, interleaved).
+void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& src, std::uint8_t* out_data) {
+  const int cn = p.channels;
+  const cv::Mat srcm(src.height, src.width, CV_8UC(cn), const_cast<std::uint8_t*>(src.data), src.row_stride);
+  cv::Mat out(p.out_height, p.out_width, CV_8UC(cn), out_data);
+  if (augment::is_resize_only(s)) {
+    const cv::Rect box(static_cast<int>(s.crop_x), static_cast<int>(s.crop_y), static_cast<int>(s.crop_w),
+                       static_cast<int>(s.crop_h));
+    const cv::Mat roi = srcm(box);
+    if (p.interpolation_order == 1) {
+      cv::resize(roi, out, out.size(), 0, 0, cv::INTER_LINEAR);
+      if (s.flip_horizontal || s.flip_vertical) {
+        cv::flip(out, out, s.flip_horizontal && s.flip_vertical ? -1 : (s.flip_horizontal ? 1 : 0));
+      }
+    } else {
+      // Nearest with pixel centres (PIL's convention), flips folded into the index tables.
+      Scratch& sc = scratch();
+      sc.xofs.resize(static_cast<std::size_t>(p.out_width));
+      sc.yofs.resize(static_cast<std::size_t>(p.out_height));
+      float f;
+      for (int x = 0; x < p.out_width; ++x) {
+        const int ox = s.flip_horizontal ? p.out_width - 1 - x : x;
+        augment::resize_coord(ox, p.out_width, s.crop_x, s.crop_w, 0, sc.xofs[x], f);
+      }
+      for (int y = 0; y < p.out_height; ++y) {
+        const int oy = s.flip_vertical ? p.out_height - 1 - y : y;
+        augment::resize_coord(oy, p.out_height, s.crop_y, s.crop_h, 0, sc.yofs[y], f);
+      }
+      for (int y = 0; y < p.out_height; ++y) {
+        const std::uint8_t* row = src.data + static_cast<std::size_t>(sc.yofs[y]) * src.row_stride;
+        std::uint8_t* o = out.ptr<std::uint8_t>(y);
+        for (int x = 0; x < p.out_width; ++x) std::memcpy(o + x * cn, row + sc.xofs[x] * cn, static_cast<std::size_t>(cn));
+      }
+    }
+    return;
+  }
+  const augment::Affine a = augment::build_affine(p, s);
+  const int interp = p.interpolation_order == 1 ? cv::INTER_LINEAR : cv::INTER_NEAREST;
+  if (p.fill_mode != augment::FillMode::Wrap) {
+    const cv::Mat m(2, 3, CV_64F, const_cast<double*>(a.m));
+    const double cv_val = augment::cval_u8(p);
+    cv::warpAffine(srcm, out, m, out.size(), interp | cv::WARP_INVERSE_MAP, border_mode(p.fill_mode),
+                   cv::Scalar::all(cv_val));
+    return;
+  }
+  // scipy's wrap (period n - 1) has no OpenCV border mode: compute the fixed-point maps with the
+  // shared coordinate function and let cv::remap interpolate.
+  Scratch& sc = scratch();
+  const std::size_t n = static_cast<std::size_t>(p.out_height) * static_cast<std::size_t>(p.out_width);
+  sc.xy.resize(2 * n);
+  const int bits = p.interpolation_order == 1 ? augment::kSubpixelBits : 0;
+  if (bits) sc.alpha.resize(n);
+  for (int y = 0; y < p.out_height; ++y) {
+    for (int x = 0; x < p.out_width; ++x) {
+      int X, Y;
+      augment::warp_coord_fixed(a, x, y, bits, X, Y);
+      X = augment::wrap_fixed(X, src.width, bits);
+      Y = augment::wrap_fixed(Y, src.height, bits);
+      const std::size_t i = static_cast<std::size_t>(y) * p.out_width + x;
+      sc.xy[2 * i] = static_cast<std::int16_t>(X >> bits);
+      sc.xy[2 * i + 1] = static_cast<std::int16_t>(Y >> bits);
+      if (bits) {
+        sc.alpha[i] = static_cast<std::uint16_t>((Y & (augment::kSubpixel - 1)) * augment::kSubpixel +
+                                                 (X & (augment::kSubpixel - 1)));
+      }
+    }
+  }
+  const cv::Mat xy(p.out_height, p.out_width, CV_16SC2, sc.xy.data());
+  if (bits) {
+    const cv::Mat alpha(p.out_height, p.out_width, CV_16UC1, sc.alpha.data());
+    cv::remap(srcm, out, xy, alpha, cv::INTER_LINEAR, cv::BORDER_REPLICATE);
+  } else {
+    cv::remap(srcm, out, xy, cv::Mat(), cv::INTER_NEAREST, cv::BORDER_REPLICATE);
+  }
+}
+
+augment::WarpStats warp_stats(const AugmentPlan& p, const SampleParams& s, const std::uint8_t* w) {
+  augment::WarpStats st;
+  const int cn = p.channels;
+  const std::size_t pixels = static_cast<std::size_t>(p.out_height) * static_cast<std::size_t>(p.out_width);
+  st.pixels = pixels;
+  if (s.has_channel_shift) {
+    const auto [mn, mx] = std::minmax_element(w, w + pixels * cn);
+    st.min = *mn;
+    st.max = *mx;
+  }
+  if (s.has_contrast) {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < pixels; ++i) {
+      const std::uint8_t* px = w + i * cn;
+      sum += cn >= 3 ? augment::pil_luma(px[0], px[1], px[2]) : px[0];
+    }
+    st.luma_sum = sum;
+  }
+  return st;
+}
+
+template <typename T>
+void store(const AugmentPlan& p, std::byte* dst, std::size_t index, float v) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    reinterpret_cast<std::uint8_t*>(dst)[index] = augment::hd::to_u8(v);
+  } else {
+    reinterpret_cast<float*>(dst)[index] = v;
+  }
+  (void)p;
+}
+
+}  // namespace
+
+Augmenter::Augmenter(AugmentSpec spec) : spec_(std::move(spec)), plan_(make_plan(spec_)) {}
+
+augment::SampleParams Augmenter::params(const SampleContext& ctx, int src_height, int src_width) const {
+  return augment::draw_params(plan_, ctx.seed, ctx.epoch, ctx.sample_id, src_height, src_width);
+}
+
+augment::Affine Augmenter::matrix(const augment::SampleParams& params) const {
+  return augment::build_affine(plan_, params);
+}
+
+void Augmenter::apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
+  check_source(plan_, src);
+  const SampleParams s = params(ctx, src.height, src.width);
+  const bool direct = !plan_.float_output && !plan_.nchw && !s.photometric() && !spec_.preprocessing_function;
+  if (direct) {
+    run_geometry(plan_, s, src, reinterpret_cast<std::uint8_t*>(dst));
+    return;
+  }
+  Scratch& sc = scratch();
+  sc.warped.resize(static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels);
+  run_geometry(plan_, s, src, sc.warped.data());
+  finish(sc.warped.data(), s, ctx, dst, false);
+}
+
+void Augmenter::apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
+  check_source(plan_, src);
+  const SampleParams s = params(ctx, src.height, src.width);
+  const augment::Affine a = matrix(s);
+  const augment::PixelSource ps = pixel_source(src);
+  std::vector<std::uint8_t> warped(static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels);
+  for (int y = 0; y < plan_.out_height; ++y) {
+    for (int x = 0; x < plan_.out_width; ++x) {
+      augment::sample_geometry(ps, plan_, s, a, x, y,
+                               warped.data() + (static_cast<std::size_t>(y) * plan_.out_width + x) * plan_.channels);
+    }
+  }
+  finish(warped.data(), s, ctx, dst, true);
+}
+
+void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const SampleContext& ctx, std::byte* dst,
+                       bool reference) const {
+  const AugmentPlan& p = plan_;
+  const int cn = p.channels;
+  const int w = p.out_width, h = p.out_height;
+  const std::size_t pixels = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
+  const augment::WarpStats st = warp_stats(p, s, warped);
+  const float cmean = s.has_contrast ? augment::contrast_mean(s, st) : 0.0f;
+  const bool needs_values = static_cast<bool>(spec_.preprocessing_function) || p.samplewise_center || p.samplewise_std;
+
+  auto write_all = [&](auto tag, const augment::OutputAffine& oa, auto&& value_of) {
+    using T = decltype(tag);
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        float v[augment::kMaxChannels];
+        value_of(static_cast<std::size_t>(y) * w + x, v);
+        for (int oc = 0; oc < cn; ++oc) {
+          const float val = augment::hd::add(augment::hd::mul(v[oa.source_channel[oc]], oa.scale[oc]), oa.offset[oc]);
+          store<T>(p, dst, augment::output_index(p, x, y, oc), val);
+        }
+      }
+    }
+  };
+  auto dispatch = [&](const augment::OutputAffine& oa, auto&& value_of) {
+    if (p.float_output) {
+      write_all(float{}, oa, value_of);
+    } else {
+      write_all(std::uint8_t{}, oa, value_of);
+    }
+  };
+
+  if (!needs_values) {
+    const augment::OutputAffine oa = augment::output_affine(p, cn, 0.0f, 1.0f);
+    const bool per_value = !s.has_saturation && !s.has_hue;
+    if (per_value && !reference) {
+      // Every step is a function of the single value: tabulate it once per image.
+      std::array<float, 256> lut;
+      for (int v = 0; v < 256; ++v) {
+        float x = static_cast<float>(v);
+        augment::photometric(s, st, cmean, 1, &x);
+        lut[v] = x;
+      }
+      dispatch(oa, [&](std::size_t i, float* v) {
+        for (int c = 0; c < cn; ++c) v[c] = lut[warped[i * cn + c]];
+      });
+      return;
+    }
+    dispatch(oa, [&](std::size_t i, float* v) {
+      for (int c = 0; c < cn; ++c) v[c] = warped[i * cn + c];
+      augment::photometric(s, st, cmean, cn, v);
+    });
+    return;
+  }
+
+  // Keras' standardize(): preprocessing_function, rescale, sample-wise statistics.
+  std::vector<float> local;
+  std::vector<float>& values = reference ? local : scratch().values;
+  values.resize(pixels * cn);
+  for (std::size_t i = 0; i < pixels; ++i) {
+    float v[augment::kMaxChannels];
+    for (int c = 0; c < cn; ++c) v[c] = warped[i * cn + c];
+    augment::photometric(s, st, cmean, cn, v);
+    for (int c = 0; c < cn; ++c) values[i * cn + c] = v[c];
+  }
+  if (spec_.preprocessing_function) spec_.preprocessing_function(values.data(), h, w, cn, ctx);
+  float mean = 0.0f, stdev = 1.0f;
+  if (p.samplewise_center || p.samplewise_std) {
+    double sum = 0.0, sq = 0.0;
+    for (const float v : values) {
+      const double r = static_cast<double>(v) * p.rescale;
+      sum += r;
+      sq += r * r;
+    }
+    const double n = static_cast<double>(values.size());
+    const double m = sum / n;
+    mean = static_cast<float>(m);
+    stdev = static_cast<float>(std::sqrt(std::max(0.0, sq / n - m * m)));
+  }
+  const augment::OutputAffine oa = augment::output_affine(p, cn, mean, stdev);
+  dispatch(oa, [&](std::size_t i, float* v) {
+    for (int c = 0; c < cn; ++c) v[c] = values[i * cn + c];
+  });
+}
+
+FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images) {
+  if (images.empty()) throw InvalidArgument("fit_featurewise: no images");
+  AugmentSpec det = spec;
+  det.training = false;
+  det.dtype = DType::U8;
+  det.layout = Layout::NHWC;
+  det.rescale.reset();
+  det.normalization.reset();
+  det.featurewise_center = det.featurewise_std_normalization = false;
+  det.samplewise_center = det.samplewise_std_normalization = false;
+  det.featurewise.reset();
+  det.preprocessing_function = nullptr;
+  const Augmenter resize(det);
+  const double rescale = spec.rescale.value_or(1.0);
+  const int cn = det.channels;
+  std::vector<std::uint8_t> buf(det.output_shape().bytes());
+  std::array<double, 4> sum{}, sq{};
+  double count = 0;
+  for (const ImageView& im : images) {
+    resize.apply(im, SampleContext{}, reinterpret_cast<std::byte*>(buf.data()));
+    for (std::size_t i = 0; i < buf.size(); i += cn) {
+      for (int c = 0; c < cn; ++c) {
+        const double v = buf[i + c] * rescale;
+        sum[c] += v;
+        sq[c] += v * v;
+      }
+    }
+    count += static_cast<double>(buf.size() / cn);
+  }
+  FeaturewiseStats out;
+  for (int c = 0; c < cn; ++c) {
+    const double m = sum[c] / count;
+    out.mean[c] = static_cast<float>(m);
+    out.std[c] = static_cast<float>(std::sqrt(std::max(0.0, sq[c] / count - m * m)));
+  }
+  return out;
+}
+
+}  // namespace stoker
