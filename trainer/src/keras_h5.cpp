@@ -71,8 +71,7 @@ std::vector<std::string> read_string_attribute(hid_t obj, const char* name, cons
     }
   } else {
     const std::size_t size = H5Tget_size(type.get());
-    Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mem.get(), size);
+    Hid mem(H5Tcopy(type.get()), H5Tclose);  // keeps the file's padding: a full-width name has no NUL
     std::vector<char> buf(size * static_cast<std::size_t>(count) + 1, '\0');
     if (H5Aread(attr.get(), mem.get(), buf.data()) < 0)
       throw IoError(where + ": cannot read attribute '" + std::string(name) + "'");
