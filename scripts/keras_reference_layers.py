@@ -136,3 +136,28 @@ nested.save(out / "nested.h5", save_format="h5", include_optimizer=False)
 outs = {"backbone": backbone.predict(xs, verbose=0), "nested": nested.predict(xs, verbose=0),
         "inner_model": inner.predict(xs, verbose=0)}
 write_vectors("nested", xs, outs)
+
+# 3. Adam on a Dense head, as Keras trains it: a few train_on_batch steps from known weights.
+#    adam_<kind>.json/.bin: input x, labels y (as float), initial kernel/bias, then per step the loss
+#    and the kernel/bias after the step.
+import tensorflow as tf  # noqa: E402
+
+for kind, units in (("sigmoid", 1), ("softmax", 3)):
+    d, n = 5, 8
+    x = rng.normal(0, 1, (n, d)).astype(np.float32)
+    y = rng.integers(0, 2 if units == 1 else units, n)
+    head = keras.Sequential([keras.Input((d,)), L.Dense(units, activation=kind, name="head")])
+    k0 = rng.normal(0, 0.5, (d, units)).astype(np.float32)
+    b0 = rng.normal(0, 0.1, (units,)).astype(np.float32)
+    head.layers[0].set_weights([k0, b0])
+    loss = "binary_crossentropy" if units == 1 else "categorical_crossentropy"
+    head.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01), loss=loss)
+    target = y.reshape(n, 1).astype(np.float32) if units == 1 else np.eye(units, dtype=np.float32)[y]
+    outs = {"labels": y.astype(np.float32), "kernel0": k0, "bias0": b0}
+    for step in range(3):
+        l = head.train_on_batch(x, target)
+        k, b = head.layers[0].get_weights()
+        outs[f"loss{step + 1}"] = np.array([l], dtype=np.float32)
+        outs[f"kernel{step + 1}"] = k
+        outs[f"bias{step + 1}"] = b
+    write_vectors(f"adam_{kind}", x, outs)

@@ -1,1 +1,318 @@
+// Layer graphs built in code, run on the CPU backend, against direct loop implementations written
+// here (TensorFlow's padding rules spelled out), plus import error messages.
+#include <cmath>
+#include <fstream>
+#include <random>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/model.hpp>
+
+#include "test_support.hpp"
+#include "vectors.hpp"
+
+namespace stoker::trainer {
+namespace {
+
+std::vector<float> random_vec(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Weight make_weight(std::vector<int> shape, unsigned seed, float scale = 0.5f) {
+  auto data = random_vec(Tensor::element_count(shape), seed, scale);
+  return Weight{std::move(shape), std::make_shared<const std::vector<float>>(std::move(data))};
+}
+
+LayerNode input_node(std::vector<int> shape) {
+  LayerNode n;
+  n.name = "input";
+  n.kind = LayerKind::Input;
+  n.out_shape = std::move(shape);
+  return n;
+}
+
+Graph chain(std::vector<int> in_shape, LayerNode node) {
+  Graph g;
+  g.name = "test";
+  g.nodes.push_back(input_node(std::move(in_shape)));
+  g.inputs = {0};
+  node.inputs = {0};
+  g.nodes.push_back(std::move(node));
+  g.outputs = {1};
+  infer_shapes_and_check(g);
+  return g;
+}
+
+// TensorFlow: out = ceil(in / stride) for 'same', pad_total = max((out-1)*s + (k-1)*d + 1 - in, 0),
+// pad_before = pad_total / 2 (the extra pixel goes to the bottom/right).
+struct Pad {
+  int out, before;
+};
+Pad tf_pad(int in, int k, int s, int d, bool same) {
+  const int eff = (k - 1) * d + 1;
+  if (!same) return {(in - eff) / s + 1, 0};
+  const int out = (in + s - 1) / s;
+  return {out, std::max((out - 1) * s + eff - in, 0) / 2};
+}
+
+// Direct loops: conv (groups = 1) or depthwise (mult) in NHWC.
+std::vector<float> direct_conv(const std::vector<float>& x, int n, int h, int w, int c, const LayerNode& node,
+                               bool depthwise) {
+  const auto ph = tf_pad(h, node.kernel_h, node.stride_h, node.dilation_h, node.padding == Padding::Same);
+  const auto pw = tf_pad(w, node.kernel_w, node.stride_w, node.dilation_w, node.padding == Padding::Same);
+  const int oc = depthwise ? c * node.depth_multiplier : node.filters;
+  const float* k = depthwise ? node.weight("depthwise_kernel")->ptr() : node.weight("kernel")->ptr();
+  const Weight* b = node.weight("bias");
+  std::vector<float> y(static_cast<std::size_t>(n) * ph.out * pw.out * oc, 0.0f);
+  for (int b0 = 0; b0 < n; ++b0)
+    for (int oy = 0; oy < ph.out; ++oy)
+      for (int ox = 0; ox < pw.out; ++ox)
+        for (int o = 0; o < oc; ++o) {
+          double acc = b ? b->ptr()[o] : 0.0;
+          for (int ky = 0; ky < node.kernel_h; ++ky)
+            for (int kx = 0; kx < node.kernel_w; ++kx) {
+              const int iy = oy * node.stride_h - ph.before + ky * node.dilation_h;
+              const int ix = ox * node.stride_w - pw.before + kx * node.dilation_w;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              const float* px = &x[((static_cast<std::size_t>(b0) * h + iy) * w + ix) * c];
+              if (depthwise) {
+                const int ci = o / node.depth_multiplier, m = o % node.depth_multiplier;
+                acc += double(px[ci]) * k[((ky * node.kernel_w + kx) * c + ci) * node.depth_multiplier + m];
+              } else {
+                for (int ci = 0; ci < c; ++ci) acc += double(px[ci]) * k[((ky * node.kernel_w + kx) * c + ci) * oc + o];
+              }
+            }
+          y[((static_cast<std::size_t>(b0) * ph.out + oy) * pw.out + ox) * oc + o] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+struct ConvCase {
+  int h, w, c, filters, k, s, d;
+  bool same, depthwise;
+  int mult;
+};
+
+class ConvVsDirect : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvVsDirect, Matches) {
+  const auto p = GetParam();
+  LayerNode node;
+  node.name = "conv";
+  node.kind = p.depthwise ? LayerKind::DepthwiseConv2D : LayerKind::Conv2D;
+  node.kernel_h = node.kernel_w = p.k;
+  node.stride_h = node.stride_w = p.s;
+  node.dilation_h = node.dilation_w = p.d;
+  node.padding = p.same ? Padding::Same : Padding::Valid;
+  node.filters = p.filters;
+  node.depth_multiplier = p.mult;
+  node.use_bias = true;
+  if (p.depthwise) {
+    node.weights["depthwise_kernel"] = make_weight({p.k, p.k, p.c, p.mult}, 1);
+    node.weights["bias"] = make_weight({p.c * p.mult}, 2);
+  } else {
+    node.weights["kernel"] = make_weight({p.k, p.k, p.c, p.filters}, 1);
+    node.weights["bias"] = make_weight({p.filters}, 2);
+  }
+  const int n = 3;
+  Graph g = chain({p.h, p.w, p.c}, node);
+  auto x = random_vec(static_cast<std::size_t>(n) * p.h * p.w * p.c, 3);
+  Model m(g);
+  Tensor y = m.forward(x.data(), n);
+  auto ref = direct_conv(x, n, p.h, p.w, p.c, g.nodes[1], p.depthwise);
+  ASSERT_EQ(y.size(), ref.size());
+  EXPECT_LE(test::max_rel_error(y.data, ref), 2e-6);
+  // Batch 1 (row-parallel path) gives the same values as batch 3.
+  Tensor y1 = m.forward(x.data() + x.size() / n, 1);
+  EXPECT_LE(test::max_rel_error(y1.data, std::vector<float>(ref.begin() + ref.size() / n, ref.begin() + 2 * ref.size() / n)), 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvVsDirect,
+    ::testing::Values(ConvCase{8, 6, 3, 5, 3, 2, 1, true, false, 1},     // 'same' stride 2, even: pad 0 top / 1 bottom
+                      ConvCase{9, 7, 4, 17, 3, 2, 1, true, false, 1},    // odd: symmetric; 17 filters (partial panel)
+                      ConvCase{10, 10, 3, 8, 5, 1, 2, true, false, 1},   // dilated 'same'
+                      ConvCase{11, 9, 6, 33, 3, 1, 1, false, false, 1},  // 'valid'
+                      ConvCase{7, 5, 40, 37, 1, 1, 1, false, false, 1},  // 1×1 direct GEMM, K=40, N=37
+                      ConvCase{6, 6, 70, 20, 1, 2, 1, true, false, 1},   // 1×1 stride 2
+                      ConvCase{8, 8, 5, 0, 3, 2, 1, true, true, 1},      // depthwise, asymmetric 'same'
+                      ConvCase{7, 9, 3, 0, 3, 2, 1, true, true, 3},      // depthwise multiplier 3
+                      ConvCase{9, 9, 4, 0, 5, 1, 1, false, true, 2}));   // depthwise 'valid'
+
+TEST(Pooling, MaxAndAverageSameExcludePadding) {
+  for (auto kind : {LayerKind::MaxPooling2D, LayerKind::AveragePooling2D}) {
+    LayerNode node;
+    node.name = "pool";
+    node.kind = kind;
+    node.kernel_h = node.kernel_w = 3;
+    node.stride_h = node.stride_w = 2;
+    node.padding = Padding::Same;
+    const int h = 6, w = 4, c = 2;
+    Graph g = chain({h, w, c}, node);
+    ASSERT_EQ(g.nodes[1].out_shape, (std::vector<int>{3, 2, 2}));
+    auto x = random_vec(h * w * c, 5);
+    Tensor y = Model(g).forward(x.data(), 1);
+    // 6 -> 3: pad total 1 (0 top, 1 bottom); 4 -> 2: pad total 1 (0 left, 1 right).
+    for (int oy = 0; oy < 3; ++oy)
+      for (int ox = 0; ox < 2; ++ox)
+        for (int ch = 0; ch < c; ++ch) {
+          float mx = -INFINITY, sum = 0;
+          int cnt = 0;
+          for (int iy = oy * 2; iy < std::min(oy * 2 + 3, h); ++iy)
+            for (int ix = ox * 2; ix < std::min(ox * 2 + 3, w); ++ix) {
+              const float v = x[static_cast<std::size_t>((iy * w + ix) * c + ch)];
+              mx = std::max(mx, v), sum += v, ++cnt;
+            }
+          const float expect = kind == LayerKind::MaxPooling2D ? mx : sum / static_cast<float>(cnt);
+          EXPECT_NEAR(y.data[static_cast<std::size_t>((oy * 2 + ox) * c + ch)], expect, 1e-6f);
+        }
+  }
+}
+
+TEST(Graph, BatchNormFoldingMatchesUnfolded) {
+  Graph g;
+  g.nodes.push_back(input_node({9, 9, 4}));
+  LayerNode conv;
+  conv.name = "conv";
+  conv.kind = LayerKind::Conv2D;
+  conv.kernel_h = conv.kernel_w = 3;
+  conv.filters = 6;
+  conv.padding = Padding::Same;
+  conv.weights["kernel"] = make_weight({3, 3, 4, 6}, 7);
+  conv.inputs = {0};
+  LayerNode bn;
+  bn.name = "bn";
+  bn.kind = LayerKind::BatchNormalization;
+  bn.filters = 1;
+  bn.use_bias = true;
+  bn.weights["gamma"] = make_weight({6}, 8);
+  bn.weights["beta"] = make_weight({6}, 9);
+  bn.weights["moving_mean"] = make_weight({6}, 10);
+  auto var = random_vec(6, 11);
+  for (auto& v : var) v = v * v + 0.1f;
+  bn.weights["moving_variance"] = Weight{{6}, std::make_shared<const std::vector<float>>(var)};
+  bn.inputs = {1};
+  LayerNode relu;
+  relu.name = "relu6";
+  relu.kind = LayerKind::Activation;
+  relu.activation.kind = ActKind::ReLU;
+  relu.activation.max_value = 6.0f;
+  relu.inputs = {2};
+  g.nodes.push_back(conv), g.nodes.push_back(bn), g.nodes.push_back(relu);
+  g.inputs = {0};
+  g.outputs = {3};
+  infer_shapes_and_check(g);
+  auto x = random_vec(2 * 9 * 9 * 4, 12);
+  CpuBackendOptions plain;
+  plain.fold_batch_norm = plain.fuse_activations = false;
+  auto a = make_cpu_backend(g)->forward(x.data(), 2);
+  auto b = make_cpu_backend(g, plain)->forward(x.data(), 2);
+  EXPECT_LE(test::max_rel_error(a[0].data, b[0].data), 1e-6);
+}
+
+TEST(Graph, WrongWeightShapeNamesTheLayer) {
+  LayerNode node;
+  node.name = "my_dense";
+  node.kind = LayerKind::Dense;
+  node.filters = 4;
+  node.use_bias = true;
+  node.weights["kernel"] = make_weight({5, 4}, 1);
+  node.weights["bias"] = make_weight({4}, 2);
+  try {
+    chain({6}, node);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("my_dense"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[5, 4]"), std::string::npos) << e.what();
+  }
+}
+
+// A TF.js model.json + weights.bin written here, to check import errors.
+void write_tfjs(const std::filesystem::path& dir, const nlohmann::json& layers, const nlohmann::json& weights,
+                std::size_t floats) {
+  nlohmann::json m;
+  m["modelTopology"] = {{"class_name", "Sequential"}, {"config", {{"name", "seq"}, {"layers", layers}}}};
+  nlohmann::json group = nlohmann::json::object();
+  group["paths"] = nlohmann::json::array({"weights.bin"});
+  group["weights"] = weights;
+  m["weightsManifest"] = nlohmann::json::array({group});
+  std::ofstream(dir / "model.json") << m.dump();
+  std::vector<float> w(floats, 0.5f);
+  std::ofstream(dir / "weights.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
+}
+
+nlohmann::json wspec(const char* name, std::vector<int> shape) {
+  nlohmann::json j = nlohmann::json::object();
+  j["name"] = name;
+  j["shape"] = shape;
+  j["dtype"] = "float32";
+  return j;
+}
+
+nlohmann::json dense_layer(const char* name, int units, bool with_input) {
+  nlohmann::json cfg = {{"name", name}, {"units", units}, {"activation", "relu"}, {"use_bias", true}};
+  if (with_input) cfg["batch_input_shape"] = {nullptr, 3};
+  return {{"class_name", "Dense"}, {"config", cfg}};
+}
+
+TEST(Import, TfjsSequentialWithoutInputLayer) {
+  test::TempDir tmp;
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}),
+             8);
+  Model m = load_model(tmp.path());
+  EXPECT_EQ(m.input_shape(), (std::vector<int>{3}));
+  std::vector<float> x = {1, 2, 3};
+  Tensor y = m.forward(x.data(), 1);
+  EXPECT_FLOAT_EQ(y.data[0], 0.5f * 6 + 0.5f);
+  EXPECT_NE(m.summary().find("d1"), std::string::npos);
+}
+
+TEST(Import, UnsupportedLayerNamesLayerAndClass) {
+  test::TempDir tmp;
+  nlohmann::json bad = {{"class_name", "Conv3D"}, {"config", {{"name", "vol_conv"}}}};
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true), bad}), nlohmann::json::array(), 0);
+  try {
+    load_model(tmp.path());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("vol_conv"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Conv3D"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Import, WrongShapedWeightNamesLayerAndShapes) {
+  test::TempDir tmp;
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({wspec("d1/kernel", {4, 2}), wspec("d1/bias", {2})}),
+             10);
+  try {
+    load_model(tmp.path() / "model.json");
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("d1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[4, 2]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[3, 2]"), std::string::npos) << msg;
+  }
+}
+
+TEST(Import, MissingWeightAndShortShardAreErrors) {
+  test::TempDir tmp;
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}), nlohmann::json::array({wspec("d1/kernel", {3, 2})}), 6);
+  EXPECT_THROW(load_model(tmp.path()), InvalidArgument);  // d1/bias missing
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}),
+             5);
+  EXPECT_THROW(load_model(tmp.path()), IoError);  // shard too short
+}
+
+}  // namespace
+}  // namespace stoker::trainer

@@ -138,10 +138,11 @@ PadInfo tf_padding(int in, int kernel, int stride, int dilation, Padding padding
   return p;
 }
 
-namespace {
 [[noreturn]] void fail(const LayerNode& n, const std::string& what) {
-  throw InvalidArgument("layer '" + n.name + "' (" + n.keras_class + "): " + what);
+  throw InvalidArgument("layer '" + n.name + "' (" + (n.keras_class.empty() ? to_string(n.kind) : n.keras_class) +
+                        "): " + what);
 }
+namespace {
 
 void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank) {
   if (in.size() != rank)
@@ -235,8 +236,8 @@ void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
     std::vector<std::vector<int>> ins;
     for (int i : n.inputs) ins.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape);
     n.out_shape = infer_shape(n, ins);
-
-    auto take = [&](const std::string& key, std::vector<int> expected) {
+    const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
+    for (const auto& [key, expected] : expected_weights(n, cin)) {
       RawWeight* w = store.find(n.name, key);
       if (!w) fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing from " + source);
       if (w->shape != expected)
@@ -246,31 +247,56 @@ void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
         fail(n, "weight '" + w->full_name + "' holds " + std::to_string(w->data.size()) + " values, expected " +
                     std::to_string(Tensor::element_count(expected)));
       n.weights[key] = Weight{expected, std::make_shared<const std::vector<float>>(std::move(w->data))};
-    };
-    const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
-    switch (n.kind) {
-      case LayerKind::Conv2D:
-        take("kernel", {n.kernel_h, n.kernel_w, cin, n.filters});
-        if (n.use_bias) take("bias", {n.filters});
-        break;
-      case LayerKind::DepthwiseConv2D:
-        take("depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier});
-        if (n.use_bias) take("bias", {cin * n.depth_multiplier});
-        break;
-      case LayerKind::BatchNormalization:
-        if (n.filters) take("gamma", {cin});
-        if (n.use_bias) take("beta", {cin});
-        take("moving_mean", {cin});
-        take("moving_variance", {cin});
-        break;
-      case LayerKind::Dense:
-        take("kernel", {cin, n.filters});
-        if (n.use_bias) take("bias", {n.filters});
-        break;
-      default: break;
     }
   }
 }
 
 }  // namespace detail
+
+std::vector<std::pair<std::string, std::vector<int>>> expected_weights(const LayerNode& n, int cin) {
+  switch (n.kind) {
+    case LayerKind::Conv2D:
+      if (n.use_bias) return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}, {"bias", {n.filters}}};
+      return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}};
+    case LayerKind::DepthwiseConv2D:
+      if (n.use_bias)
+        return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
+                {"bias", {cin * n.depth_multiplier}}};
+      return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
+    case LayerKind::BatchNormalization: {
+      std::vector<std::pair<std::string, std::vector<int>>> w;
+      if (n.filters) w.push_back({"gamma", {cin}});
+      if (n.use_bias) w.push_back({"beta", {cin}});
+      w.push_back({"moving_mean", {cin}});
+      w.push_back({"moving_variance", {cin}});
+      return w;
+    }
+    case LayerKind::Dense:
+      if (n.use_bias) return {{"kernel", {cin, n.filters}}, {"bias", {n.filters}}};
+      return {{"kernel", {cin, n.filters}}};
+    default: return {};
+  }
+}
+
+void infer_shapes_and_check(Graph& g) {
+  for (std::size_t id = 0; id < g.nodes.size(); ++id) {
+    auto& n = g.nodes[id];
+    std::vector<std::vector<int>> ins;
+    for (int i : n.inputs) {
+      if (i < 0 || static_cast<std::size_t>(i) >= id)
+        detail::fail(n, "input index " + std::to_string(i) + " does not refer to an earlier node");
+      ins.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape);
+    }
+    n.out_shape = detail::infer_shape(n, ins);
+    const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
+    for (const auto& [key, expected] : expected_weights(n, cin)) {
+      const Weight* w = n.weight(key);
+      if (!w || !w->data) detail::fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing");
+      if (w->shape != expected || w->size() != Tensor::element_count(expected))
+        detail::fail(n, "weight '" + key + "' has shape " + shape_to_string(w->shape) + ", expected " +
+                            shape_to_string(expected));
+    }
+  }
+}
+
 }  // namespace stoker::trainer

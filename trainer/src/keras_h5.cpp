@@ -144,6 +144,8 @@ Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& option
     return Model(std::move(g), where);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(where + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(where + ": malformed model topology: " + e.what());
   }
 }
 

@@ -64,6 +64,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
 
   detail::WeightStore store;
   const auto dir = model_json.parent_path();
+  try {
   for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
     std::vector<char> bytes;
     for (const auto& shard : group.at("paths")) {
@@ -115,6 +116,9 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
       store.add(std::move(w));
     }
   }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(where + ": malformed weightsManifest: " + e.what());
+  }
 
   try {
     Graph g = detail::parse_keras_topology(model_config, options);
@@ -122,6 +126,8 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
     return Model(std::move(g), where);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(where + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(where + ": malformed model topology: " + e.what());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stoker::trainer {
@@ -94,5 +95,13 @@ struct Graph {
   int find(const std::string& layer_name) const;  // -1 when absent
   std::size_t parameter_count() const;
 };
+
+// For graphs built in code: computes every node's out_shape from its inputs (Input nodes keep
+// theirs) and checks that each node holds the weights its kind needs, with the right shapes.
+// Throws InvalidArgument naming the layer otherwise.
+void infer_shapes_and_check(Graph& graph);
+
+// The weights a node needs given its input channels: (key, shape) pairs.
+std::vector<std::pair<std::string, std::vector<int>>> expected_weights(const LayerNode& node, int input_channels);
 
 }  // namespace stoker::trainer
