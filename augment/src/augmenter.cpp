@@ -1,4 +1,5 @@
-// The CPU executor: one warp (or resize) per image with OpenCV, then one pass that applies the
+// The CPU executor: one warp per image (a fixed-point bilinear loop; cv::resize when the geometry
+// is only crop + resize + flips), then one pass that applies the
 // photometric steps, the standardisation and the output conversion.
 #include "stoker/augment/augmenter.hpp"
 
@@ -35,27 +36,51 @@ void check_source(const AugmentPlan& p, const ImageView& src) {
   }
 }
 
-int border_mode(augment::FillMode m) {
-  switch (m) {
-    case augment::FillMode::Constant: return cv::BORDER_CONSTANT;
-    case augment::FillMode::Nearest: return cv::BORDER_REPLICATE;
-    case augment::FillMode::Reflect: return cv::BORDER_REFLECT;
-    case augment::FillMode::Wrap: return cv::BORDER_REPLICATE;  // coordinates are wrapped in the maps
-  }
-  return cv::BORDER_REPLICATE;
-}
-
 // Per-thread scratch buffers, reused across samples (no allocation in steady state).
 struct Scratch {
   std::vector<std::uint8_t> warped;
   std::vector<float> values;
-  std::vector<std::int16_t> xy;
-  std::vector<std::uint16_t> alpha;
   std::vector<int> xofs, yofs;
 };
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+// One warp: steps through the shared fixed-point coordinates (pixel.hpp) row by row; pixels whose
+// four taps lie inside the source take the inline path, the others (borders, fill modes, nearest
+// interpolation) the shared per-pixel function. Bit-identical to the reference executor.
+template <int CN>
+void warp_rows(const AugmentPlan& p, const augment::PixelSource& ps, const augment::Affine& a, bool truncate,
+               std::uint8_t* out) {
+  using augment::kCoordBits;
+  using augment::kWeightBits;
+  constexpr int kOne = augment::kWeightOne;
+  const long long xlim = static_cast<long long>(ps.width - 1) << kCoordBits;
+  const long long ylim = static_cast<long long>(ps.height - 1) << kCoordBits;
+  const int bias = truncate ? 0 : (1 << (2 * kWeightBits - 1));
+  const bool bilinear = p.interpolation_order == 1;
+  for (int y = 0; y < p.out_height; ++y) {
+    const augment::FixedRow r = augment::fixed_row(a, y);
+    long long X = r.x0, Y = r.y0;
+    std::uint8_t* o = out + static_cast<std::size_t>(y) * p.out_width * CN;
+    for (int x = 0; x < p.out_width; ++x, X += r.dx, Y += r.dy, o += CN) {
+      if (bilinear && X >= 0 && X < xlim && Y >= 0 && Y < ylim) {
+        const int fx = static_cast<int>((X >> (kCoordBits - kWeightBits)) & (kOne - 1));
+        const int fy = static_cast<int>((Y >> (kCoordBits - kWeightBits)) & (kOne - 1));
+        const std::uint8_t* p0 =
+            ps.data + static_cast<std::size_t>(Y >> kCoordBits) * ps.row_stride + static_cast<std::size_t>(X >> kCoordBits) * CN;
+        const std::uint8_t* p1 = p0 + ps.row_stride;
+        for (int c = 0; c < CN; ++c) {
+          const int top = p0[c] * (kOne - fx) + p0[c + CN] * fx;
+          const int bot = p1[c] * (kOne - fx) + p1[c + CN] * fx;
+          o[c] = static_cast<std::uint8_t>((top * (kOne - fy) + bot * fy + bias) >> (2 * kWeightBits));
+        }
+      } else {
+        augment::sample_fixed(ps, p, X, Y, truncate, o);
+      }
+    }
+  }
 }
 
 // The geometric part: src -> out (uint8, out_height x out_width, interleaved).
@@ -95,42 +120,11 @@ void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& 
     return;
   }
   const augment::Affine a = augment::build_affine(p, s);
-  const int interp = p.interpolation_order == 1 ? cv::INTER_LINEAR : cv::INTER_NEAREST;
-  if (p.fill_mode != augment::FillMode::Wrap) {
-    const cv::Mat m(2, 3, CV_64F, const_cast<double*>(a.m));
-    const double cv_val = augment::cval_u8(p);
-    cv::warpAffine(srcm, out, m, out.size(), interp | cv::WARP_INVERSE_MAP, border_mode(p.fill_mode),
-                   cv::Scalar::all(cv_val));
-    return;
-  }
-  // scipy's wrap (period n - 1) has no OpenCV border mode: compute the fixed-point maps with the
-  // shared coordinate function and let cv::remap interpolate.
-  Scratch& sc = scratch();
-  const std::size_t n = static_cast<std::size_t>(p.out_height) * static_cast<std::size_t>(p.out_width);
-  sc.xy.resize(2 * n);
-  const int bits = p.interpolation_order == 1 ? augment::kSubpixelBits : 0;
-  if (bits) sc.alpha.resize(n);
-  for (int y = 0; y < p.out_height; ++y) {
-    for (int x = 0; x < p.out_width; ++x) {
-      int X, Y;
-      augment::warp_coord_fixed(a, x, y, bits, X, Y);
-      X = augment::wrap_fixed(X, src.width, bits);
-      Y = augment::wrap_fixed(Y, src.height, bits);
-      const std::size_t i = static_cast<std::size_t>(y) * p.out_width + x;
-      sc.xy[2 * i] = static_cast<std::int16_t>(X >> bits);
-      sc.xy[2 * i + 1] = static_cast<std::int16_t>(Y >> bits);
-      if (bits) {
-        sc.alpha[i] = static_cast<std::uint16_t>((Y & (augment::kSubpixel - 1)) * augment::kSubpixel +
-                                                 (X & (augment::kSubpixel - 1)));
-      }
-    }
-  }
-  const cv::Mat xy(p.out_height, p.out_width, CV_16SC2, sc.xy.data());
-  if (bits) {
-    const cv::Mat alpha(p.out_height, p.out_width, CV_16UC1, sc.alpha.data());
-    cv::remap(srcm, out, xy, alpha, cv::INTER_LINEAR, cv::BORDER_REPLICATE);
-  } else {
-    cv::remap(srcm, out, xy, cv::Mat(), cv::INTER_NEAREST, cv::BORDER_REPLICATE);
+  const augment::PixelSource ps = pixel_source(src);
+  switch (cn) {
+    case 1: warp_rows<1>(p, ps, a, s.has_brightness, out_data); break;
+    case 3: warp_rows<3>(p, ps, a, s.has_brightness, out_data); break;
+    default: warp_rows<4>(p, ps, a, s.has_brightness, out_data); break;
   }
 }
 
@@ -177,9 +171,29 @@ augment::Affine Augmenter::matrix(const augment::SampleParams& params) const {
   return augment::build_affine(plan_, params);
 }
 
+static void check_box(const SampleParams& s, const ImageView& src) {
+  if (!(s.crop_x >= 0 && s.crop_y >= 0 && s.crop_w >= 1 && s.crop_h >= 1 && s.crop_x + s.crop_w <= src.width &&
+        s.crop_y + s.crop_h <= src.height)) {
+    throw InvalidArgument("Augmenter: crop box " + std::to_string(s.crop_w) + "x" + std::to_string(s.crop_h) + "+" +
+                          std::to_string(s.crop_x) + "+" + std::to_string(s.crop_y) + " is not inside the " +
+                          std::to_string(src.width) + "x" + std::to_string(src.height) + " source");
+  }
+}
+
 void Augmenter::apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
   check_source(plan_, src);
-  const SampleParams s = params(ctx, src.height, src.width);
+  apply_with(src, params(ctx, src.height, src.width), ctx, dst);
+}
+
+void Augmenter::apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
+  check_source(plan_, src);
+  apply_reference_with(src, params(ctx, src.height, src.width), ctx, dst);
+}
+
+void Augmenter::apply_with(const ImageView& src, const SampleParams& s, const SampleContext& ctx,
+                           std::byte* dst) const {
+  check_source(plan_, src);
+  check_box(s, src);
   const bool direct = !plan_.float_output && !plan_.nchw && !s.photometric() && !spec_.preprocessing_function;
   if (direct) {
     run_geometry(plan_, s, src, reinterpret_cast<std::uint8_t*>(dst));
@@ -191,9 +205,10 @@ void Augmenter::apply(const ImageView& src, const SampleContext& ctx, std::byte*
   finish(sc.warped.data(), s, ctx, dst, false);
 }
 
-void Augmenter::apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
+void Augmenter::apply_reference_with(const ImageView& src, const SampleParams& s, const SampleContext& ctx,
+                                     std::byte* dst) const {
   check_source(plan_, src);
-  const SampleParams s = params(ctx, src.height, src.width);
+  check_box(s, src);
   const augment::Affine a = matrix(s);
   const augment::PixelSource ps = pixel_source(src);
   std::vector<std::uint8_t> warped(static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels);

@@ -25,6 +25,13 @@ class Augmenter final : public SampleTransform {
   // as apply() within one grey level (uint8), for tests and for checking other executors.
   void apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const;
 
+  // apply() and apply_reference() with given parameters instead of drawn ones (their crop box
+  // must lie inside src): Keras' apply_transform, and the host half of the CUDA executor.
+  void apply_with(const ImageView& src, const augment::SampleParams& params, const SampleContext& ctx,
+                  std::byte* dst) const;
+  void apply_reference_with(const ImageView& src, const augment::SampleParams& params, const SampleContext& ctx,
+                            std::byte* dst) const;
+
   // The parameters and the output->source matrix apply() uses for this sample and source size.
   augment::SampleParams params(const SampleContext& ctx, int src_height, int src_width) const;
   augment::Affine matrix(const augment::SampleParams& params) const;

@@ -1,9 +1,10 @@
 // Per-pixel math shared by every executor: where an output pixel comes from, how it is sampled
 // (fill modes, bilinear or nearest), the photometric steps and the output conversion. The slow
-// reference executor (reference.hpp) is these functions in a loop; the CUDA kernel is meant to be
-// the same loop on a device. The CPU fast path uses OpenCV, whose fixed-point conventions these
-// functions reproduce (1/32 px sub-pixel grid, round-half-even coordinates) so that all three
-// agree within one grey level.
+// reference executor (Augmenter::apply_reference) is these functions in a loop; the CUDA kernel
+// is meant to be the same loop on a device. The CPU fast
+// path's warp loop steps through the same fixed-point coordinates and calls sample_fixed() at
+// the borders, so warps agree bit for bit; the crop+resize-only case uses cv::resize, which
+// the reference follows within one grey level.
 #pragma once
 
 #include <cstddef>
@@ -24,27 +25,35 @@ struct PixelSource {
   std::size_t row_stride = 0;
 };
 
-inline constexpr int kSubpixelBits = 5;  // OpenCV's INTER_BITS: 1/32 px
-inline constexpr int kSubpixel = 1 << kSubpixelBits;
+// Source coordinates are 64-bit fixed point with 32 fractional bits: for output row y,
+// X(x) = X0(y) + x * DX with X0 = round((m[1] y + m[2]) 2^32) and DX = round(m[0] 2^32) (same
+// for Y), so every executor, stepping or not, computes bit-identical coordinates. Bilinear
+// weights use the top 8 fractional bits (1/256 px, 32x finer than OpenCV's warpAffine): the
+// result is within half a grey level of exact bilinear sampling even across hard edges.
+inline constexpr int kCoordBits = 32;
+inline constexpr long long kCoordOne = 1LL << kCoordBits;
+inline constexpr int kWeightBits = 8;
+inline constexpr int kWeightOne = 1 << kWeightBits;
 
-// Source coordinate of output pixel (dx, dy) in fixed point, computed exactly as cv::warpAffine
-// does (AB_BITS = 10): bits = 5 for bilinear (1/32 px units), 0 for nearest (rounded to pixels).
-STOKER_HOST_DEVICE inline void warp_coord_fixed(const Affine& a, int dx, int dy, int bits, int& X, int& Y) {
-  constexpr double kScale = 1024.0;
-  const long long delta = bits == 0 ? 512 : (1024 / kSubpixel / 2);
-  const long long ax = hd::round_even(hd::dmul(hd::dmul(a.m[0], dx), kScale));
-  const long long ay = hd::round_even(hd::dmul(hd::dmul(a.m[3], dx), kScale));
-  const long long x0 = hd::round_even(hd::dmul(hd::dadd(hd::dmul(a.m[1], dy), a.m[2]), kScale)) + delta;
-  const long long y0 = hd::round_even(hd::dmul(hd::dadd(hd::dmul(a.m[4], dy), a.m[5]), kScale)) + delta;
-  X = static_cast<int>((x0 + ax) >> (10 - bits));
-  Y = static_cast<int>((y0 + ay) >> (10 - bits));
+struct FixedRow {
+  long long x0, y0, dx, dy;
+};
+
+STOKER_HOST_DEVICE inline FixedRow fixed_row(const Affine& a, int y) {
+  constexpr double kScale = static_cast<double>(kCoordOne);
+  FixedRow r;
+  r.dx = hd::round_even(hd::dmul(a.m[0], kScale));
+  r.dy = hd::round_even(hd::dmul(a.m[3], kScale));
+  r.x0 = hd::round_even(hd::dmul(hd::dadd(hd::dmul(a.m[1], static_cast<double>(y)), a.m[2]), kScale));
+  r.y0 = hd::round_even(hd::dmul(hd::dadd(hd::dmul(a.m[4], static_cast<double>(y)), a.m[5]), kScale));
+  return r;
 }
 
 // scipy's "wrap" on a fixed-point coordinate: inside [0, n - 1] unchanged, outside periodic with
 // period n - 1 (the first and the last pixel overlap).
-STOKER_HOST_DEVICE inline int wrap_fixed(int X, int n, int bits) {
+STOKER_HOST_DEVICE inline long long wrap_fixed(long long X, int n) {
   if (n <= 1) return 0;
-  const int period = (n - 1) << bits;
+  const long long period = static_cast<long long>(n - 1) << kCoordBits;
   if (X < 0 || X > period) {
     X %= period;
     if (X < 0) X += period;
@@ -52,67 +61,77 @@ STOKER_HOST_DEVICE inline int wrap_fixed(int X, int n, int bits) {
   return X;
 }
 
-// Index of tap i along an axis of length n; -1 means "use cval" (constant mode only).
-STOKER_HOST_DEVICE inline int border_index(int i, int n, FillMode mode) {
-  if (i >= 0 && i < n) return i;
-  switch (mode) {
-    case FillMode::Constant: return -1;
-    case FillMode::Nearest:
-    case FillMode::Wrap:  // coordinates are wrapped first; only the weight-0 tap at n can remain
-      return i < 0 ? 0 : n - 1;
-    case FillMode::Reflect: {
-      if (n == 1) return 0;
-      const int period = 2 * n;
-      int j = i % period;
-      if (j < 0) j += period;
-      return j < n ? j : period - 1 - j;
-    }
+// Index of tap i along an axis of length n (reflect: d c b a | a b c d | d c b a; the other
+// modes have already brought the coordinate inside, so the tap is only clamped).
+STOKER_HOST_DEVICE inline int tap_index(long long i, int n, FillMode mode) {
+  if (i >= 0 && i < n) return static_cast<int>(i);
+  if (mode == FillMode::Reflect && n > 1) {
+    const long long period = 2LL * n;
+    long long j = i % period;
+    if (j < 0) j += period;
+    return static_cast<int>(j < n ? j : period - 1 - j);
   }
-  return 0;
+  return i < 0 ? 0 : n - 1;
 }
 
 STOKER_HOST_DEVICE inline std::uint8_t cval_u8(const AugmentPlan& p) { return hd::to_u8(p.cval); }
 
-// Warped value of output pixel (dx, dy), all channels, as uint8 (rounded, halves up).
-STOKER_HOST_DEVICE inline void sample_warp(const PixelSource& src, const AugmentPlan& p, const Affine& a, int dx,
-                                           int dy, std::uint8_t* out) {
+// Keras' sampling (scipy.ndimage.affine_transform, order 0 or 1) of the source at the fixed-point
+// coordinate (X, Y), all channels, to uint8. Fill modes act on the coordinate as scipy does:
+// constant gives cval outside [0, n - 1] (no blending), nearest clamps, reflect mirrors about the
+// outer pixel edge, wrap is periodic with period n - 1. truncate: round down instead of to
+// nearest (Keras truncates to uint8 before its brightness step).
+STOKER_HOST_DEVICE inline void sample_fixed(const PixelSource& src, const AugmentPlan& p, long long X, long long Y,
+                                            bool truncate, std::uint8_t* out) {
   const int cn = src.channels;
-  const std::uint8_t cv = cval_u8(p);
+  const long long xmax = static_cast<long long>(src.width - 1) << kCoordBits;
+  const long long ymax = static_cast<long long>(src.height - 1) << kCoordBits;
+  switch (p.fill_mode) {
+    case FillMode::Constant:
+      if (X < 0 || X > xmax || Y < 0 || Y > ymax) {
+        const std::uint8_t cv = cval_u8(p);
+        for (int c = 0; c < cn; ++c) out[c] = cv;
+        return;
+      }
+      break;
+    case FillMode::Nearest:
+      X = X < 0 ? 0 : (X > xmax ? xmax : X);
+      Y = Y < 0 ? 0 : (Y > ymax ? ymax : Y);
+      break;
+    case FillMode::Wrap:
+      X = wrap_fixed(X, src.width);
+      Y = wrap_fixed(Y, src.height);
+      break;
+    case FillMode::Reflect: break;
+  }
   if (p.interpolation_order == 0) {
-    int X, Y;
-    warp_coord_fixed(a, dx, dy, 0, X, Y);
-    if (p.fill_mode == FillMode::Wrap) {
-      X = wrap_fixed(X, src.width, 0);
-      Y = wrap_fixed(Y, src.height, 0);
-    }
-    const int ix = border_index(X, src.width, p.fill_mode), iy = border_index(Y, src.height, p.fill_mode);
-    for (int c = 0; c < cn; ++c) {
-      out[c] = (ix < 0 || iy < 0) ? cv : src.data[static_cast<std::size_t>(iy) * src.row_stride + ix * cn + c];
-    }
+    const long long half = kCoordOne / 2;
+    const int ix = tap_index((X + half) >> kCoordBits, src.width, p.fill_mode);
+    const int iy = tap_index((Y + half) >> kCoordBits, src.height, p.fill_mode);
+    const std::uint8_t* px = src.data + static_cast<std::size_t>(iy) * src.row_stride + static_cast<std::size_t>(ix) * cn;
+    for (int c = 0; c < cn; ++c) out[c] = px[c];
     return;
   }
-  int X, Y;
-  warp_coord_fixed(a, dx, dy, kSubpixelBits, X, Y);
-  if (p.fill_mode == FillMode::Wrap) {
-    X = wrap_fixed(X, src.width, kSubpixelBits);
-    Y = wrap_fixed(Y, src.height, kSubpixelBits);
-  }
-  const int sx = X >> kSubpixelBits, sy = Y >> kSubpixelBits;
-  const int fx = X & (kSubpixel - 1), fy = Y & (kSubpixel - 1);
-  const int x0 = border_index(sx, src.width, p.fill_mode), x1 = border_index(sx + 1, src.width, p.fill_mode);
-  const int y0 = border_index(sy, src.height, p.fill_mode), y1 = border_index(sy + 1, src.height, p.fill_mode);
-  const int w00 = (kSubpixel - fx) * (kSubpixel - fy), w01 = fx * (kSubpixel - fy);
-  const int w10 = (kSubpixel - fx) * fy, w11 = fx * fy;
-  const std::uint8_t* r0 = y0 < 0 ? nullptr : src.data + static_cast<std::size_t>(y0) * src.row_stride;
-  const std::uint8_t* r1 = y1 < 0 ? nullptr : src.data + static_cast<std::size_t>(y1) * src.row_stride;
+  const long long sx = X >> kCoordBits, sy = Y >> kCoordBits;
+  const int fx = static_cast<int>((X >> (kCoordBits - kWeightBits)) & (kWeightOne - 1));
+  const int fy = static_cast<int>((Y >> (kCoordBits - kWeightBits)) & (kWeightOne - 1));
+  const int x0 = tap_index(sx, src.width, p.fill_mode), x1 = tap_index(sx + 1, src.width, p.fill_mode);
+  const int y0 = tap_index(sy, src.height, p.fill_mode), y1 = tap_index(sy + 1, src.height, p.fill_mode);
+  const std::uint8_t* r0 = src.data + static_cast<std::size_t>(y0) * src.row_stride;
+  const std::uint8_t* r1 = src.data + static_cast<std::size_t>(y1) * src.row_stride;
+  const int bias = truncate ? 0 : (1 << (2 * kWeightBits - 1));
   for (int c = 0; c < cn; ++c) {
-    const int v00 = (r0 && x0 >= 0) ? r0[x0 * cn + c] : cv;
-    const int v01 = (r0 && x1 >= 0) ? r0[x1 * cn + c] : cv;
-    const int v10 = (r1 && x0 >= 0) ? r1[x0 * cn + c] : cv;
-    const int v11 = (r1 && x1 >= 0) ? r1[x1 * cn + c] : cv;
-    const int sum = v00 * w00 + v01 * w01 + v10 * w10 + v11 * w11;
-    out[c] = static_cast<std::uint8_t>((sum + (kSubpixel * kSubpixel / 2)) >> (2 * kSubpixelBits));
+    const int top = r0[x0 * cn + c] * (kWeightOne - fx) + r0[x1 * cn + c] * fx;
+    const int bot = r1[x0 * cn + c] * (kWeightOne - fx) + r1[x1 * cn + c] * fx;
+    out[c] = static_cast<std::uint8_t>((top * (kWeightOne - fy) + bot * fy + bias) >> (2 * kWeightBits));
   }
+}
+
+// Warped value of output pixel (dx, dy).
+STOKER_HOST_DEVICE inline void sample_warp(const PixelSource& src, const AugmentPlan& p, const Affine& a, int dx,
+                                           int dy, bool truncate, std::uint8_t* out) {
+  const FixedRow r = fixed_row(a, dy);
+  sample_fixed(src, p, r.x0 + dx * r.dx, r.y0 + dx * r.dy, truncate, out);
 }
 
 // Crop + resize (+ flips) without a warp, like cv::resize: pixel centres aligned, edge pixels
@@ -164,7 +183,7 @@ STOKER_HOST_DEVICE inline void sample_geometry(const PixelSource& src, const Aug
   if (is_resize_only(s)) {
     sample_resize(src, p, s, dx, dy, out);
   } else {
-    sample_warp(src, p, a, dx, dy, out);
+    sample_warp(src, p, a, dx, dy, s.has_brightness, out);
   }
 }
 
