@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -336,6 +337,32 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
   } catch (const nlohmann::json::exception& e) {
     throw IoError(where + ": malformed header: " + e.what());
   }
+}
+
+FitResult fit(Head& head, const float* x, const int* y, int n, const float* xv, const int* yv, int nv,
+              const FitOptions& options) {
+  if (options.epochs <= 0) throw InvalidArgument("fit: epochs must be > 0, received " + std::to_string(options.epochs));
+  FitResult result;
+  std::optional<Head> best;
+  double best_value = 0;
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    EpochRecord rec;
+    rec.epoch = epoch;
+    rec.train = head.train_epoch(x, y, n, options.batch_size, static_cast<std::uint64_t>(epoch), options.seed);
+    rec.validation = nv > 0 ? head.evaluate(xv, yv, nv) : rec.train;
+    const double value = options.monitor == Monitor::ValLoss ? rec.validation.loss : -rec.validation.accuracy;
+    if (!best || value < best_value) {
+      best_value = value;
+      best = head;
+      rec.improved = true;
+      result.best_epoch = epoch;
+      if (!options.checkpoint.empty()) head.save(options.checkpoint, options.backbone);
+    }
+    result.history.push_back(rec);
+    if (options.on_epoch) options.on_epoch(rec);
+  }
+  if (options.restore_best && best) head = *best;
+  return result;
 }
 
 }  // namespace stoker::trainer

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,5 +102,37 @@ class Head {
   void logits(const float* features, int n, float* out) const;
   void check_labels(const int* labels, int n) const;
 };
+
+// Training loop over cached features with validation and best-epoch selection, like Keras'
+// fit(..., validation_data=...) with ModelCheckpoint(save_best_only=True).
+enum class Monitor { ValLoss, ValAccuracy };
+
+struct EpochRecord {
+  int epoch = 0;  // from 0
+  EpochStats train;
+  EpochStats validation;
+  bool improved = false;  // the monitored validation metric improved (the head was checkpointed)
+};
+
+struct FitOptions {
+  int epochs = 10;
+  int batch_size = 32;
+  std::uint64_t seed = 0;  // shuffling
+  Monitor monitor = Monitor::ValLoss;
+  bool restore_best = true;                  // leave the head at its best epoch when done
+  std::filesystem::path checkpoint;          // when set, the best head is saved here as it improves
+  BackboneRef backbone;                      // written into the checkpoint
+  std::function<void(const EpochRecord&)> on_epoch;  // progress callback
+};
+
+struct FitResult {
+  std::vector<EpochRecord> history;
+  int best_epoch = -1;
+};
+
+// x: n × input_dim features with labels y; xv/yv: validation (nv may be 0: then the training
+// metrics are monitored instead).
+FitResult fit(Head& head, const float* x, const int* y, int n, const float* xv, const int* yv, int nv,
+              const FitOptions& options = {});
 
 }  // namespace stoker::trainer
