@@ -61,6 +61,56 @@ bool parse_pnm(std::span<const std::uint8_t> b, int& width, int& height) {
   return true;
 }
 
+// Width and height from the first IFD of a TIFF file (tags 256/257, SHORT or LONG).
+bool parse_tiff(std::span<const std::uint8_t> b, int& width, int& height) {
+  const bool little = b[0] == 'I';
+  auto u16 = [&](std::size_t o) -> std::uint32_t {
+    return little ? (b[o] | (b[o + 1] << 8)) : ((b[o] << 8) | b[o + 1]);
+  };
+  auto u32 = [&](std::size_t o) -> std::uint32_t {
+    return little ? (u16(o) | (u16(o + 2) << 16)) : ((u16(o) << 16) | u16(o + 2));
+  };
+  if (b.size() < 8) return false;
+  const std::size_t ifd = u32(4);
+  if (ifd + 2 > b.size()) return false;
+  const std::size_t entries = u16(ifd);
+  std::int64_t w = -1, h = -1;
+  for (std::size_t i = 0; i < entries; ++i) {
+    const std::size_t e = ifd + 2 + 12 * i;
+    if (e + 12 > b.size()) return false;
+    const std::uint32_t tag = u16(e), type = u16(e + 2);
+    const std::int64_t value = type == 3 ? u16(e + 8) : type == 4 ? u32(e + 8) : -1;
+    if (tag == 256) w = value;
+    if (tag == 257) h = value;
+  }
+  if (w < 0 || h < 0 || w > INT32_MAX || h > INT32_MAX) return false;
+  width = static_cast<int>(w);
+  height = static_cast<int>(h);
+  return true;
+}
+
+// Canvas size of a WebP file from its VP8, VP8L or VP8X chunk.
+bool parse_webp(std::span<const std::uint8_t> b, int& width, int& height) {
+  if (b.size() < 30) return false;
+  const std::uint8_t* p = b.data();
+  if (std::memcmp(p + 12, "VP8 ", 4) == 0) {  // lossy: frame tag, start code, 14-bit sizes
+    if (p[23] != 0x9D || p[24] != 0x01 || p[25] != 0x2A) return false;
+    width = (p[26] | (p[27] << 8)) & 0x3FFF;
+    height = (p[28] | (p[29] << 8)) & 0x3FFF;
+  } else if (std::memcmp(p + 12, "VP8L", 4) == 0) {  // lossless: signature, 14-bit sizes minus one
+    if (p[20] != 0x2F) return false;
+    const std::uint32_t bits = p[21] | (p[22] << 8) | (p[23] << 16) | (std::uint32_t{p[24]} << 24);
+    width = static_cast<int>((bits & 0x3FFF) + 1);
+    height = static_cast<int>(((bits >> 14) & 0x3FFF) + 1);
+  } else if (std::memcmp(p + 12, "VP8X", 4) == 0) {  // extended: 24-bit canvas sizes minus one
+    width = static_cast<int>((p[24] | (p[25] << 8) | (p[26] << 16)) + 1);
+    height = static_cast<int>((p[27] | (p[28] << 8) | (p[29] << 16)) + 1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string tj_error(tjhandle h) { return tjGetErrorStr2(h); }
 
 }  // namespace
@@ -97,21 +147,34 @@ ImageHeader read_image_header(std::span<const std::uint8_t> b, const std::string
     if (!parse_pnm(b, h.width, h.height)) throw DecodeError(name, "malformed PNM header");
   } else if (starts_with(b, {'I', 'I', 42, 0}) || starts_with(b, {'M', 'M', 0, 42})) {
     h.format = ImageFormat::Tiff;
+    if (!parse_tiff(b, h.width, h.height)) throw DecodeError(name, "malformed TIFF header");
   } else if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 && std::memcmp(b.data() + 8, "WEBP", 4) == 0) {
     h.format = ImageFormat::WebP;
+    if (!parse_webp(b, h.width, h.height)) throw DecodeError(name, "malformed WebP header");
   } else {
     throw DecodeError(name, "not an image (unrecognised file signature)");
   }
-  if ((h.format == ImageFormat::Jpeg || h.format == ImageFormat::Png || h.format == ImageFormat::Bmp ||
-       h.format == ImageFormat::Pnm) &&
-      (h.width <= 0 || h.height <= 0)) {
+  if (h.width <= 0 || h.height <= 0) {
     throw DecodeError(name, std::string(to_string(h.format)) + " header announces " + std::to_string(h.width) + "x" +
                                 std::to_string(h.height) + " pixels");
   }
   return h;
 }
 
-void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+namespace {
+SourceStamp stamp_from(const struct stat& st) {
+  return SourceStamp{static_cast<std::uint64_t>(st.st_size),
+                     static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+}  // namespace
+
+std::optional<SourceStamp> stamp_of(const std::string& path) noexcept {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return stamp_from(st);
+}
+
+SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   // O_NONBLOCK: a FIFO or device named as an image must not block the open.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw DecodeError(path, std::string("cannot open: ") + std::strerror(errno));
@@ -134,6 +197,7 @@ void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   }
   ::close(fd);
   if (out.empty()) throw DecodeError(path, "empty file");
+  return stamp_from(st);
 }
 
 struct ImageDecoder::Impl {
@@ -227,8 +291,7 @@ ImageView ImageDecoder::Impl::decode_opencv(std::span<const std::uint8_t> b, con
 ImageView ImageDecoder::decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
                                int min_width) {
   const ImageHeader header = read_image_header(bytes, name);
-  if (header.width > 0 &&
-      static_cast<std::int64_t>(header.width) * header.height > impl_->limits.max_pixels) {
+  if (static_cast<std::int64_t>(header.width) * header.height > impl_->limits.max_pixels) {
     throw DecodeError(name, std::string(to_string(header.format)) + " header announces " +
                                 std::to_string(header.width) + "x" + std::to_string(header.height) +
                                 " pixels, over the limit of " + std::to_string(impl_->limits.max_pixels));

@@ -127,8 +127,10 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::size_t buffer_bytes_ = 0;
   std::int64_t batches_per_epoch_ = 0;
 
+  std::unique_ptr<SampleCache> cache_;  // null without CacheKind
+
   struct Counters {
-    std::atomic<std::uint64_t> files{0}, bytes{0}, decoded{0}, skipped{0}, batches{0};
+    std::atomic<std::uint64_t> files{0}, bytes{0}, decoded{0}, skipped{0}, batches{0}, cache_hits{0}, cache_misses{0};
     std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
   } counters_;
 
@@ -160,6 +162,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::vector<std::uint32_t> order_;
   std::int64_t next_submit_ = 0;
   std::int64_t next_deliver_ = 0;
+  bool cache_saved_ = false;  // this epoch's end already wrote the cache file
   std::optional<DecodeError> failed_;
   int inflight_batches_ = 0;
 };
@@ -206,6 +209,17 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   if (batches_per_epoch_ == 0) {
     throw InvalidArgument("drop_last with batch_size " + std::to_string(o.batch_size) + " leaves no batch from " +
                           std::to_string(n) + " samples");
+  }
+
+  if (o.cache.kind != CacheKind::None) {
+    // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size.
+    const bool decoded = o.cache.kind == CacheKind::Decoded;
+    const CacheKey key{o.cache.kind, decoded ? transform_->min_decode_height() : 0,
+                       decoded ? transform_->min_decode_width() : 0};
+    std::vector<std::string> paths;
+    paths.reserve(dataset_.size());
+    for (const auto& s : dataset_.samples) paths.push_back(s.path);
+    cache_ = std::make_unique<SampleCache>(o.cache, key, std::move(paths));
   }
 
   threads_ = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -267,6 +281,7 @@ void LoaderCore::begin_epoch(std::uint64_t epoch) {
   order_ = epoch_order(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle);
   next_submit_ = 0;
   next_deliver_ = 0;
+  cache_saved_ = false;
   failed_.reset();
   skipped_.clear();
   epoch_active_ = true;
@@ -325,18 +340,39 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
   if (!local) local = std::make_unique<ThreadScratch>(options_.limits);
   const Sample& item = dataset_.samples[sample];
 
-  auto t0 = Clock::now();
-  read_file(item.path, local->file);
-  counters_.read_ns += elapsed_ns(t0);
-  counters_.files += 1;
-  counters_.bytes += local->file.size();
+  // Decoded hit: neither read nor decode. Encoded hit: decode only. Miss: both, then offer the
+  // result to the cache (only after a successful decode, so bad files are never cached).
+  std::optional<CachedSample> hit;
+  if (cache_) {
+    hit = cache_->find(sample);
+    (hit ? counters_.cache_hits : counters_.cache_misses) += 1;
+  }
+  ImageView image;
+  if (hit && cache_->key().kind == CacheKind::Decoded) {
+    image = hit->decoded;
+  } else {
+    std::span<const std::uint8_t> bytes;
+    SourceStamp stamp;
+    if (hit) {
+      bytes = hit->encoded;
+    } else {
+      const auto t0 = Clock::now();
+      stamp = read_file(item.path, local->file);
+      counters_.read_ns += elapsed_ns(t0);
+      counters_.files += 1;
+      counters_.bytes += local->file.size();
+      bytes = local->file;
+    }
+    const auto t0 = Clock::now();
+    image = local->decoder.decode(bytes, item.path, transform_->min_decode_height(), transform_->min_decode_width());
+    counters_.decode_ns += elapsed_ns(t0);
+    if (cache_ && !hit) {
+      if (cache_->key().kind == CacheKind::Encoded) cache_->admit_encoded(sample, bytes, stamp);
+      else cache_->admit_decoded(sample, image, stamp);
+    }
+  }
 
-  t0 = Clock::now();
-  const ImageView image = local->decoder.decode(local->file, item.path, transform_->min_decode_height(),
-                                                transform_->min_decode_width());
-  counters_.decode_ns += elapsed_ns(t0);
-
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   transform_->apply(image, SampleContext{options_.seed, s.epoch, static_cast<std::int64_t>(sample)},
                     s.pixels + shape_.bytes() * static_cast<std::size_t>(position));
   counters_.transform_ns += elapsed_ns(t0);
@@ -407,7 +443,14 @@ std::optional<Batch> LoaderCore::next() {
   if (!epoch_active_) throw Error("Loader::next() called before begin_epoch()");
   for (;;) {
     if (failed_) throw *failed_;
-    if (next_deliver_ >= batches_per_epoch_) return std::nullopt;
+    if (next_deliver_ >= batches_per_epoch_) {
+      // A complete epoch: persist what the cache learned (no task is running now).
+      if (cache_ && !cache_saved_) {
+        cache_saved_ = true;
+        cache_->save_if_changed();
+      }
+      return std::nullopt;
+    }
     refill_locked();
     if (submitted_.empty()) {
       throw Error("all " + std::to_string(slots_.size()) +
@@ -530,16 +573,26 @@ LoaderStats Loader::stats() const noexcept {
   s.decode_seconds = static_cast<double>(c.decode_ns.load()) * kNs;
   s.transform_seconds = static_cast<double>(c.transform_ns.load()) * kNs;
   s.consumer_wait_seconds = static_cast<double>(c.wait_ns.load()) * kNs;
+  s.cache_hits = c.cache_hits.load();
+  s.cache_misses = c.cache_misses.load();
+  if (core_->cache_) s.cache_bytes_held = core_->cache_->bytes_held();
   return s;
 }
 
 void Loader::reset_stats() noexcept {
   auto& c = core_->counters_;
-  for (auto* a : {&c.files, &c.bytes, &c.decoded, &c.skipped, &c.batches, &c.read_ns, &c.decode_ns, &c.transform_ns,
-                  &c.wait_ns}) {
+  for (auto* a : {&c.files, &c.bytes, &c.decoded, &c.skipped, &c.batches, &c.cache_hits, &c.cache_misses, &c.read_ns,
+                  &c.decode_ns, &c.transform_ns, &c.wait_ns}) {
     a->store(0);
   }
 }
+
+std::optional<CacheStats> Loader::cache_stats() const {
+  if (!core_->cache_) return std::nullopt;
+  return core_->cache_->stats();
+}
+
+std::string Loader::cache_status() const { return core_->cache_ ? core_->cache_->file_status() : std::string(); }
 
 std::vector<SkippedSample> Loader::skipped() const {
   std::lock_guard lock(core_->mu_);

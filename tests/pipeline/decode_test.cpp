@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "stoker/error.hpp"
@@ -137,7 +138,12 @@ TEST(Decode, HeaderSizes) {
   test::write_png(dir / "a.png", test::make_pattern_rgb(7, 11));
   test::write_bmp(dir / "a.bmp", test::make_pattern_rgb(7, 11));
   test::write_jpeg(dir / "a.jpg", test::make_pattern_rgb(7, 11));
-  for (const char* name : {"a.png", "a.bmp", "a.jpg"}) {
+  cv::Mat bgr = test::make_pattern_rgb(7, 11);
+  for (const char* name : {"a.tif", "a.webp"}) {
+    ASSERT_TRUE(cv::imwrite((dir / name).string(), bgr)) << name;
+  }
+  ASSERT_TRUE(cv::imwrite((dir / "lossless.webp").string(), bgr, {cv::IMWRITE_WEBP_QUALITY, 101}));
+  for (const char* name : {"a.png", "a.bmp", "a.jpg", "a.tif", "a.webp", "lossless.webp"}) {
     const auto bytes = test::read_bytes(dir / name);
     const ImageHeader h = read_image_header(bytes, name);
     EXPECT_EQ(h.width, 11) << name;
@@ -148,6 +154,20 @@ TEST(Decode, HeaderSizes) {
   EXPECT_EQ(h.format, ImageFormat::Pnm);
   EXPECT_EQ(h.width, 640);
   EXPECT_EQ(h.height, 480);
+}
+
+TEST(Decode, TiffAndWebPDecodeThroughOpenCv) {
+  TempDir dir;
+  const cv::Mat rgb = test::make_pattern_rgb(12, 18);
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  ASSERT_TRUE(cv::imwrite((dir / "a.tif").string(), bgr));
+  ASSERT_TRUE(cv::imwrite((dir / "a.webp").string(), bgr, {cv::IMWRITE_WEBP_QUALITY, 101}));  // lossless
+  ImageDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  for (const char* name : {"a.tif", "a.webp"}) {
+    EXPECT_EQ(max_abs_diff(view_to_mat(decode_file(decoder, bytes, dir / name)), rgb), 0) << name;
+  }
 }
 
 TEST(DecodeErrors, MissingEmptyDirectoryAndFifo) {
@@ -216,6 +236,24 @@ TEST(DecodeErrors, AbsurdDimensionsAreRejectedBeforeAllocating) {
   png[20] = 0; png[21] = 1; png[22] = 0x86; png[23] = 0xA0;  // height 100000
   test::write_bytes(dir / "huge.png", png);
   expect_decode_error(dir / "huge.png", "100000x100000 pixels, over the limit");
+
+  // TIFF: patch ImageWidth/ImageLength in the first IFD.
+  ASSERT_TRUE(cv::imwrite((dir / "a.tif").string(), test::make_pattern_rgb(16, 16)));
+  auto tif = test::read_bytes(dir / "a.tif");
+  ASSERT_EQ(tif[0], 'I');
+  const std::size_t ifd = tif[4] | (tif[5] << 8) | (tif[6] << 16) | (std::size_t{tif[7]} << 24);
+  const std::size_t entries = tif[ifd] | (tif[ifd + 1] << 8);
+  for (std::size_t i = 0; i < entries; ++i) {
+    const std::size_t e = ifd + 2 + 12 * i;
+    const int tag = tif[e] | (tif[e + 1] << 8);
+    if (tag == 256 || tag == 257) {
+      tif[e + 2] = 4;  // LONG
+      tif[e + 3] = 0;
+      tif[e + 8] = 0x40; tif[e + 9] = 0x9C; tif[e + 10] = 0; tif[e + 11] = 0;  // 40000
+    }
+  }
+  test::write_bytes(dir / "huge.tif", tif);
+  expect_decode_error(dir / "huge.tif", "40000x40000 pixels, over the limit");
 
   png[16] = 0x80;  // width >= 2^31
   test::write_bytes(dir / "impossible.png", png);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,11 +20,11 @@ const char* to_string(ImageFormat f) noexcept;
 
 struct ImageHeader {
   ImageFormat format = ImageFormat::Unknown;
-  int width = 0;   // 0 when the format's header is not parsed here (TIFF, WebP)
+  int width = 0;
   int height = 0;
 };
 
-// Identifies the format from its signature and reads the announced size (JPEG, PNG, BMP, PNM).
+// Identifies the format from its signature and reads the announced size (every format above).
 // Throws DecodeError(name, reason) for an empty, unrecognised or malformed header.
 ImageHeader read_image_header(std::span<const std::uint8_t> bytes, const std::string& name);
 
@@ -32,9 +33,19 @@ struct DecodeLimits {
   std::int64_t max_pixels = 100'000'000;
 };
 
-// Reads a whole file into `out` (reusing its capacity). Throws DecodeError for a missing,
-// unreadable or empty file.
-void read_file(const std::string& path, std::vector<std::uint8_t>& out);
+// Size and modification time of a source file: what caches record to notice a changed source.
+struct SourceStamp {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const SourceStamp&, const SourceStamp&) = default;
+};
+
+// Reads a whole file into `out` (reusing its capacity) and returns its stamp. Throws DecodeError
+// for a missing, unreadable or empty file.
+SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out);
+
+// The stamp alone (stat, no read); nullopt when the file cannot be stat'ed.
+std::optional<SourceStamp> stamp_of(const std::string& path) noexcept;
 
 // One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
 // image seen and are then reused, so steady-state decoding does not allocate.

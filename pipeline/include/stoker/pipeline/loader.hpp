@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/cache/sample_cache.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/image.hpp"
@@ -72,6 +73,8 @@ struct LoaderOptions {
   BadSamplePolicy on_bad_sample = BadSamplePolicy::Fail;
   DecodeLimits limits;
   std::shared_ptr<HostAllocator> allocator;  // null = aligned host memory
+  // Encoded bytes or decoded pixels kept across epochs (and processes, with cache.file).
+  CacheOptions cache;
 };
 
 // Cumulative counters since construction (or reset_stats()). Times are busy time summed over
@@ -86,6 +89,9 @@ struct LoaderStats {
   double decode_seconds = 0;
   double transform_seconds = 0;
   double consumer_wait_seconds = 0;
+  std::uint64_t cache_hits = 0;    // samples served without reading their file (decoded: nor decoding)
+  std::uint64_t cache_misses = 0;
+  std::uint64_t cache_bytes_held = 0;  // RAM held by the cache now, bookkeeping included
 };
 
 struct SkippedSample {
@@ -154,6 +160,9 @@ class Loader {
   LoaderStats stats() const noexcept;
   void reset_stats() noexcept;
   std::vector<SkippedSample> skipped() const;  // samples skipped in the current epoch
+  // The cache's own counters and how its file was found; nullopt / empty without a cache.
+  std::optional<CacheStats> cache_stats() const;
+  std::string cache_status() const;
 
  private:
   std::shared_ptr<detail::LoaderCore> core_;

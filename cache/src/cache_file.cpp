@@ -1,0 +1,267 @@
+#include "stoker/cache/cache_file.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stoker/error.hpp"
+
+namespace stoker {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'O', 'K', 'R', 'C', 'A', 'C'};
+constexpr std::uint64_t kAlign = 64;
+
+struct FileHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t kind;
+  std::uint32_t min_height;
+  std::uint32_t min_width;
+  std::uint64_t entry_count;
+  std::uint64_t index_offset;
+  std::uint64_t strings_offset;
+  std::uint64_t strings_size;
+  std::uint64_t data_offset;
+  std::uint64_t data_size;
+  std::uint64_t file_size;
+  std::uint64_t index_checksum;  // over the index records and the path strings
+  std::uint8_t reserved[32];
+  std::uint64_t header_checksum;  // over every byte above
+};
+static_assert(sizeof(FileHeader) == 128);
+
+struct FileRecord {
+  std::uint64_t path_offset;  // into the strings block
+  std::uint32_t path_size;
+  std::uint32_t channels;
+  std::uint64_t source_size;
+  std::int64_t source_mtime_ns;
+  std::uint64_t data_offset;  // from the start of the file
+  std::uint64_t data_size;
+  std::uint32_t height;
+  std::uint32_t width;
+  std::uint64_t checksum;
+};
+static_assert(sizeof(FileRecord) == 64);
+
+std::uint64_t align_up(std::uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+std::uint64_t load64(const std::uint8_t* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ull;
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ull;
+  return x ^ (x >> 32);
+}
+
+}  // namespace
+
+// Four independent multiply-rotate lanes over 32-byte blocks (several GB/s), then a full mix.
+std::uint64_t checksum64(const void* data, std::size_t size) noexcept {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  constexpr std::uint64_t k1 = 0x9E3779B185EBCA87ull, k2 = 0xC2B2AE3D27D4EB4Full;
+  std::uint64_t lanes[4] = {k1 + k2, k2, 0, 0 - k1};
+  std::size_t i = 0;
+  for (; i + 32 <= size; i += 32) {
+    for (int l = 0; l < 4; ++l) lanes[l] = rotl(lanes[l] + load64(p + i + 8 * l) * k2, 31) * k1;
+  }
+  std::uint64_t h = rotl(lanes[0], 1) + rotl(lanes[1], 7) + rotl(lanes[2], 12) + rotl(lanes[3], 18) + size;
+  for (; i + 8 <= size; i += 8) h = rotl(h ^ (load64(p + i) * k2), 27) * k1;
+  for (; i < size; ++i) h = rotl(h ^ (p[i] * k1), 11) * k2;
+  return mix(h);
+}
+
+std::unique_ptr<CacheFile> CacheFile::open(const std::filesystem::path& path, const CacheKey& key) {
+  std::unique_ptr<CacheFile> f(new CacheFile());
+  f->load(path, &key);
+  return f;
+}
+
+std::unique_ptr<CacheFile> CacheFile::inspect(const std::filesystem::path& path) {
+  std::unique_ptr<CacheFile> f(new CacheFile());
+  f->load(path, nullptr);
+  return f;
+}
+
+CacheFile::~CacheFile() {
+  if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);
+}
+
+void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return;  // Missing
+    throw IoError(path.string() + ": cannot open cache file: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(path.string() + ": the cache file path is not a regular file");
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+  auto stale = [&](std::string why) {
+    state_ = CacheFileState::Stale;
+    problem_ = std::move(why);
+    entries_.clear();
+    by_path_.clear();
+  };
+  if (size_ == 0) {
+    ::close(fd);
+    stale("empty file");
+    return;
+  }
+  void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) throw IoError(path.string() + ": cannot map cache file: " + std::strerror(errno));
+  map_ = static_cast<const std::uint8_t*>(m);
+
+  if (size_ < sizeof(kMagic) || std::memcmp(map_, kMagic, sizeof(kMagic)) != 0) {
+    state_ = CacheFileState::Foreign;
+    problem_ = "not a stoker cache file (no STOKRCAC signature)";
+    return;
+  }
+  if (size_ < sizeof(FileHeader)) return stale("truncated header (" + std::to_string(size_) + " bytes)");
+  FileHeader h;
+  std::memcpy(&h, map_, sizeof h);
+  if (checksum64(&h, offsetof(FileHeader, header_checksum)) != h.header_checksum) return stale("corrupt header");
+  if (h.version != kCacheFileVersion) {
+    return stale("format version " + std::to_string(h.version) + ", this stoker reads version " +
+                 std::to_string(kCacheFileVersion));
+  }
+  if (h.file_size != size_) {
+    return stale("truncated or torn: " + std::to_string(size_) + " bytes, the header says " +
+                 std::to_string(h.file_size));
+  }
+  key_ = CacheKey{static_cast<CacheKind>(h.kind), static_cast<int>(h.min_height), static_cast<int>(h.min_width)};
+  if (expected && !(key_ == *expected)) {
+    return stale(std::string("built for a ") + to_string(key_.kind) + " cache at minimum size " +
+                 std::to_string(key_.min_height) + "x" + std::to_string(key_.min_width) + ", this run needs " +
+                 to_string(expected->kind) + " at " + std::to_string(expected->min_height) + "x" +
+                 std::to_string(expected->min_width));
+  }
+  const std::uint64_t index_bytes = h.entry_count * sizeof(FileRecord);
+  if (h.entry_count > size_ / sizeof(FileRecord) || h.index_offset != sizeof(FileHeader) ||
+      h.strings_offset != h.index_offset + index_bytes || h.strings_offset + h.strings_size > size_ ||
+      h.data_offset + h.data_size > size_) {
+    return stale("inconsistent layout");
+  }
+  if (checksum64(map_ + h.index_offset, index_bytes + h.strings_size) != h.index_checksum) {
+    return stale("corrupt index");
+  }
+  const char* strings = reinterpret_cast<const char*>(map_ + h.strings_offset);
+  entries_.reserve(h.entry_count);
+  for (std::uint64_t i = 0; i < h.entry_count; ++i) {
+    FileRecord r;
+    std::memcpy(&r, map_ + h.index_offset + i * sizeof(FileRecord), sizeof r);
+    if (r.path_offset + r.path_size > h.strings_size || r.data_offset < h.data_offset ||
+        r.data_offset + r.data_size > h.data_offset + h.data_size) {
+      return stale("entry " + std::to_string(i) + " points outside the file");
+    }
+    CacheFileEntry e;
+    e.path.assign(strings + r.path_offset, r.path_size);
+    e.stamp = SourceStamp{r.source_size, r.source_mtime_ns};
+    e.data_offset = r.data_offset;
+    e.data_size = r.data_size;
+    e.height = r.height;
+    e.width = r.width;
+    e.channels = r.channels;
+    e.checksum = r.checksum;
+    if (key_.kind == CacheKind::Decoded &&
+        static_cast<std::uint64_t>(e.height) * e.width * e.channels != e.data_size) {
+      return stale("entry " + std::to_string(i) + " has a size that does not match its image shape");
+    }
+    by_path_.emplace(e.path, static_cast<std::int64_t>(i));
+    entries_.push_back(std::move(e));
+  }
+  state_ = CacheFileState::Valid;
+}
+
+std::span<const std::uint8_t> CacheFile::data(const CacheFileEntry& e) const noexcept {
+  return {map_ + e.data_offset, static_cast<std::size_t>(e.data_size)};
+}
+
+std::int64_t CacheFile::find(const std::string& path) const {
+  const auto it = by_path_.find(path);
+  return it == by_path_.end() ? -1 : it->second;
+}
+
+void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
+                      const std::vector<CacheFileRecord>& records) {
+  std::vector<FileRecord> index(records.size());
+  std::string strings;
+  std::uint64_t data_offset = 0;  // relative to the data block for now
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& m = records[i].meta;
+    FileRecord& r = index[i];
+    r.path_offset = strings.size();
+    r.path_size = static_cast<std::uint32_t>(m.path.size());
+    strings += m.path;
+    r.channels = m.channels;
+    r.source_size = m.stamp.size;
+    r.source_mtime_ns = m.stamp.mtime_ns;
+    r.data_offset = data_offset;
+    r.data_size = records[i].data.size();
+    r.height = m.height;
+    r.width = m.width;
+    r.checksum = checksum64(records[i].data.data(), records[i].data.size());
+    data_offset = align_up(data_offset + r.data_size);
+  }
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kCacheFileVersion;
+  h.kind = static_cast<std::uint32_t>(key.kind);
+  h.min_height = static_cast<std::uint32_t>(key.min_height);
+  h.min_width = static_cast<std::uint32_t>(key.min_width);
+  h.entry_count = records.size();
+  h.index_offset = sizeof(FileHeader);
+  h.strings_offset = h.index_offset + index.size() * sizeof(FileRecord);
+  h.strings_size = strings.size();
+  h.data_offset = align_up(h.strings_offset + h.strings_size);
+  h.data_size = data_offset;
+  h.file_size = h.data_offset + h.data_size;
+  for (auto& r : index) r.data_offset += h.data_offset;
+  {
+    std::string block(reinterpret_cast<const char*>(index.data()), index.size() * sizeof(FileRecord));
+    block += strings;
+    h.index_checksum = checksum64(block.data(), block.size());
+  }
+  h.header_checksum = checksum64(&h, offsetof(FileHeader, header_checksum));
+
+  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (!out) throw IoError(tmp.string() + ": cannot create cache file: " + std::strerror(errno));
+  bool ok = std::fwrite(&h, sizeof h, 1, out) == 1;
+  ok = ok && (index.empty() || std::fwrite(index.data(), sizeof(FileRecord), index.size(), out) == index.size());
+  ok = ok && std::fwrite(strings.data(), 1, strings.size(), out) == strings.size();
+  static const std::uint8_t zeros[kAlign] = {};
+  auto pad_to = [&](std::uint64_t offset) {
+    const long pos = std::ftell(out);
+    if (pos < 0 || static_cast<std::uint64_t>(pos) > offset) return false;
+    return std::fwrite(zeros, 1, offset - static_cast<std::uint64_t>(pos), out) == offset - static_cast<std::uint64_t>(pos);
+  };
+  for (std::size_t i = 0; ok && i < records.size(); ++i) {
+    ok = pad_to(index[i].data_offset) &&
+         std::fwrite(records[i].data.data(), 1, records[i].data.size(), out) == records[i].data.size();
+  }
+  ok = ok && pad_to(h.file_size) && std::fflush(out) == 0 && ::fsync(::fileno(out)) == 0;
+  ok = (std::fclose(out) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw IoError(path.string() + ": cannot write cache file: " + why);
+  }
+}
+
+}  // namespace stoker
