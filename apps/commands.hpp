@@ -7,5 +7,6 @@ namespace stoker::app {
 
 void add_load_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_cache_command(CLI::App& app);
 
 }  // namespace stoker::app

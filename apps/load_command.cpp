@@ -40,6 +40,7 @@ void run_load(const LoadArgs& args) {
   std::printf("), %d threads, batch %d, prefetch %d, %.1f MiB of batch buffers\n", loader.threads(),
               args.loader.batch_size, args.loader.prefetch, static_cast<double>(loader.buffer_bytes()) / (1 << 20));
 
+  if (!loader.cache_status().empty()) std::printf("%s\n", loader.cache_status().c_str());
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
     loader.reset_stats();
     const auto t0 = std::chrono::steady_clock::now();
@@ -52,10 +53,15 @@ void run_load(const LoadArgs& args) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const LoaderStats st = loader.stats();
     std::printf("epoch %d: %zu images in %.2f s = %.0f img/s | read %.1f MB (%.2f s) decode %.2f s resize %.2f s "
-                "(thread-seconds) | consumer waited %.2f s | skipped %llu\n",
+                "(thread-seconds) | consumer waited %.2f s | skipped %llu",
                 epoch, samples, wall, static_cast<double>(samples) / wall, static_cast<double>(st.bytes_read) / 1e6,
                 st.read_seconds, st.decode_seconds, st.transform_seconds, st.consumer_wait_seconds,
                 static_cast<unsigned long long>(st.samples_skipped));
+    if (loader.cache_stats()) {
+      std::printf(" | cache %llu hits %llu misses, %.1f MiB held", static_cast<unsigned long long>(st.cache_hits),
+                  static_cast<unsigned long long>(st.cache_misses), static_cast<double>(st.cache_bytes_held) / (1 << 20));
+    }
+    std::printf("\n");
   }
 }
 

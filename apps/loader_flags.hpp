@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "stoker/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 
 namespace stoker::app {
@@ -20,6 +21,9 @@ struct LoaderFlags {
   std::string label_mode = "binary";
   std::string on_bad_sample = "fail";
   bool keep_aspect_ratio = false;
+  std::string cache = "none";
+  std::string cache_budget = "4GiB";
+  std::string cache_file;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--data", data, "folder with one sub-folder per class")->required()->check(CLI::ExistingDirectory);
@@ -32,6 +36,9 @@ struct LoaderFlags {
     cmd.add_option("--label-mode", label_mode, "binary|categorical|sparse|none")->capture_default_str();
     cmd.add_option("--on-bad-sample", on_bad_sample, "fail|skip")->capture_default_str();
     cmd.add_flag("--keep-aspect-ratio", keep_aspect_ratio, "centre-crop to the target aspect ratio first");
+    cmd.add_option("--cache", cache, "keep samples across epochs: none|encoded|decoded")->capture_default_str();
+    cmd.add_option("--cache-budget", cache_budget, "RAM for the cache, e.g. 8GiB")->capture_default_str();
+    cmd.add_option("--cache-file", cache_file, "cache file to start warm from and to write after an epoch");
   }
 
   LoaderOptions options() const {
@@ -45,6 +52,12 @@ struct LoaderFlags {
     o.label_mode = parse_label_mode(label_mode);
     o.on_bad_sample = parse_bad_sample_policy(on_bad_sample);
     o.keep_aspect_ratio = keep_aspect_ratio;
+    o.cache.kind = parse_cache_kind(cache);
+    o.cache.budget_bytes = parse_byte_size(cache_budget);
+    o.cache.file = cache_file;
+    if (!cache_file.empty() && o.cache.kind == CacheKind::None) {
+      throw InvalidArgument("--cache-file needs --cache encoded or --cache decoded");
+    }
     return o;
   }
 };

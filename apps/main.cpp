@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   stoker::app::add_load_command(app);
   stoker::app::add_bench_command(app);
+  stoker::app::add_cache_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -31,7 +31,8 @@ struct FileHeader {
   std::uint64_t data_size;
   std::uint64_t file_size;
   std::uint64_t index_checksum;  // over the index records and the path strings
-  std::uint8_t reserved[32];
+  std::uint64_t transform;       // CacheKey::transform
+  std::uint8_t reserved[24];
   std::uint64_t header_checksum;  // over every byte above
 };
 static_assert(sizeof(FileHeader) == 128);
@@ -144,12 +145,14 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     return stale("truncated or torn: " + std::to_string(size_) + " bytes, the header says " +
                  std::to_string(h.file_size));
   }
-  key_ = CacheKey{static_cast<CacheKind>(h.kind), static_cast<int>(h.min_height), static_cast<int>(h.min_width)};
+  key_ = CacheKey{static_cast<CacheKind>(h.kind), static_cast<int>(h.min_height), static_cast<int>(h.min_width),
+                  h.transform};
   if (expected && !(key_ == *expected)) {
-    return stale(std::string("built for a ") + to_string(key_.kind) + " cache at minimum size " +
-                 std::to_string(key_.min_height) + "x" + std::to_string(key_.min_width) + ", this run needs " +
-                 to_string(expected->kind) + " at " + std::to_string(expected->min_height) + "x" +
-                 std::to_string(expected->min_width));
+    auto describe = [](const CacheKey& k) {
+      return std::string(to_string(k.kind)) + " cache at minimum size " + std::to_string(k.min_height) + "x" +
+             std::to_string(k.min_width) + (k.transform ? " (transform outputs)" : "");
+    };
+    return stale("built for a " + describe(key_) + ", this run needs a " + describe(*expected));
   }
   const std::uint64_t index_bytes = h.entry_count * sizeof(FileRecord);
   if (h.entry_count > size_ / sizeof(FileRecord) || h.index_offset != sizeof(FileHeader) ||
@@ -224,6 +227,7 @@ void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
   h.kind = static_cast<std::uint32_t>(key.kind);
   h.min_height = static_cast<std::uint32_t>(key.min_height);
   h.min_width = static_cast<std::uint32_t>(key.min_width);
+  h.transform = key.transform;
   h.entry_count = records.size();
   h.index_offset = sizeof(FileHeader);
   h.strings_offset = h.index_offset + index.size() * sizeof(FileRecord);

@@ -15,6 +15,7 @@
 #include <tbb/task_arena.h>
 
 #include "stoker/error.hpp"
+#include "stoker/cache/cache_file.hpp"
 #include "stoker/pipeline/plan.hpp"
 
 namespace stoker {
@@ -128,6 +129,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::int64_t batches_per_epoch_ = 0;
 
   std::unique_ptr<SampleCache> cache_;  // null without CacheKind
+  bool cache_outputs_ = false;          // decoded cache of the transform's output (see CacheKey)
 
   struct Counters {
     std::atomic<std::uint64_t> files{0}, bytes{0}, decoded{0}, skipped{0}, batches{0}, cache_hits{0}, cache_misses{0};
@@ -212,10 +214,14 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   }
 
   if (o.cache.kind != CacheKind::None) {
-    // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size.
+    // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size;
+    // behind a deterministic uint8 transform they are the transform's output, one copy from a slot.
     const bool decoded = o.cache.kind == CacheKind::Decoded;
-    const CacheKey key{o.cache.kind, decoded ? transform_->min_decode_height() : 0,
-                       decoded ? transform_->min_decode_width() : 0};
+    const std::string identity = transform_->cache_identity();
+    cache_outputs_ = decoded && !identity.empty() && shape_.dtype == DType::U8 && shape_.layout == Layout::NHWC;
+    CacheKey key{o.cache.kind, decoded ? transform_->min_decode_height() : 0,
+                 decoded ? transform_->min_decode_width() : 0, 0};
+    if (cache_outputs_) key.transform = std::max<std::uint64_t>(1, checksum64(identity.data(), identity.size()));
     std::vector<std::string> paths;
     paths.reserve(dataset_.size());
     for (const auto& s : dataset_.samples) paths.push_back(s.path);
@@ -340,42 +346,60 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
   if (!local) local = std::make_unique<ThreadScratch>(options_.limits);
   const Sample& item = dataset_.samples[sample];
 
-  // Decoded hit: neither read nor decode. Encoded hit: decode only. Miss: both, then offer the
-  // result to the cache (only after a successful decode, so bad files are never cached).
+  std::byte* slot = s.pixels + shape_.bytes() * static_cast<std::size_t>(position);
   std::optional<CachedSample> hit;
   if (cache_) {
     hit = cache_->find(sample);
     (hit ? counters_.cache_hits : counters_.cache_misses) += 1;
   }
-  ImageView image;
-  if (hit && cache_->key().kind == CacheKind::Decoded) {
-    image = hit->decoded;
+
+  if (hit && cache_outputs_) {
+    // The transform's output was cached: the warm path is one copy into the slot.
+    const auto t0 = Clock::now();
+    std::memcpy(slot, hit->decoded.data, shape_.bytes());
+    counters_.transform_ns += elapsed_ns(t0);
   } else {
+    // Decoded hit: no read, no decode. Encoded hit: decode only. Miss: read and decode, then offer
+    // the result to the cache (after a successful decode, so a bad file is never cached).
+    ImageView image;
     std::span<const std::uint8_t> bytes;
     SourceStamp stamp;
-    if (hit) {
-      bytes = hit->encoded;
+    if (hit && cache_->key().kind == CacheKind::Decoded) {
+      image = hit->decoded;
     } else {
+      if (hit) {
+        bytes = hit->encoded;
+      } else {
+        const auto t0 = Clock::now();
+        stamp = read_file(item.path, local->file);
+        counters_.read_ns += elapsed_ns(t0);
+        counters_.files += 1;
+        counters_.bytes += local->file.size();
+        bytes = local->file;
+      }
       const auto t0 = Clock::now();
-      stamp = read_file(item.path, local->file);
-      counters_.read_ns += elapsed_ns(t0);
-      counters_.files += 1;
-      counters_.bytes += local->file.size();
-      bytes = local->file;
+      image = local->decoder.decode(bytes, item.path, transform_->min_decode_height(), transform_->min_decode_width());
+      counters_.decode_ns += elapsed_ns(t0);
     }
     const auto t0 = Clock::now();
-    image = local->decoder.decode(bytes, item.path, transform_->min_decode_height(), transform_->min_decode_width());
-    counters_.decode_ns += elapsed_ns(t0);
+    transform_->apply(image, SampleContext{options_.seed, s.epoch, static_cast<std::int64_t>(sample)}, slot);
+    counters_.transform_ns += elapsed_ns(t0);
+
     if (cache_ && !hit) {
-      if (cache_->key().kind == CacheKind::Encoded) cache_->admit_encoded(sample, bytes, stamp);
-      else cache_->admit_decoded(sample, image, stamp);
+      switch (cache_->key().kind) {
+        case CacheKind::Encoded: cache_->admit_encoded(sample, bytes, stamp); break;
+        case CacheKind::Decoded:
+          cache_->admit_decoded(sample,
+                                cache_outputs_ ? ImageView{reinterpret_cast<const std::uint8_t*>(slot), shape_.height,
+                                                           shape_.width, shape_.channels,
+                                                           static_cast<std::size_t>(shape_.width) * 3}
+                                               : image,
+                                stamp);
+          break;
+        case CacheKind::None: break;
+      }
     }
   }
-
-  const auto t0 = Clock::now();
-  transform_->apply(image, SampleContext{options_.seed, s.epoch, static_cast<std::int64_t>(sample)},
-                    s.pixels + shape_.bytes() * static_cast<std::size_t>(position));
-  counters_.transform_ns += elapsed_ns(t0);
 
   const auto p = static_cast<std::size_t>(position);
   s.classes[p] = item.label;

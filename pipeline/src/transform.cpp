@@ -75,6 +75,11 @@ ResizeTransform::ResizeTransform(int height, int width, Interpolation interpolat
   }
 }
 
+std::string ResizeTransform::cache_identity() const {
+  return "resize " + std::to_string(shape_.height) + "x" + std::to_string(shape_.width) + " " +
+         to_string(interpolation_) + (keep_aspect_ratio_ ? " keep-aspect" : "");
+}
+
 void ResizeTransform::apply(const ImageView& src, const SampleContext&, std::byte* dst) const {
   if (src.channels != 3) throw InvalidArgument("ResizeTransform expects 3 channels, received " + std::to_string(src.channels));
   cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);

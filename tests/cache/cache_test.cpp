@@ -97,6 +97,40 @@ TEST(DecodedCache, SecondEpochReadsNoFileAndMatchesTheUncachedPath) {
   EXPECT_GT(st.cache_bytes_held, ds.size() * 24u * 32u * 3u);
 }
 
+// A transform with per-epoch randomness: the decoded cache must then keep the decoder's output and
+// run the transform every epoch.
+class EpochTintedResize final : public SampleTransform {
+ public:
+  EpochTintedResize() : resize_(24, 32) {}
+  SampleShape output_shape() const override { return resize_.output_shape(); }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override {
+    resize_.apply(src, ctx, dst);
+    dst[0] = static_cast<std::byte>(ctx.epoch * 31 + static_cast<std::uint64_t>(ctx.sample_id));
+  }
+
+ private:
+  ResizeTransform resize_;
+};
+
+TEST(DecodedCache, WithARandomTransformKeepsDecodedImagesAndStillTransformsEveryEpoch) {
+  Photos photos;
+  const Dataset ds = photos.dataset();
+  auto plain_options = options(CacheKind::None);
+  plain_options.transform = std::make_shared<EpochTintedResize>();
+  auto cached_options = options(CacheKind::Decoded);
+  cached_options.transform = plain_options.transform;
+  Loader plain(ds, plain_options);
+  Loader cached(ds, cached_options);
+  run_epoch(cached, 0);
+  // The decoder's output (80 wide → 40 after DCT scaling, >= 24x32), not the 24x32 output, is held.
+  EXPECT_GT(cached.stats().cache_bytes_held, ds.size() * 24u * 32u * 3u * 5u / 4u);
+  cached.reset_stats();
+  EXPECT_EQ(run_epoch(cached, 1), run_epoch(plain, 1));
+  EXPECT_EQ(cached.stats().files_read, 0u);
+  EXPECT_EQ(cached.stats().decode_seconds, 0.0);
+  EXPECT_GT(cached.stats().transform_seconds, 0.0);
+}
+
 TEST(EncodedCache, SecondEpochDecodesFromRamAndMatches) {
   Photos photos;
   const Dataset ds = photos.dataset();

@@ -45,6 +45,9 @@ struct CacheKey {
   CacheKind kind = CacheKind::None;
   int min_height = 0;  // the decoder's minimum size (DCT scaling) for decoded entries
   int min_width = 0;
+  // Decoded entries hold the transform's output when the transform is deterministic: then this is
+  // a hash of SampleTransform::cache_identity(); 0 means entries hold the decoder's output.
+  std::uint64_t transform = 0;
   friend bool operator==(const CacheKey&, const CacheKey&) = default;
 };
 

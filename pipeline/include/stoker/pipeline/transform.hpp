@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "stoker/pipeline/image.hpp"
 
@@ -33,6 +34,11 @@ class SampleTransform {
   virtual int min_decode_height() const { return output_shape().height; }
   virtual int min_decode_width() const { return output_shape().width; }
 
+  // Non-empty when apply() ignores the context (no randomness) and the output is uint8 NHWC: then
+  // a decoded cache keeps the output itself, and a warm epoch is a copy. Two transforms with the
+  // same identity must produce the same output.
+  virtual std::string cache_identity() const { return {}; }
+
   // Writes exactly output_shape().bytes() bytes to dst. Must be thread-safe (called concurrently
   // for different samples) and deterministic in (src, ctx). Throws stoker::Error on failure.
   virtual void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const = 0;
@@ -45,6 +51,7 @@ class ResizeTransform final : public SampleTransform {
   ResizeTransform(int height, int width, Interpolation interpolation = Interpolation::Nearest,
                   bool keep_aspect_ratio = false);
   SampleShape output_shape() const override { return shape_; }
+  std::string cache_identity() const override;
   void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override;
 
  private:
