@@ -143,7 +143,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{6, 6, 70, 20, 1, 2, 1, true, false, 1},   // 1×1 stride 2
                       ConvCase{8, 8, 5, 0, 3, 2, 1, true, true, 1},      // depthwise, asymmetric 'same'
                       ConvCase{7, 9, 3, 0, 3, 2, 1, true, true, 3},      // depthwise multiplier 3
-                      ConvCase{9, 9, 4, 0, 5, 1, 1, false, true, 2}));   // depthwise 'valid'
+                      ConvCase{9, 9, 4, 0, 5, 1, 1, false, true, 2},     // depthwise 'valid'
+                      ConvCase{12, 11, 20, 0, 3, 2, 1, true, true, 1},   // 3×3 fast path: 8-channel blocks + tail
+                      ConvCase{9, 10, 16, 0, 3, 1, 2, true, true, 1},    // 3×3 fast path, dilated
+                      ConvCase{10, 10, 24, 0, 3, 1, 1, false, true, 1},  // 3×3 fast path, 'valid'
+                      ConvCase{13, 7, 8, 0, 3, 2, 1, false, true, 1}));  // 3×3 fast path, stride 2 'valid'
 
 TEST(Pooling, MaxAndAverageSameExcludePadding) {
   for (auto kind : {LayerKind::MaxPooling2D, LayerKind::AveragePooling2D}) {

@@ -152,7 +152,7 @@ TEST(RealModels, MobileNetMatchesKerasReference) {
 TEST(RealModels, MobileNetCpuThroughput) {
   REQUIRE_SHARED(shared);
   Model backbone = load_model(shared / "models" / "keras" / "mobilenet_v2_0.35_224_3class.h5").cut_at("sequential_9");
-  const int batch = 32, batches = 3;
+  const int batch = 32, batches = 6;
   std::vector<float> x(static_cast<std::size_t>(batch) * 224 * 224 * 3);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 255) / 127.5f - 1.0f;
   backbone.forward(x.data(), batch);  // warm-up (compiles the backend)

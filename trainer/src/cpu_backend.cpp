@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <tbb/blocked_range.h>
@@ -16,6 +17,7 @@
 #include <stoker/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
+#include "cpu_depthwise.hpp"
 #include "cpu_gemm.hpp"
 #include "import.hpp"
 
@@ -308,30 +310,49 @@ class CpuBackend final : public Backend {
     ops_.push_back(std::move(op));
   }
 
+  // Activation buffers come from a per-thread free list, so steady-state forward passes do not
+  // allocate (or page-fault fresh memory) per op.
+  struct BufferPool {
+    std::vector<std::pair<std::size_t, std::unique_ptr<float[]>>> free;  // (capacity, buffer)
+    std::pair<std::size_t, std::unique_ptr<float[]>> take(std::size_t n) {
+      std::size_t best = free.size();
+      for (std::size_t i = 0; i < free.size(); ++i)
+        if (free[i].first >= n && (best == free.size() || free[i].first < free[best].first)) best = i;
+      if (best == free.size()) return {n, std::unique_ptr<float[]>(new float[n])};
+      auto b = std::move(free[best]);
+      free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
+      return b;
+    }
+    void give(std::pair<std::size_t, std::unique_ptr<float[]>> b) {
+      if (!b.second) return;
+      free.push_back(std::move(b));
+      if (free.size() > 64) free.erase(free.begin());  // bound what an idle thread keeps
+    }
+  };
+
   void run_chunk(const float* input, int b0, int nb, std::vector<Tensor>& outs) const {
-    std::vector<std::vector<float>> buffers(slot_size_.size());
+    thread_local BufferPool pool;
+    std::vector<std::pair<std::size_t, std::unique_ptr<float[]>>> buffers(slot_size_.size());
     std::vector<const float*> values(slot_size_.size(), nullptr);
     std::vector<int> uses = slot_uses_;
     values[static_cast<std::size_t>(input_slot_)] = input;
+    std::vector<const float*> ins;
     for (const Op& op : ops_) {
       auto& buf = buffers[static_cast<std::size_t>(op.out)];
-      buf.resize(op.out_size * static_cast<std::size_t>(nb));
-      std::vector<const float*> ins;
+      buf = pool.take(op.out_size * static_cast<std::size_t>(nb));
+      ins.clear();
       for (int s : op.in) ins.push_back(values[static_cast<std::size_t>(s)]);
-      run_op(op, ins, buf.data(), nb);
-      values[static_cast<std::size_t>(op.out)] = buf.data();
-      for (int s : op.in) {
-        if (--uses[static_cast<std::size_t>(s)] == 0) {
-          auto& b = buffers[static_cast<std::size_t>(s)];
-          std::vector<float>().swap(b);
-        }
-      }
+      run_op(op, ins, buf.second.get(), nb);
+      values[static_cast<std::size_t>(op.out)] = buf.second.get();
+      for (int s : op.in)
+        if (--uses[static_cast<std::size_t>(s)] == 0) pool.give(std::move(buffers[static_cast<std::size_t>(s)]));
     }
     for (std::size_t i = 0; i < outputs_.size(); ++i) {
       const float* src = values[static_cast<std::size_t>(outputs_[i])];
       const std::size_t per = slot_size_[static_cast<std::size_t>(outputs_[i])];
       std::memcpy(outs[i].data.data() + static_cast<std::size_t>(b0) * per, src, per * static_cast<std::size_t>(nb) * sizeof(float));
     }
+    for (auto& b : buffers) pool.give(std::move(b));
   }
 
   static void run_op(const Op& op, const std::vector<const float*>& in, float* out, int nb) {
@@ -406,6 +427,13 @@ class CpuBackend final : public Backend {
         const std::size_t n = line / op.oh;
         const int oy = static_cast<int>(line % op.oh);
         float* yl = y + line * op.ow * oc;
+        if (op.kh == 3 && op.kw == 3 && op.mult == 1) {
+          const cpu::DepthwiseGeometry geo{op.h, op.w, op.c, op.ow, op.sh, op.sw, op.dh, op.dw, op.pt, op.pl};
+          cpu::depthwise3x3_line(x + n * op.h * op.w * op.c, geo, oy, op.weights.data(),
+                                 op.bias.empty() ? nullptr : op.bias.data(), yl);
+          apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
+          continue;
+        }
         for (int ox = 0; ox < op.ow; ++ox) {
           float* acc = yl + static_cast<std::size_t>(ox) * oc;
           if (op.bias.empty()) std::fill(acc, acc + oc, 0.0f);

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+// The 32-byte vector type is only passed between always-inline helpers; the ABI note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace stoker::trainer::cpu {
 namespace {
 
