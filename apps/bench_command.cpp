@@ -20,6 +20,9 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "commands.hpp"
 #include "loader_flags.hpp"
 #include "stoker/error.hpp"
@@ -34,6 +37,7 @@ struct BenchArgs {
   std::vector<int> threads;
   int repeat = 3;
   std::string json;
+  std::vector<std::string> suites = {"loader", "cache"};
 };
 
 double median(std::vector<double> v) {
@@ -97,12 +101,83 @@ double raw_decode_img_per_s(const std::vector<std::vector<std::uint8_t>>& files,
   return static_cast<double>(files.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+void loader_suite(const BenchArgs& args, const Dataset& ds, const std::vector<int>& thread_counts,
+                  nlohmann::json& report);
+
 double loader_img_per_s(Loader& loader, std::uint64_t epoch) {
   const auto t0 = Clock::now();
   loader.begin_epoch(epoch);
   std::size_t n = 0;
   while (auto b = loader.next()) n += static_cast<std::size_t>(b->size());
   return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Asks the kernel to drop the dataset's files from the page cache, so the next read hits the disk.
+void evict_from_page_cache(const Dataset& ds) {
+  for (const auto& s : ds.samples) {
+    const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Issue 3's figures: a cold epoch, a second epoch with each cache kind, and a fresh loader (as a
+// second process would) starting from the cache file; all at the widest thread count.
+void cache_suite(const BenchArgs& args, const Dataset& ds, int threads, nlohmann::json& report) {
+  LoaderOptions base = args.loader.options();
+  base.threads = threads;
+  auto median_epochs = [&](Loader& loader, std::uint64_t first) {
+    std::vector<double> runs;
+    for (int r = 0; r < args.repeat; ++r) runs.push_back(loader_img_per_s(loader, first + static_cast<std::uint64_t>(r)));
+    return median(runs);
+  };
+  std::vector<std::pair<std::string, double>> rows;
+
+  {
+    Loader loader(ds, base);
+    std::vector<double> runs;
+    for (int r = 0; r < args.repeat; ++r) {
+      evict_from_page_cache(ds);
+      runs.push_back(loader_img_per_s(loader, static_cast<std::uint64_t>(r)));
+    }
+    rows.emplace_back("epoch 1, cold (files evicted from the page cache)", median(runs));
+    rows.emplace_back("epoch 2+, no cache (files in the page cache)", median_epochs(loader, 100));
+  }
+  for (CacheKind kind : {CacheKind::Encoded, CacheKind::Decoded}) {
+    LoaderOptions o = base;
+    o.cache.kind = kind;
+    Loader loader(ds, o);
+    loader_img_per_s(loader, 0);  // epoch 1 fills the cache
+    rows.emplace_back(std::string("epoch 2+, ") + to_string(kind) + " cache in RAM", median_epochs(loader, 1));
+  }
+  const std::string file = "/tmp/stoker-bench-" + std::to_string(::getpid()) + ".cache";
+  {
+    LoaderOptions o = base;
+    o.cache.kind = CacheKind::Decoded;
+    o.cache.file = file;
+    {
+      Loader writer(ds, o);
+      loader_img_per_s(writer, 0);  // writes the file at the end of the epoch
+    }
+    std::vector<double> first_epochs;
+    for (int r = 0; r < args.repeat; ++r) {
+      Loader fresh(ds, o);  // opens and maps the file anew, like a new process
+      first_epochs.push_back(loader_img_per_s(fresh, 0));
+      if (fresh.stats().files_read != 0) throw Error("bench: the cache file did not cover the dataset");
+    }
+    rows.emplace_back("epoch 1 of a new loader from the decoded cache file", median(first_epochs));
+  }
+  std::remove(file.c_str());
+
+  const double cold = rows[0].second;
+  const std::string title = "cache (threads " + std::to_string(threads) + ")";
+  std::printf("\n%-56s %12s %10s\n", title.c_str(), "img/s", "vs cold");
+  for (const auto& [name, rate] : rows) {
+    std::printf("%-56s %12.0f %9.1fx\n", name.c_str(), rate, rate / cold);
+    report["cache"].push_back({{"config", name}, {"threads", threads}, {"img_per_s", rate}, {"vs_cold", rate / cold}});
+  }
 }
 
 void run_bench(const BenchArgs& args) {
@@ -126,6 +201,20 @@ void run_bench(const BenchArgs& args) {
   report["image_size"] = args.loader.image_size;
   report["batch_size"] = args.loader.batch_size;
 
+  const auto wants = [&](const char* suite) {
+    return std::find(args.suites.begin(), args.suites.end(), suite) != args.suites.end();
+  };
+  if (wants("loader")) loader_suite(args, ds, thread_counts, report);
+  if (wants("cache")) cache_suite(args, ds, thread_counts.back(), report);
+  if (!args.json.empty()) {
+    std::ofstream(args.json) << report.dump(2) << "\n";
+    std::printf("wrote %s\n", args.json.c_str());
+  }
+}
+
+// Issue 2's figures: loader vs the raw decode limit per thread count, and peak resident memory.
+void loader_suite(const BenchArgs& args, const Dataset& ds, const std::vector<int>& thread_counts,
+                  nlohmann::json& report) {
   // Loader first, so the process's peak resident memory reflects the loader alone.
   const double baseline_rss = peak_rss_mib();
   std::vector<double> loader_rate;
@@ -166,10 +255,6 @@ void run_bench(const BenchArgs& args) {
   report["baseline_rss_mib"] = baseline_rss;
   report["loader_peak_rss_mib"] = loader_peak_rss;
   report["batch_buffer_mib"] = static_cast<double>(buffer_bytes) / (1 << 20);
-  if (!args.json.empty()) {
-    std::ofstream(args.json) << report.dump(2) << "\n";
-    std::printf("wrote %s\n", args.json.c_str());
-  }
 }
 
 }  // namespace
@@ -181,6 +266,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--threads-list", args->threads, "thread counts to measure (default 1, 2, 4, … all)");
   cmd->add_option("--repeat", args->repeat, "timed runs per figure (median reported)")->capture_default_str();
   cmd->add_option("--json", args->json, "also write the results as JSON to this file");
+  cmd->add_option("--suite", args->suites, "which figures: loader, cache (default both)");
   cmd->callback([args] { run_bench(*args); });
 }
 
