@@ -147,7 +147,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{12, 11, 20, 0, 3, 2, 1, true, true, 1},   // 3×3 fast path: 8-channel blocks + tail
                       ConvCase{9, 10, 16, 0, 3, 1, 2, true, true, 1},    // 3×3 fast path, dilated
                       ConvCase{10, 10, 24, 0, 3, 1, 1, false, true, 1},  // 3×3 fast path, 'valid'
-                      ConvCase{13, 7, 8, 0, 3, 2, 1, false, true, 1}));  // 3×3 fast path, stride 2 'valid'
+                      ConvCase{13, 7, 8, 0, 3, 2, 1, false, true, 1}),   // 3×3 fast path, stride 2 'valid'
+    [](const ::testing::TestParamInfo<ConvCase>& info) {
+      const auto& p = info.param;
+      return std::string(p.depthwise ? "dw" : "conv") + "_" + std::to_string(p.h) + "x" + std::to_string(p.w) + "x" +
+             std::to_string(p.c) + "_k" + std::to_string(p.k) + "s" + std::to_string(p.s) + "d" + std::to_string(p.d) +
+             (p.same ? "_same" : "_valid") + (p.depthwise ? "_m" + std::to_string(p.mult) : "_f" + std::to_string(p.filters));
+    });
 
 TEST(Pooling, MaxAndAverageSameExcludePadding) {
   for (auto kind : {LayerKind::MaxPooling2D, LayerKind::AveragePooling2D}) {

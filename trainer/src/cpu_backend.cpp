@@ -178,31 +178,32 @@ class CpuBackend final : public Backend {
           continue;
         case LayerKind::BatchNormalization: {
           const std::size_t c = static_cast<std::size_t>(in_shape.back());
-          std::vector<float> scale(c), shift(c);
+          // Keras: (x - mean) / sqrt(var + eps) * gamma + beta. Folded constants are computed in
+          // double and rounded once.
+          std::vector<double> scale(c), shift(c);
           const Weight* gamma = node.weight("gamma");
           const Weight* beta = node.weight("beta");
           const float* mean = node.weight("moving_mean")->ptr();
           const float* var = node.weight("moving_variance")->ptr();
           for (std::size_t i = 0; i < c; ++i) {
-            // Keras: (x - mean) / sqrt(var + eps) * gamma + beta, in float32.
-            const float inv = 1.0f / std::sqrt(var[i] + node.epsilon);
-            scale[i] = (gamma ? gamma->ptr()[i] : 1.0f) * inv;
-            shift[i] = (beta ? beta->ptr()[i] : 0.0f) - mean[i] * scale[i];
+            scale[i] = (gamma ? double(gamma->ptr()[i]) : 1.0) / std::sqrt(double(var[i]) + double(node.epsilon));
+            shift[i] = (beta ? double(beta->ptr()[i]) : 0.0) - double(mean[i]) * scale[i];
           }
           Op* p = options_.fold_batch_norm ? fusable_producer(in_slot(0)) : nullptr;
           if (p && (p->type == OpType::Conv || p->type == OpType::Depthwise || p->type == OpType::Dense)) {
             const std::size_t cols = c;
             if (p->bias.empty()) p->bias.assign(cols, 0.0f);
             for (std::size_t r = 0; r < p->weights.size() / cols; ++r)
-              for (std::size_t j = 0; j < cols; ++j) p->weights[r * cols + j] *= scale[j];
-            for (std::size_t j = 0; j < cols; ++j) p->bias[j] = p->bias[j] * scale[j] + shift[j];
+              for (std::size_t j = 0; j < cols; ++j)
+                p->weights[r * cols + j] = static_cast<float>(p->weights[r * cols + j] * scale[j]);
+            for (std::size_t j = 0; j < cols; ++j) p->bias[j] = static_cast<float>(p->bias[j] * scale[j] + shift[j]);
             alias(in_slot(0));
             continue;
           }
           Op op;
           op.type = OpType::Scale;
-          op.scale = std::move(scale);
-          op.bias = std::move(shift);
+          op.scale.assign(scale.begin(), scale.end());
+          op.bias.assign(shift.begin(), shift.end());
           op.c = static_cast<int>(c);
           add_op(std::move(op), node, {in_slot(0)}, nid, slot_of, producer, slot_readers, consumers);
           continue;
@@ -436,8 +437,7 @@ class CpuBackend final : public Backend {
         }
         for (int ox = 0; ox < op.ow; ++ox) {
           float* acc = yl + static_cast<std::size_t>(ox) * oc;
-          if (op.bias.empty()) std::fill(acc, acc + oc, 0.0f);
-          else std::copy(op.bias.begin(), op.bias.end(), acc);
+          std::fill(acc, acc + oc, 0.0f);
           for (int ky = 0; ky < op.kh; ++ky) {
             const int iy = oy * op.sh - op.pt + ky * op.dh;
             if (iy < 0 || iy >= op.h) continue;
@@ -454,6 +454,8 @@ class CpuBackend final : public Backend {
               }
             }
           }
+          if (!op.bias.empty())
+            for (int c = 0; c < oc; ++c) acc[c] += op.bias[static_cast<std::size_t>(c)];
         }
         apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
       }

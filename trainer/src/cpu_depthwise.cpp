@@ -38,7 +38,7 @@ void line_impl(const float* x, const DepthwiseGeometry& g, int oy, const float* 
     for (int t = 0; t < 9; ++t) wv[t] = load8(k + t * c + c0);
     const v8 bv = bias ? load8(bias + c0) : v8{};
     for (int ox = 0; ox < g.ow; ++ox) {
-      v8 acc = bv;
+      v8 acc{};  // bias last, see cpu_gemm.cpp
       const int ix0 = ox * g.sw - g.pl;
 #pragma GCC unroll 3
       for (int ky = 0; ky < 3; ++ky) {
@@ -50,12 +50,12 @@ void line_impl(const float* x, const DepthwiseGeometry& g, int oy, const float* 
           acc += load8(rows[ky] + static_cast<long>(ix) * c + c0) * wv[ky * 3 + kx];
         }
       }
-      store8(y + static_cast<long>(ox) * c + c0, acc);
+      store8(y + static_cast<long>(ox) * c + c0, acc + bv);
     }
   }
   for (; c0 < c; ++c0) {  // channels past the last multiple of 8
     for (int ox = 0; ox < g.ow; ++ox) {
-      float acc = bias ? bias[c0] : 0.0f;
+      float acc = 0.0f;
       const int ix0 = ox * g.sw - g.pl;
       for (int ky = 0; ky < 3; ++ky) {
         if (!rows[ky]) continue;
@@ -65,7 +65,7 @@ void line_impl(const float* x, const DepthwiseGeometry& g, int oy, const float* 
           acc += rows[ky][static_cast<long>(ix) * c + c0] * k[(ky * 3 + kx) * c + c0];
         }
       }
-      y[static_cast<long>(ox) * c + c0] = acc;
+      y[static_cast<long>(ox) * c + c0] = acc + (bias ? bias[c0] : 0.0f);
     }
   }
 }

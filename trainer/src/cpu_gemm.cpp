@@ -23,11 +23,11 @@ inline __attribute__((always_inline)) void store8(float* p, v8 v) { std::memcpy(
 template <int R>
 inline __attribute__((always_inline)) void micro(int k, const float* a, int lda, const float* bp,
                                                  const float* bias, float* out, int ldo) {
+  // The bias is added after the dot product: starting from it would round every partial sum at the
+  // bias' magnitude (folded BatchNormalization shifts can be much larger than the result).
   v8 acc[R][2];
-  const v8 b0init = bias ? load8(bias) : v8{};
-  const v8 b1init = bias ? load8(bias + 8) : v8{};
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = b0init, acc[r][1] = b1init;
+  for (int r = 0; r < R; ++r) acc[r][0] = v8{}, acc[r][1] = v8{};
   for (int p = 0; p < k; ++p) {
     const v8 b0 = load8(bp + p * kPanel);
     const v8 b1 = load8(bp + p * kPanel + 8);
@@ -38,8 +38,12 @@ inline __attribute__((always_inline)) void micro(int k, const float* a, int lda,
       acc[r][1] += av * b1;
     }
   }
+  const v8 b0 = bias ? load8(bias) : v8{};
+  const v8 b1 = bias ? load8(bias + 8) : v8{};
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
+    acc[r][0] += b0;
+    acc[r][1] += b1;
     store8(out + r * ldo, acc[r][0]);
     store8(out + r * ldo + 8, acc[r][1]);
   }
