@@ -50,9 +50,10 @@ Scratch& scratch() {
 // One warp: steps through the shared fixed-point coordinates (pixel.hpp) row by row; pixels whose
 // four taps lie inside the source take the inline path, the others (borders, fill modes, nearest
 // interpolation) the shared per-pixel function. Bit-identical to the reference executor.
+// lut (optional, [CN][256]): a per-value photometric table applied as each pixel is stored.
 template <int CN>
 void warp_rows(const AugmentPlan& p, const augment::PixelSource& ps, const augment::Affine& a, bool truncate,
-               std::uint8_t* out) {
+               const std::uint8_t* lut, std::uint8_t* out) {
   using augment::kCoordBits;
   using augment::kWeightBits;
   constexpr int kOne = augment::kWeightOne;
@@ -60,31 +61,57 @@ void warp_rows(const AugmentPlan& p, const augment::PixelSource& ps, const augme
   const long long ylim = static_cast<long long>(ps.height - 1) << kCoordBits;
   const int bias = truncate ? 0 : (1 << (2 * kWeightBits - 1));
   const bool bilinear = p.interpolation_order == 1;
+  const augment::FillMode mode = p.fill_mode;
+  const std::uint8_t cval = augment::cval_u8(p);
   for (int y = 0; y < p.out_height; ++y) {
     const augment::FixedRow r = augment::fixed_row(a, y);
     long long X = r.x0, Y = r.y0;
     std::uint8_t* o = out + static_cast<std::size_t>(y) * p.out_width * CN;
     for (int x = 0; x < p.out_width; ++x, X += r.dx, Y += r.dy, o += CN) {
-      if (bilinear && X >= 0 && X < xlim && Y >= 0 && Y < ylim) {
-        const int fx = static_cast<int>((X >> (kCoordBits - kWeightBits)) & (kOne - 1));
-        const int fy = static_cast<int>((Y >> (kCoordBits - kWeightBits)) & (kOne - 1));
-        const std::uint8_t* p0 =
-            ps.data + static_cast<std::size_t>(Y >> kCoordBits) * ps.row_stride + static_cast<std::size_t>(X >> kCoordBits) * CN;
-        const std::uint8_t* p1 = p0 + ps.row_stride;
-        for (int c = 0; c < CN; ++c) {
-          const int top = p0[c] * (kOne - fx) + p0[c + CN] * fx;
-          const int bot = p1[c] * (kOne - fx) + p1[c + CN] * fx;
-          o[c] = static_cast<std::uint8_t>((top * (kOne - fy) + bot * fy + bias) >> (2 * kWeightBits));
-        }
-      } else {
+      if (!bilinear) {
         augment::sample_fixed(ps, p, X, Y, truncate, o);
+        continue;
       }
+      long long xc = X, yc = Y;
+      if (!(X >= 0 && X < xlim && Y >= 0 && Y < ylim)) {
+        // Borders: nearest and constant inline (the same arithmetic as sample_fixed), the
+        // others through the shared function.
+        if (mode == augment::FillMode::Nearest) {
+          xc = X < 0 ? 0 : (X > xlim ? xlim : X);
+          yc = Y < 0 ? 0 : (Y > ylim ? ylim : Y);
+        } else if (mode == augment::FillMode::Constant) {
+          if (X < 0 || X > xlim || Y < 0 || Y > ylim) {
+            for (int c = 0; c < CN; ++c) o[c] = cval;
+            continue;
+          }
+        } else {
+          augment::sample_fixed(ps, p, X, Y, truncate, o);
+          continue;
+        }
+      }
+      const long long sx = xc >> kCoordBits, sy = yc >> kCoordBits;
+      const int fx = static_cast<int>((xc >> (kCoordBits - kWeightBits)) & (kOne - 1));
+      const int fy = static_cast<int>((yc >> (kCoordBits - kWeightBits)) & (kOne - 1));
+      const std::uint8_t* p0 = ps.data + static_cast<std::size_t>(sy) * ps.row_stride + static_cast<std::size_t>(sx) * CN;
+      const std::size_t right = sx + 1 < ps.width ? CN : 0;
+      const std::uint8_t* p1 = sy + 1 < ps.height ? p0 + ps.row_stride : p0;
+      for (int c = 0; c < CN; ++c) {
+        const int top = p0[c] * (kOne - fx) + p0[c + right] * fx;
+        const int bot = p1[c] * (kOne - fx) + p1[c + right] * fx;
+        o[c] = static_cast<std::uint8_t>((top * (kOne - fy) + bot * fy + bias) >> (2 * kWeightBits));
+      }
+    }
+    if (lut) {
+      std::uint8_t* row = out + static_cast<std::size_t>(y) * p.out_width * CN;
+      for (int i = 0; i < p.out_width * CN; i += CN)
+        for (int c = 0; c < CN; ++c) row[i + c] = lut[c * 256 + row[i + c]];
     }
   }
 }
 
 // The geometric part: src -> out (uint8, out_height x out_width, interleaved).
-void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& src, std::uint8_t* out_data) {
+void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& src, std::uint8_t* out_data,
+                  const std::uint8_t* lut = nullptr) {
   const int cn = p.channels;
   const cv::Mat srcm(src.height, src.width, CV_8UC(cn), const_cast<std::uint8_t*>(src.data), src.row_stride);
   cv::Mat out(p.out_height, p.out_width, CV_8UC(cn), out_data);
@@ -117,14 +144,19 @@ void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& 
         for (int x = 0; x < p.out_width; ++x) std::memcpy(o + x * cn, row + sc.xofs[x] * cn, static_cast<std::size_t>(cn));
       }
     }
+    if (lut) {
+      const std::size_t n = static_cast<std::size_t>(p.out_height) * p.out_width * cn;
+      for (std::size_t i = 0; i < n; i += cn)
+        for (int c = 0; c < cn; ++c) out_data[i + c] = lut[c * 256 + out_data[i + c]];
+    }
     return;
   }
   const augment::Affine a = augment::build_affine(p, s);
   const augment::PixelSource ps = pixel_source(src);
   switch (cn) {
-    case 1: warp_rows<1>(p, ps, a, s.has_brightness, out_data); break;
-    case 3: warp_rows<3>(p, ps, a, s.has_brightness, out_data); break;
-    default: warp_rows<4>(p, ps, a, s.has_brightness, out_data); break;
+    case 1: warp_rows<1>(p, ps, a, s.has_brightness, lut, out_data); break;
+    case 3: warp_rows<3>(p, ps, a, s.has_brightness, lut, out_data); break;
+    default: warp_rows<4>(p, ps, a, s.has_brightness, lut, out_data); break;
   }
 }
 
@@ -163,6 +195,32 @@ void store(const AugmentPlan& p, std::byte* dst, std::size_t index, float v) {
 
 Augmenter::Augmenter(AugmentSpec spec) : spec_(std::move(spec)), plan_(make_plan(spec_)) {}
 
+namespace {
+int min_decode(const AugmentPlan& p, int out) {
+  double fraction = 1.0;
+  if (p.crop == augment::CropKind::Center || (p.crop == augment::CropKind::RandomResized && !p.training)) {
+    fraction = p.center_fraction;
+  } else if (p.crop == augment::CropKind::RandomResized) {
+    fraction = std::sqrt(static_cast<double>(p.crop_scale_lo));
+  }
+  return static_cast<int>(std::ceil(out / fraction - 1e-9));
+}
+}  // namespace
+
+int Augmenter::min_decode_height() const { return min_decode(plan_, plan_.out_height); }
+int Augmenter::min_decode_width() const { return min_decode(plan_, plan_.out_width); }
+
+std::string Augmenter::cache_identity() const {
+  const AugmentPlan& p = plan_;
+  if (p.training || p.float_output || p.nchw || spec_.preprocessing_function) return {};
+  std::string id = "augment-validation:" + std::to_string(p.out_height) + "x" + std::to_string(p.out_width) + "x" +
+                   std::to_string(p.channels) + ":order" + std::to_string(p.interpolation_order);
+  if (p.crop != augment::CropKind::None) {
+    id += ":centre" + std::to_string(p.center_fraction) + (p.keep_aspect_ratio ? ":keep-aspect" : "");
+  }
+  return id;
+}
+
 augment::SampleParams Augmenter::params(const SampleContext& ctx, int src_height, int src_width) const {
   return augment::draw_params(plan_, ctx.seed, ctx.epoch, ctx.sample_id, src_height, src_width);
 }
@@ -194,9 +252,24 @@ void Augmenter::apply_with(const ImageView& src, const SampleParams& s, const Sa
                            std::byte* dst) const {
   check_source(plan_, src);
   check_box(s, src);
-  const bool direct = !plan_.float_output && !plan_.nchw && !s.photometric() && !spec_.preprocessing_function;
-  if (direct) {
-    run_geometry(plan_, s, src, reinterpret_cast<std::uint8_t*>(dst));
+  const bool per_value = !s.has_saturation && !s.has_hue && !spec_.preprocessing_function && !plan_.samplewise_center &&
+                         !plan_.samplewise_std;
+  if (!plan_.float_output && !plan_.nchw && per_value) {
+    // uint8 NHWC: warp straight into the slot. Photometric steps that need no image statistics
+    // (brightness) are a table applied as rows are written; the others one in-place pass after.
+    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
+    if (s.photometric() && !s.has_channel_shift && !s.has_contrast) {
+      std::uint8_t lut[augment::kMaxChannels * 256];
+      for (int v = 0; v < 256; ++v) {
+        float x = static_cast<float>(v);
+        augment::photometric(s, augment::WarpStats{}, 0.0f, 1, &x);
+        for (int c = 0; c < plan_.channels; ++c) lut[c * 256 + v] = augment::hd::to_u8(x);
+      }
+      run_geometry(plan_, s, src, out, lut);
+      return;
+    }
+    run_geometry(plan_, s, src, out);
+    if (s.photometric()) finish(out, s, ctx, dst, false);
     return;
   }
   Scratch& sc = scratch();
@@ -256,16 +329,52 @@ void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const 
     const augment::OutputAffine oa = augment::output_affine(p, cn, 0.0f, 1.0f);
     const bool per_value = !s.has_saturation && !s.has_hue;
     if (per_value && !reference) {
-      // Every step is a function of the single value: tabulate it once per image.
-      std::array<float, 256> lut;
+      // Every step is a function of the single value: tabulate value -> output per channel once
+      // per image (the same float operations as the per-pixel path), then one lookup per element.
+      // Elementwise, so warped may alias dst (uint8 NHWC in place).
+      float lut[augment::kMaxChannels][256];
       for (int v = 0; v < 256; ++v) {
         float x = static_cast<float>(v);
         augment::photometric(s, st, cmean, 1, &x);
-        lut[v] = x;
+        for (int oc = 0; oc < cn; ++oc) lut[oc][v] = augment::hd::add(augment::hd::mul(x, oa.scale[oc]), oa.offset[oc]);
       }
-      dispatch(oa, [&](std::size_t i, float* v) {
-        for (int c = 0; c < cn; ++c) v[c] = lut[warped[i * cn + c]];
-      });
+      const std::size_t plane = pixels;
+      if (p.float_output) {
+        float* out = reinterpret_cast<float*>(dst);
+        if (p.nchw) {
+          for (int oc = 0; oc < cn; ++oc) {
+            const float* l = lut[oc];
+            const std::uint8_t* in = warped + oa.source_channel[oc];
+            float* o = out + plane * oc;
+            for (std::size_t i = 0; i < plane; ++i) o[i] = l[in[i * cn]];
+          }
+        } else {
+          for (std::size_t i = 0; i < plane; ++i)
+            for (int oc = 0; oc < cn; ++oc) out[i * cn + oc] = lut[oc][warped[i * cn + oa.source_channel[oc]]];
+        }
+        return;
+      }
+      std::uint8_t lut8[augment::kMaxChannels][256];
+      for (int oc = 0; oc < cn; ++oc)
+        for (int v = 0; v < 256; ++v) lut8[oc][v] = augment::hd::to_u8(lut[oc][v]);
+      std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
+      if (p.nchw) {
+        for (int oc = 0; oc < cn; ++oc) {
+          const std::uint8_t* l = lut8[oc];
+          const std::uint8_t* in = warped + oa.source_channel[oc];
+          std::uint8_t* o = out + plane * oc;
+          for (std::size_t i = 0; i < plane; ++i) o[i] = l[in[i * cn]];
+        }
+      } else if (cn == 3) {
+        for (std::size_t i = 0; i < plane * 3; i += 3) {
+          out[i] = lut8[0][warped[i]];
+          out[i + 1] = lut8[1][warped[i + 1]];
+          out[i + 2] = lut8[2][warped[i + 2]];
+        }
+      } else {
+        for (std::size_t i = 0; i < plane; ++i)
+          for (int oc = 0; oc < cn; ++oc) out[i * cn + oc] = lut8[oc][warped[i * cn + oc]];
+      }
       return;
     }
     dispatch(oa, [&](std::size_t i, float* v) {

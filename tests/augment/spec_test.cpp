@@ -128,3 +128,23 @@ TEST(AugmentSpec, SourceThatDoesNotMatchIsRejectedAtApply) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(AugmentSpec, MinimumDecodeSizeKeepsTheCropAtOutputResolution) {
+  AugmentSpec s = valid();
+  EXPECT_EQ(Augmenter(s).min_decode_height(), 32);
+  s.center_crop = CenterCrop{0.5, true};
+  EXPECT_EQ(Augmenter(s).min_decode_height(), 64);
+  EXPECT_EQ(Augmenter(s).min_decode_width(), 64);
+  s.center_crop.reset();
+  s.random_resized_crop = RandomResizedCrop{{0.25, 1.0}, {0.75, 1.33}};
+  EXPECT_EQ(Augmenter(s).min_decode_height(), 64);
+  EXPECT_EQ(Augmenter(s.validation()).min_decode_height(), 32);
+  EXPECT_TRUE(Augmenter(s).cache_identity().empty());
+  EXPECT_FALSE(Augmenter(s.validation()).cache_identity().empty());
+}
+
+}  // namespace
+}  // namespace stoker

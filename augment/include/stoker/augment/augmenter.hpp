@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
 #include "stoker/augment/plan.hpp"
 #include "stoker/augment/spec.hpp"
@@ -19,7 +20,14 @@ class Augmenter final : public SampleTransform {
   explicit Augmenter(AugmentSpec spec);
 
   SampleShape output_shape() const override { return spec_.output_shape(); }
+  // Large enough that the crop box still holds the output size: output / centre fraction, or
+  // output / sqrt(smallest area fraction) for a training random-resized-crop.
+  int min_decode_height() const override;
+  int min_decode_width() const override;
   void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override;
+  // Validation mode with uint8 NHWC output and no preprocessing_function ignores the context:
+  // a decoded cache may keep its output. Empty otherwise.
+  std::string cache_identity() const override;
 
   // The slow per-pixel executor built from pixel.hpp (the CUDA kernel's CPU twin): same result
   // as apply() within one grey level (uint8), for tests and for checking other executors.
