@@ -199,7 +199,6 @@ TEST(Graph, BatchNormFoldingMatchesUnfolded) {
   LayerNode bn;
   bn.name = "bn";
   bn.kind = LayerKind::BatchNormalization;
-  bn.filters = 1;
   bn.use_bias = true;
   bn.weights["gamma"] = make_weight({6}, 8);
   bn.weights["beta"] = make_weight({6}, 9);

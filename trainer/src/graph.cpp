@@ -215,7 +215,7 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
     case LayerKind::GlobalAveragePooling2D: {
       const auto& s = one();
       need_rank(n, s, 3);
-      if (n.depth_multiplier) return {1, 1, s[2]};
+      if (n.keepdims) return {1, 1, s[2]};
       return {s[2]};
     }
     case LayerKind::Flatten: {
@@ -265,7 +265,7 @@ std::vector<std::pair<std::string, std::vector<int>>> expected_weights(const Lay
       return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
     case LayerKind::BatchNormalization: {
       std::vector<std::pair<std::string, std::vector<int>>> w;
-      if (n.filters) w.push_back({"gamma", {cin}});
+      if (n.scale) w.push_back({"gamma", {cin}});
       if (n.use_bias) w.push_back({"beta", {cin}});
       w.push_back({"moving_mean", {cin}});
       w.push_back({"moving_variance", {cin}});

@@ -114,8 +114,8 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     }
     n.axis = axis;
     n.epsilon = float_or(cfg, "epsilon", 1e-3f);
-    n.use_bias = cfg.value("center", true);                 // beta present
-    n.filters = cfg.value("scale", true) ? 1 : 0;           // gamma present (reused field)
+    n.use_bias = cfg.value("center", true);  // beta present
+    n.scale = cfg.value("scale", true);      // gamma present
   } else if (cls == "ReLU") {
     n.kind = LayerKind::Activation;
     n.activation.kind = ActKind::ReLU;
@@ -165,7 +165,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else if (cls == "GlobalAveragePooling2D" || cls == "GlobalAvgPool2D") {
     n.kind = LayerKind::GlobalAveragePooling2D;
     check_channels_last(cfg, name);
-    n.depth_multiplier = cfg.value("keepdims", false) ? 1 : 0;  // reused: keep a 1×1 spatial shape
+    n.keepdims = cfg.value("keepdims", false);
   } else if (cls == "Flatten") {
     n.kind = LayerKind::Flatten;
     check_channels_last(cfg, name);

@@ -65,57 +65,57 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
   detail::WeightStore store;
   const auto dir = model_json.parent_path();
   try {
-  for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
-    std::vector<char> bytes;
-    for (const auto& shard : group.at("paths")) {
-      auto b = read_file(dir / shard.get<std::string>());
-      bytes.insert(bytes.end(), b.begin(), b.end());
-    }
-    std::size_t offset = 0;
-    for (const auto& spec : group.at("weights")) {
-      detail::RawWeight w;
-      w.full_name = spec.at("name").get<std::string>();
-      std::size_t n = 1;
-      for (const auto& d : spec.at("shape")) w.shape.push_back(d.get<int>()), n *= d.get<std::size_t>();
-      std::string dtype = spec.value("dtype", std::string("float32"));
-      float scale = 1.0f, minv = 0.0f;
-      bool quantized = spec.contains("quantization");
-      if (quantized) {
-        const auto& q = spec["quantization"];
-        dtype = q.at("dtype").get<std::string>();
-        scale = q.value("scale", 1.0f);
-        minv = q.value("min", 0.0f);
+    for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
+      std::vector<char> bytes;
+      for (const auto& shard : group.at("paths")) {
+        auto b = read_file(dir / shard.get<std::string>());
+        bytes.insert(bytes.end(), b.begin(), b.end());
       }
-      const std::size_t bytes_needed = n * dtype_bytes(dtype, where + " weight '" + w.full_name + "'");
-      if (offset + bytes_needed > bytes.size())
-        throw IoError(where + ": weight '" + w.full_name + "' needs bytes " + std::to_string(offset) + ".." +
-                      std::to_string(offset + bytes_needed) + " but its shards hold " + std::to_string(bytes.size()));
-      const char* p = bytes.data() + offset;
-      w.data.resize(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (dtype == "float32") {
-          std::memcpy(&w.data[i], p + 4 * i, 4);
-        } else if (dtype == "int32") {
-          std::int32_t v;
-          std::memcpy(&v, p + 4 * i, 4);
-          w.data[i] = static_cast<float>(v);
-        } else if (dtype == "float16") {
-          std::uint16_t v;
-          std::memcpy(&v, p + 2 * i, 2);
-          w.data[i] = half_to_float(v);
-        } else if (dtype == "uint16") {
-          std::uint16_t v;
-          std::memcpy(&v, p + 2 * i, 2);
-          w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
-        } else {
-          const auto v = static_cast<std::uint8_t>(p[i]);
-          w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
+      std::size_t offset = 0;
+      for (const auto& spec : group.at("weights")) {
+        detail::RawWeight w;
+        w.full_name = spec.at("name").get<std::string>();
+        std::size_t n = 1;
+        for (const auto& d : spec.at("shape")) w.shape.push_back(d.get<int>()), n *= d.get<std::size_t>();
+        std::string dtype = spec.value("dtype", std::string("float32"));
+        float scale = 1.0f, minv = 0.0f;
+        bool quantized = spec.contains("quantization");
+        if (quantized) {
+          const auto& q = spec["quantization"];
+          dtype = q.at("dtype").get<std::string>();
+          scale = q.value("scale", 1.0f);
+          minv = q.value("min", 0.0f);
         }
+        const std::size_t bytes_needed = n * dtype_bytes(dtype, where + " weight '" + w.full_name + "'");
+        if (offset + bytes_needed > bytes.size())
+          throw IoError(where + ": weight '" + w.full_name + "' needs bytes " + std::to_string(offset) + ".." +
+                        std::to_string(offset + bytes_needed) + " but its shards hold " + std::to_string(bytes.size()));
+        const char* p = bytes.data() + offset;
+        w.data.resize(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (dtype == "float32") {
+            std::memcpy(&w.data[i], p + 4 * i, 4);
+          } else if (dtype == "int32") {
+            std::int32_t v;
+            std::memcpy(&v, p + 4 * i, 4);
+            w.data[i] = static_cast<float>(v);
+          } else if (dtype == "float16") {
+            std::uint16_t v;
+            std::memcpy(&v, p + 2 * i, 2);
+            w.data[i] = half_to_float(v);
+          } else if (dtype == "uint16") {
+            std::uint16_t v;
+            std::memcpy(&v, p + 2 * i, 2);
+            w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
+          } else {
+            const auto v = static_cast<std::uint8_t>(p[i]);
+            w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
+          }
+        }
+        offset += bytes_needed;
+        store.add(std::move(w));
       }
-      offset += bytes_needed;
-      store.add(std::move(w));
     }
-  }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(where + ": malformed weightsManifest: " + e.what());
   }

@@ -72,9 +72,11 @@ struct LayerNode {
   Padding padding = Padding::Valid;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
   int depth_multiplier = 1;
-  bool use_bias = false;
-  float epsilon = 1e-3f;  // BatchNormalization
-  int axis = -1;          // Concatenate, BatchNormalization
+  bool use_bias = false;   // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
+  bool scale = true;       // BatchNormalization `scale` (gamma)
+  bool keepdims = false;   // GlobalAveragePooling2D
+  float epsilon = 1e-3f;   // BatchNormalization
+  int axis = -1;           // Concatenate, BatchNormalization
   ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 
   // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
