@@ -1,0 +1,85 @@
+// The augmenter inside the real loader: same seed => bit-identical epochs whatever the number of
+// decode threads; each sample is what Augmenter::apply gives for (seed, epoch, sample id).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "stoker/augment/augmenter.hpp"
+#include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/loader.hpp"
+#include "test_support.hpp"
+
+namespace stoker {
+namespace {
+
+std::shared_ptr<const Augmenter> seed_augmenter() {
+  AugmentSpec s;
+  s.height = s.width = 48;
+  s.rotation_range = 30;
+  s.width_shift_range = ShiftRange::uniform(0.4);
+  s.height_shift_range = ShiftRange::uniform(0.4);
+  s.shear_range = 0.4;
+  s.zoom_range = AugmentSpec::zoom(0.25);
+  s.horizontal_flip = true;
+  s.brightness_range = Range{0.5, 1.5};
+  s.dtype = DType::F32;
+  s.normalization = ChannelNormalization::minus_one_to_one();
+  return std::make_shared<const Augmenter>(s);
+}
+
+// sample id -> its bytes, over one epoch.
+std::map<std::int64_t, std::vector<std::byte>> run_epoch(const std::filesystem::path& root, int threads,
+                                                         std::uint64_t epoch, std::uint64_t seed) {
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.threads = threads;
+  o.seed = seed;
+  o.transform = seed_augmenter();
+  Loader loader(dataset_from_directory(root), o);
+  loader.begin_epoch(epoch);
+  std::map<std::int64_t, std::vector<std::byte>> out;
+  const std::size_t bytes = loader.sample_shape().bytes();
+  while (auto batch = loader.next()) {
+    for (int i = 0; i < batch->size(); ++i) {
+      const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
+      out[batch->sample_ids()[static_cast<std::size_t>(i)]] = std::vector<std::byte>(p, p + bytes);
+    }
+  }
+  return out;
+}
+
+TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
+  test::TempDir dir;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 6; ++i) {
+      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
+                       test::make_pattern_rgb(60 + 7 * i, 80 - 5 * i, i % 3));
+    }
+  }
+  const auto one = run_epoch(dir.path(), 1, 0, 42);
+  const auto two = run_epoch(dir.path(), 2, 0, 42);
+  ASSERT_EQ(one.size(), 12u);
+  EXPECT_EQ(one, two);
+  EXPECT_NE(one, run_epoch(dir.path(), 2, 1, 42));  // another epoch draws other parameters
+  EXPECT_NE(one, run_epoch(dir.path(), 2, 0, 43));  // and another seed
+
+  // Each sample is Augmenter::apply of its decoded image with (seed, epoch, sample id).
+  const Dataset ds = dataset_from_directory(dir.path());
+  const auto aug = seed_augmenter();
+  ImageDecoder decoder;
+  for (std::int64_t id : {std::int64_t{0}, std::int64_t{7}, std::int64_t{11}}) {
+    std::vector<std::uint8_t> bytes;
+    read_file(ds.samples[static_cast<std::size_t>(id)].path, bytes);
+    const ImageView v = decoder.decode(bytes, "x", aug->min_decode_height(), aug->min_decode_width());
+    std::vector<std::byte> want(aug->output_shape().bytes());
+    aug->apply(v, SampleContext{42, 0, id}, want.data());
+    EXPECT_EQ(one.at(id), want) << "sample " << id;
+  }
+}
+
+}  // namespace
+}  // namespace stoker
