@@ -84,6 +84,8 @@ class CudaAugmenter final : public DeviceStage {
 
  private:
   void check_image(int i, int height, int width, std::size_t row_stride, bool device) const;
+  void enqueue(std::span<const DeviceImage> images, const SampleContext* contexts, const augment::SampleParams* params,
+               void* out, CudaAugmentWorkspace& ws, StreamHandle stream) const;
 
   std::shared_ptr<const Augmenter> augmenter_;
   SampleShape shape_;
