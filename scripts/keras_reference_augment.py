@@ -123,6 +123,22 @@ def main():
                 "-" if cs is None else repr(cs), "-" if br is None else repr(br),
             ]
             manifest.write(" ".join(fields) + "\n")
+    # Standardisation: Keras' fit (featurewise statistics over the 32x32 images, rescale 1/255)
+    # and standardize with samplewise centring + std normalisation.
+    square = [k for k in images if images[k].shape[:2] == (32, 32)]
+    stack = np.stack([images[k].astype(np.float32) for k in square])
+    fitted = ImageDataGenerator(featurewise_center=True, featurewise_std_normalization=True, rescale=1 / 255.0)
+    fitted.fit(stack)
+    sample = ImageDataGenerator(samplewise_center=True, samplewise_std_normalization=True, rescale=1 / 255.0)
+    with open(os.path.join(args.out, "standardize.txt"), "w") as f:
+        f.write("# images mean0 mean1 mean2 std0 std1 std2 (ImageDataGenerator.fit, rescale 1/255)\n")
+        f.write("fit %s %s %s\n" % (",".join(square), " ".join(repr(float(v)) for v in fitted.mean.ravel()),
+                                     " ".join(repr(float(v)) for v in fitted.std.ravel())))
+    for k in square:
+        x = fitted.standardize(images[k].astype(np.float32).copy())
+        x.astype("<f4").tofile(os.path.join(args.out, "featurewise_%s.f32" % k))
+        x = sample.standardize(images[k].astype(np.float32).copy())
+        x.astype("<f4").tofile(os.path.join(args.out, "samplewise_%s.f32" % k))
     print("wrote %d cases for %d images to %s" % (len(cases), len(images), os.path.abspath(args.out)), file=sys.stderr)
 
 

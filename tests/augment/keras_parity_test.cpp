@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -122,6 +125,67 @@ TEST(KerasParity, ApplyTransformMatchesKerasWithinTwoGreyLevelsAwayFromBorders) 
               << " / " << w.all << "\n";
   }
   std::cout << "  overall " << overall.interior << " / " << overall.all << "\n";
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// Keras' fit + standardize (featurewise, rescale 1/255) and samplewise standardisation.
+TEST(KerasParity, FitAndStandardizeMatchKeras) {
+  std::ifstream in(vectors_dir() / "standardize.txt");
+  std::string line, tag, names;
+  std::array<float, 3> mean{}, stdev{};
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    f >> tag >> names >> mean[0] >> mean[1] >> mean[2] >> stdev[0] >> stdev[1] >> stdev[2];
+  }
+  ASSERT_EQ(tag, "fit");
+  std::vector<std::string> images;
+  for (std::size_t start = 0; start <= names.size();) {
+    const std::size_t comma = std::min(names.find(',', start), names.size());
+    images.push_back(names.substr(start, comma - start));
+    start = comma + 1;
+  }
+  std::vector<std::vector<std::uint8_t>> pixels;
+  std::vector<ImageView> views;
+  for (const std::string& name : images) pixels.push_back(read_raw<std::uint8_t>(vectors_dir() / (name + ".u8")));
+  for (const auto& p : pixels) views.push_back(ImageView{p.data(), 32, 32, 3, 32 * 3});
+
+  AugmentSpec s;
+  s.height = s.width = 32;
+  s.dtype = DType::F32;
+  s.rescale = 1.0 / 255;
+  s.featurewise_center = true;
+  s.featurewise_std_normalization = true;
+  s.featurewise = fit_featurewise(s, views);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NEAR(s.featurewise->mean[c], mean[c], 1e-5) << "channel " << c;
+    EXPECT_NEAR(s.featurewise->std[c], stdev[c], 1e-5) << "channel " << c;
+  }
+  const Augmenter featurewise(s);
+  AugmentSpec w;
+  w.height = w.width = 32;
+  w.dtype = DType::F32;
+  w.rescale = 1.0 / 255;
+  w.samplewise_center = true;
+  w.samplewise_std_normalization = true;
+  const Augmenter samplewise(w);
+  double worst = 0;
+  for (std::size_t k = 0; k < images.size(); ++k) {
+    for (const auto& [aug, prefix] : {std::pair{&featurewise, "featurewise_"}, std::pair{&samplewise, "samplewise_"}}) {
+      const std::vector<float> want = read_raw<float>(vectors_dir() / (prefix + images[k] + ".f32"));
+      std::vector<float> got(32 * 32 * 3);
+      aug->apply(views[k], SampleContext{}, reinterpret_cast<std::byte*>(got.data()));
+      ASSERT_EQ(want.size(), got.size());
+      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+    }
+  }
+  EXPECT_LE(worst, 1e-4);
+  std::cout << std::scientific << "fit/standardize: worst |stoker - keras| " << worst << " (standardised units)\n";
 }
 
 }  // namespace
