@@ -197,6 +197,9 @@ struct WarpStats {
   std::uint64_t pixels = 1;
 };
 
+// floor() of a non-negative float (a plain conversion: floorf is a library call on baseline x86-64).
+STOKER_HOST_DEVICE inline float floor_pos(float v) { return static_cast<float>(static_cast<int>(v)); }
+
 STOKER_HOST_DEVICE inline int pil_luma(int r, int g, int b) { return (19595 * r + 38470 * g + 7471 * b + 0x8000) >> 16; }
 
 // PIL's ImageEnhance blend of a degenerate value d and the pixel v by factor f, as uint8:
@@ -205,7 +208,7 @@ STOKER_HOST_DEVICE inline float pil_blend(float d, float v, float f) {
   const float t = hd::add(d, hd::mul(f, hd::add(v, -d)));
   if (t <= 0.0f) return 0.0f;
   if (t >= 255.0f) return 255.0f;
-  return floorf(t);
+  return floor_pos(t);
 }
 
 // Grey level the contrast step blends towards: the warped image's mean luma after the channel
@@ -238,11 +241,12 @@ STOKER_HOST_DEVICE inline void rgb_to_hsv(float r, float g, float b, float& h, f
 }
 
 STOKER_HOST_DEVICE inline void hsv_to_rgb(float h, float sat, float v, float& r, float& g, float& b) {
-  const float h6 = h * 6.0f;
-  const int i = static_cast<int>(floorf(h6)) % 6;
-  const float f = h6 - floorf(h6);
+  const float h6 = h * 6.0f;  // h in [0, 1)
+  int i = static_cast<int>(h6);
+  const float f = h6 - static_cast<float>(i);
+  if (i > 5) i = 5;
   const float p = v * (1.0f - sat), q = v * (1.0f - sat * f), t = v * (1.0f - sat * (1.0f - f));
-  switch (i < 0 ? i + 6 : i) {
+  switch (i) {
     case 0: r = v, g = t, b = p; break;
     case 1: r = q, g = v, b = p; break;
     case 2: r = p, g = v, b = t; break;
@@ -261,7 +265,7 @@ STOKER_HOST_DEVICE inline void photometric(const SampleParams& s, const WarpStat
       v[c] = hd::clampf(hd::add(v[c], s.channel_shift), static_cast<float>(st.min), static_cast<float>(st.max));
   }
   if (s.has_brightness) {
-    for (int c = 0; c < cn; ++c) v[c] = pil_blend(0.0f, floorf(v[c]), s.brightness);
+    for (int c = 0; c < cn; ++c) v[c] = pil_blend(0.0f, floor_pos(hd::maxf(v[c], 0.0f)), s.brightness);
   }
   if (s.has_contrast) {
     for (int c = 0; c < cn; ++c) v[c] = pil_blend(cmean, v[c], s.contrast);
@@ -273,8 +277,9 @@ STOKER_HOST_DEVICE inline void photometric(const SampleParams& s, const WarpStat
   if (cn >= 3 && s.has_hue) {
     float h, sat, val;
     rgb_to_hsv(v[0], v[1], v[2], h, sat, val);
-    h += s.hue;
-    h -= floorf(h);
+    h += s.hue;  // h in [0, 1), hue in [-0.5, 0.5]
+    if (h < 0.0f) h += 1.0f;
+    if (h >= 1.0f) h -= 1.0f;
     hsv_to_rgb(h, sat, val, v[0], v[1], v[2]);
   }
 }
