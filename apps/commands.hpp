@@ -8,5 +8,7 @@ namespace stoker::app {
 void add_load_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_model_commands(CLI::App& app);  // evaluate, predict, inspect
 
 }  // namespace stoker::app

@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   stoker::app::add_load_command(app);
   stoker::app::add_bench_command(app);
   stoker::app::add_cache_command(app);
+  stoker::app::add_train_command(app);
+  stoker::app::add_model_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,69 @@
+#include "train_config.hpp"
+
+#include "stoker/error.hpp"
+
+namespace stoker::app {
+
+void TrainConfig::add_to(CLI::App& cmd) {
+  cmd.set_config("--config", "", "read settings from a TOML file (flags given on the command line win)");
+  loader.add_to(cmd);
+  cmd.add_option("--val", val, "separate validation folder (one sub-folder per class)")->check(CLI::ExistingDirectory);
+  cmd.add_option("--validation-split", validation_split, "fraction of each class held out for validation")
+      ->capture_default_str();
+  cmd.add_option("--model", model, "Keras .h5 or TF.js model.json of the backbone")->required();
+  cmd.add_option("--cut-at", cut_at, "layer (or nested model) whose output are the features");
+  cmd.add_option("--preprocess", preprocess, "input normalisation: tf ([-1,1]) | caffe | torch | none")
+      ->capture_default_str();
+  cmd.add_option("--epochs", epochs, "epochs")->capture_default_str();
+  cmd.add_option("--learning-rate", learning_rate, "Adam learning rate")->capture_default_str();
+  cmd.add_option("--monitor", monitor, "val_loss | val_accuracy: which epoch is kept")->capture_default_str();
+  cmd.add_option("--device", device, "auto | cpu | cuda[:N]")->capture_default_str();
+  cmd.add_option("--out", out, "folder for the model, the JSON log and the plots")->required();
+  cmd.add_option("--rotation-range", rotation_range, "degrees");
+  cmd.add_option("--width-shift-range", width_shift_range, "fraction of the width (< 1) or pixels");
+  cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
+  cmd.add_option("--shear-range", shear_range, "degrees");
+  cmd.add_option("--zoom-range", zoom_range, "z: zoom factors in [1-z, 1+z]");
+  cmd.add_flag("--horizontal-flip", horizontal_flip);
+  cmd.add_flag("--vertical-flip", vertical_flip);
+  cmd.add_option("--brightness-range", brightness_range, "two factors, e.g. 0.5 1.5")->expected(2);
+  cmd.add_option("--channel-shift-range", channel_shift_range);
+  cmd.add_option("--fill-mode", fill_mode, "constant | nearest | reflect | wrap")->capture_default_str();
+  cmd.add_option("--cval", cval, "fill value for --fill-mode constant");
+}
+
+bool TrainConfig::augments() const {
+  return rotation_range != 0 || width_shift_range != 0 || height_shift_range != 0 || shear_range != 0 ||
+         zoom_range != 0 || horizontal_flip || vertical_flip || !brightness_range.empty() || channel_shift_range != 0;
+}
+
+AugmentSpec TrainConfig::augment_spec(bool training) const {
+  AugmentSpec s;
+  s.height = s.width = loader.image_size;
+  s.dtype = DType::F32;
+  s.layout = Layout::NHWC;
+  s.interpolation_order = loader.interpolation == "nearest" ? 0 : 1;
+  if (loader.interpolation == "area") throw InvalidArgument("--interpolation area is not available with training; use nearest or bilinear");
+  if (loader.keep_aspect_ratio) s.center_crop = CenterCrop{1.0, true};
+  s.rotation_range = rotation_range;
+  if (width_shift_range != 0) s.width_shift_range = ShiftRange::uniform(width_shift_range);
+  if (height_shift_range != 0) s.height_shift_range = ShiftRange::uniform(height_shift_range);
+  s.shear_range = shear_range;
+  if (zoom_range != 0) s.zoom_range = AugmentSpec::zoom(zoom_range);
+  s.horizontal_flip = horizontal_flip;
+  s.vertical_flip = vertical_flip;
+  if (!brightness_range.empty()) s.brightness_range = Range{brightness_range[0], brightness_range[1]};
+  s.channel_shift_range = channel_shift_range;
+  s.fill_mode = fill_mode_from_string(fill_mode);
+  s.cval = cval;
+  if (preprocess == "tf") s.normalization = ChannelNormalization::minus_one_to_one();
+  else if (preprocess == "caffe") s.normalization = ChannelNormalization::caffe();
+  else if (preprocess == "torch") s.normalization = ChannelNormalization::torch();
+  else if (preprocess != "none") {
+    throw InvalidArgument("--preprocess must be tf, caffe, torch or none, received '" + preprocess + "'");
+  }
+  s.training = training;
+  return s;
+}
+
+}  // namespace stoker::app

@@ -1,0 +1,52 @@
+// Everything `stoker train` needs, from flags or a TOML config file (flags override the file).
+// Flag names follow Keras' ImageDataGenerator and fit() where Keras has a name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "loader_flags.hpp"
+#include "stoker/augment/spec.hpp"
+
+namespace stoker::app {
+
+struct TrainConfig {
+  LoaderFlags loader;  // --data, --image-size, --batch-size, --threads, cache…
+  std::string val;     // separate validation folder
+  double validation_split = 0.2;
+  std::string model;   // Keras .h5 or TF.js model.json
+  std::string cut_at;  // layer whose output are the features
+  std::string preprocess = "tf";  // tf ([-1, 1]) | caffe | torch | none
+  int epochs = 10;
+  double learning_rate = 1e-3;
+  std::string monitor = "val_loss";  // val_loss | val_accuracy
+  std::string device = "auto";       // auto | cpu | cuda[:N]
+  std::string out;
+
+  // Keras ImageDataGenerator
+  double rotation_range = 0;
+  double width_shift_range = 0;
+  double height_shift_range = 0;
+  double shear_range = 0;
+  double zoom_range = 0;
+  bool horizontal_flip = false;
+  bool vertical_flip = false;
+  std::vector<double> brightness_range;
+  double channel_shift_range = 0;
+  std::string fill_mode = "nearest";
+  double cval = 0;
+
+  void add_to(CLI::App& cmd);
+  // The augmentation description: training (random part on) or validation (deterministic part).
+  AugmentSpec augment_spec(bool training) const;
+  bool augments() const;  // any random transformation configured
+};
+
+// The bundled default run: the sample photos and the MobileNetV2 α=0.35 backbone in data/.
+constexpr const char* kDefaultData = "data/catsdogs-sample";
+constexpr const char* kDefaultModel = "data/models/mobilenet_v2_0.35_224_3class.h5";
+constexpr const char* kDefaultCut = "sequential_9";
+
+}  // namespace stoker::app
