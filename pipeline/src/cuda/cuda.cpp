@@ -47,6 +47,10 @@ std::string hint(cudaError_t code) {
       int driver = 0, runtime = 0;
       cudaDriverGetVersion(&driver);
       cudaRuntimeGetVersion(&runtime);
+      if (driver == 0) {
+        return " (no NVIDIA driver is installed: libcuda.so.1 could not be loaded, so this machine has no usable "
+               "GPU)";
+      }
       return " (the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
              std::to_string(driver % 1000 / 10) + " but stoker was built with CUDA runtime " +
              std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
@@ -186,9 +190,10 @@ bool Event::done() const {
   return true;
 }
 void Event::synchronize() const { STOKER_CUDA_CHECK(cudaEventSynchronize(e_)); }
-float Event::elapsed_ms(const Event& start, const Event& end) {
+float Event::elapsed_ms(const Event& start, const Event& end) { return stoker::elapsed_ms(start.e_, end.e_); }
+float elapsed_ms(EventHandle start, EventHandle end) {
   float ms = 0.0f;
-  STOKER_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, end.e_));
+  STOKER_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
   return ms;
 }
 
@@ -317,6 +322,7 @@ void Event::record(StreamHandle) const { no_cuda("Event::record"); }
 bool Event::done() const { return true; }
 void Event::synchronize() const {}
 float Event::elapsed_ms(const Event&, const Event&) { no_cuda("Event::elapsed_ms"); }
+float elapsed_ms(EventHandle, EventHandle) { no_cuda("elapsed_ms"); }
 void stream_wait(StreamHandle, EventHandle) { no_cuda("stream_wait"); }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) {

@@ -44,6 +44,7 @@ struct FeedSlot {
   Event ready;             // the consumer waits on this (stage done, or = copied)
   Event reusable;          // recorded at release: the consumer's work on the slot is done
   std::unique_ptr<DeviceStageSlot> stage;
+  std::unique_ptr<Event> copy_start, copy_end;  // timing (GpuFeedOptions::record_copy_timing)
   StreamHandle consumer = nullptr;  // last stream given to wait_on
   int size = 0;
   std::uint64_t epoch = 0;
@@ -69,6 +70,8 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   void shutdown();
   bool idle() const { return copy_.idle() && stage_.idle(); }
 
+  // First, so that no stream is created before the device is known to be usable.
+  bool device_checked_ = (require_cuda_device("GpuFeed"), true);
   GpuFeedOptions options_;
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<PinnedHostAllocator> pinned_;
@@ -104,7 +107,6 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
 };
 
 FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options) : options_(std::move(options)) {
-  require_cuda_device("GpuFeed");
   if (options_.depth < 1) throw InvalidArgument("GpuFeed: depth must be >= 1, received " + std::to_string(options_.depth));
   device_ = current_device();
   if (loader.allocator && std::strcmp(loader.allocator->name(), "pinned") != 0) {
@@ -160,6 +162,10 @@ FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options
     s->meta = DeviceBuffer(meta_bytes_, "the GpuFeed ring (labels and ids)");
     s->meta_host = PinnedBuffer(meta_bytes_, "the GpuFeed label staging");
     if (options_.stage) s->stage = options_.stage->make_slot(in_shape_, batch_size_);
+    if (options_.record_copy_timing) {
+      s->copy_start = std::make_unique<Event>(true);
+      s->copy_end = std::make_unique<Event>(true);
+    }
     slots_.push_back(std::move(s));
     free_.push_back(i);
   }
@@ -213,8 +219,10 @@ void FeedCore::submit(FeedSlot& s, int si, const Batch& host) {
 
   copy_.wait(s.reusable);  // the consumer's work on this slot's last batch has finished
   const std::size_t pixel_bytes = in_shape_.bytes() * n;
+  if (s.copy_start) s.copy_start->record(copy_);
   copy_to_device_async(s.input.get(), host.pixels(), pixel_bytes, copy_.get());
   copy_to_device_async(s.meta.get(), s.meta_host.get(), meta_bytes_, copy_.get());
+  if (s.copy_end) s.copy_end->record(copy_);
   s.copied.record(copy_);
   if (s.stage) {
     stage_.wait(s.copied);
@@ -460,6 +468,14 @@ const std::int64_t* DeviceBatch::device_sample_ids() const noexcept { return slo
 std::uint64_t DeviceBatch::epoch() const noexcept { return slot_of(core_, slot_).epoch; }
 std::int64_t DeviceBatch::index() const noexcept { return slot_of(core_, slot_).index; }
 EventHandle DeviceBatch::ready_event() const noexcept { return slot_of(core_, slot_).ready.get(); }
+EventHandle DeviceBatch::copy_start_event() const noexcept {
+  const auto& s = slot_of(core_, slot_);
+  return s.copy_start ? s.copy_start->get() : nullptr;
+}
+EventHandle DeviceBatch::copy_end_event() const noexcept {
+  const auto& s = slot_of(core_, slot_);
+  return s.copy_end ? s.copy_end->get() : nullptr;
+}
 void DeviceBatch::wait_on(StreamHandle consumer) const {
   auto& s = *core_->slots_[static_cast<std::size_t>(slot_)];
   stream_wait(consumer, s.ready.get());

@@ -98,6 +98,9 @@ class Event {
   EventHandle e_ = nullptr;
 };
 
+// Milliseconds between two recorded timing events (cudaEventElapsedTime; negative if end is first).
+float elapsed_ms(EventHandle start, EventHandle end);
+
 // Makes `stream` wait for `event` on the GPU (cudaStreamWaitEvent); the host does not block.
 void stream_wait(StreamHandle stream, EventHandle event);
 

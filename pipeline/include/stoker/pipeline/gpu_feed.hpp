@@ -38,6 +38,9 @@ struct GpuFeedOptions {
   std::size_t device_budget_bytes = 0;
   // Runs on each copied batch (make_convert_stage, CudaAugmenter). Null: the batch as copied.
   std::shared_ptr<const DeviceStage> stage;
+  // Record timing events around each batch's host-to-device copy (DeviceBatch::copy_events), for
+  // measuring copy/compute overlap.
+  bool record_copy_timing = false;
 };
 
 struct GpuFeedStats {
@@ -79,6 +82,10 @@ class DeviceBatch {
 
   // The event that completes when the batch is in device memory (and the stage has run).
   EventHandle ready_event() const noexcept;
+  // Timing events recorded on the copy stream before and after this batch's copy; null unless
+  // GpuFeedOptions::record_copy_timing.
+  EventHandle copy_start_event() const noexcept;
+  EventHandle copy_end_event() const noexcept;
   // Makes `consumer` wait for ready_event() (cudaStreamWaitEvent: the host never blocks) and
   // remembers it: release() records the slot's reuse event on the last stream given here.
   void wait_on(StreamHandle consumer) const;

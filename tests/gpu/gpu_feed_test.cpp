@@ -1,0 +1,321 @@
+// GPU tests of GpuFeed (skip without a device): batches equal the CPU loader's, the conversion and
+// augmentation stages, copy/compute overlap measured with events, 1,000 batches without memory
+// growth, shutdown mid-epoch with no pending stream work, budgets and errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/error.hpp"
+#include "stoker/pipeline/convert.hpp"
+#include "stoker/pipeline/cuda.hpp"
+#include "stoker/pipeline/gpu_feed.hpp"
+
+namespace stoker {
+namespace {
+
+class GpuFeedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  }
+  // `count` JPEGs of varied sizes in two classes.
+  Dataset make_dataset(int count, int size = 48) {
+    std::vector<Sample> samples;
+    for (int i = 0; i < count; ++i) {
+      const auto file = dir_ / ("img" + std::to_string(i) + ".jpg");
+      test::write_jpeg(file, test::make_pattern_rgb(size + (i % 5) * 3, size + (i % 7) * 2, i));
+      samples.push_back({file.string(), i % 2});
+    }
+    return dataset_from_list(std::move(samples), {"a", "b"});
+  }
+  static LoaderOptions loader_options(int batch, int size) {
+    LoaderOptions o;
+    o.batch_size = batch;
+    o.image_height = o.image_width = size;
+    o.interpolation = Interpolation::Bilinear;
+    o.threads = 2;
+    o.prefetch = 3;
+    o.seed = 11;
+    return o;
+  }
+  template <typename T>
+  static std::vector<T> download(const void* p, std::size_t count) {
+    std::vector<T> out(count);
+    const Stream s;
+    copy_to_host_async(out.data(), p, count * sizeof(T), s.get());
+    s.synchronize();
+    return out;
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(GpuFeedTest, BatchesEqualTheCpuLoaders) {
+  const Dataset ds = make_dataset(37);
+  const LoaderOptions lo = loader_options(8, 32);
+  GpuFeed feed(ds, lo, {.depth = 3});
+  Loader cpu(ds, lo);
+  std::printf("%s\n", feed.describe().c_str());
+  EXPECT_EQ(feed.depth(), 3);
+  EXPECT_GT(feed.device_bytes(), 3 * 8 * 32 * 32 * 3u);
+  const Stream consumer;
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
+    feed.begin_epoch(epoch);
+    cpu.begin_epoch(epoch);
+    int batches = 0;
+    while (auto b = feed.next()) {
+      auto h = cpu.next();
+      ASSERT_TRUE(h.has_value());
+      b->wait_on(consumer.get());
+      consumer.synchronize();
+      ASSERT_EQ(b->size(), h->size());
+      EXPECT_EQ(b->dtype(), DType::U8);
+      EXPECT_EQ(b->epoch(), epoch);
+      EXPECT_EQ(b->index(), h->index());
+      const auto px = download<std::uint8_t>(b->data(), b->bytes());
+      EXPECT_EQ(std::memcmp(px.data(), h->pixels(), b->bytes()), 0);
+      EXPECT_TRUE(std::equal(b->sample_ids().begin(), b->sample_ids().end(), h->sample_ids().begin()));
+      EXPECT_TRUE(std::equal(b->labels().begin(), b->labels().end(), h->labels().begin()));
+      EXPECT_EQ(download<std::int64_t>(b->device_sample_ids(), static_cast<std::size_t>(b->size())),
+                std::vector<std::int64_t>(h->sample_ids().begin(), h->sample_ids().end()));
+      EXPECT_EQ(download<float>(b->device_labels(), b->labels().size()),
+                std::vector<float>(h->labels().begin(), h->labels().end()));
+      ++batches;
+    }
+    EXPECT_FALSE(cpu.next().has_value());
+    EXPECT_EQ(batches, 5);
+    EXPECT_FALSE(feed.next().has_value());
+  }
+}
+
+TEST_F(GpuFeedTest, ConvertStageMatchesHostReference) {
+  const Dataset ds = make_dataset(20);
+  const LoaderOptions lo = loader_options(6, 40);
+  const auto spec = ConvertSpec::normalize(DType::BF16, Layout::NCHW, {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f});
+  GpuFeed feed(ds, lo, {.depth = 2, .stage = make_convert_stage(spec)});
+  EXPECT_EQ(feed.output_shape().dtype, DType::BF16);
+  Loader cpu(ds, lo);
+  feed.begin_epoch(0);
+  cpu.begin_epoch(0);
+  const Stream consumer;
+  while (auto b = feed.next()) {
+    auto h = cpu.next();
+    b->wait_on(consumer.get());
+    consumer.synchronize();
+    const auto got = download<std::uint16_t>(b->data(), b->bytes() / 2);
+    std::vector<std::uint16_t> want(got.size());
+    convert_batch_host(spec, cpu.sample_shape(), h->size(), reinterpret_cast<const std::uint8_t*>(h->pixels()), want.data());
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST_F(GpuFeedTest, AugmentStageMatchesCpuExecutor) {
+  const Dataset ds = make_dataset(24);
+  const LoaderOptions lo = loader_options(8, 56);  // the sources: 56x56 from the loader
+  AugmentSpec s = test::base_spec(48, 48, FillMode::Reflect, 1);
+  s.rotation_range = 30;
+  s.horizontal_flip = true;
+  s.brightness_range = Range{0.7, 1.3};
+  s.dtype = DType::F32;
+  s.normalization = ChannelNormalization::minus_one_to_one();
+  auto cpu_aug = std::make_shared<Augmenter>(s);
+  auto gpu = std::make_shared<CudaAugmenter>(cpu_aug);
+  GpuFeed feed(ds, lo, {.depth = 3, .stage = gpu});
+  Loader cpu(ds, lo);
+  const Stream consumer;
+  for (std::uint64_t epoch : {0u, 4u}) {
+    feed.begin_epoch(epoch);
+    cpu.begin_epoch(epoch);
+    while (auto b = feed.next()) {
+      auto h = cpu.next();
+      b->wait_on(consumer.get());
+      consumer.synchronize();
+      const std::size_t per = gpu->output_shape().elements();
+      const auto got = download<float>(b->data(), per * static_cast<std::size_t>(b->size()));
+      std::vector<float> want(per);
+      const SampleShape in = cpu.sample_shape();
+      for (int i = 0; i < h->size(); ++i) {
+        const ImageView v{reinterpret_cast<const std::uint8_t*>(h->pixels()) + in.bytes() * i, in.height, in.width, 3,
+                          static_cast<std::size_t>(in.width) * 3};
+        cpu_aug->apply(v, {lo.seed, epoch, h->sample_ids()[static_cast<std::size_t>(i)]}, reinterpret_cast<std::byte*>(want.data()));
+        EXPECT_LE(test::max_abs_diff(DType::F32, got.data() + per * i, want.data(), per), 1e-3) << i;
+      }
+    }
+  }
+}
+
+// Copies of batch k+1 run while the consumer works on batch k: every batch's copy interval
+// (timing events on the copy stream) is compared with the consumer's work intervals (timing
+// events on the consumer stream), all measured from one reference event.
+TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
+  const Dataset ds = make_dataset(48, 96);
+  LoaderOptions lo = loader_options(16, 128);
+  lo.cache.kind = CacheKind::Decoded;  // warm epochs: the host side is a copy
+  GpuFeed feed(ds, lo, {.depth = 2, .record_copy_timing = true});
+  const Stream consumer;
+  // Consumer work: repeated conversions of a 32 MB scratch buffer (a few ms per batch).
+  const SampleShape big{2048, 2048, 3, DType::U8, Layout::NHWC};
+  DeviceBuffer scratch_in(big.bytes()), scratch_out(big.bytes() * 2);
+  const auto work_spec = ConvertSpec::rescale(DType::F16, Layout::NCHW, 1.0f / 255.0f);
+  feed.begin_epoch(0);  // fills the cache
+  while (auto b = feed.next()) {
+  }
+  const Event reference(true);
+  feed.begin_epoch(1);
+  reference.record(consumer);
+  struct Interval {
+    float start, end;
+  };
+  std::vector<Interval> work, copies;
+  std::vector<std::unique_ptr<Event>> events;
+  while (auto b = feed.next()) {
+    b->wait_on(consumer.get());
+    auto ws = std::make_unique<Event>(true), we = std::make_unique<Event>(true);
+    ws->record(consumer);
+    for (int r = 0; r < 12; ++r) {
+      convert_batch(work_spec, big, 1, scratch_in.as<std::uint8_t>(), scratch_out.get(), consumer.get());
+    }
+    we->record(consumer);
+    consumer.synchronize();  // (only so that the timing events can be read now)
+    work.push_back({elapsed_ms(reference.get(), ws->get()), elapsed_ms(reference.get(), we->get())});
+    copies.push_back({elapsed_ms(reference.get(), b->copy_start_event()), elapsed_ms(reference.get(), b->copy_end_event())});
+    b->release(consumer.get());
+  }
+  ASSERT_GE(work.size(), 3u);
+  int overlapped = 0, pairs = 0;
+  for (std::size_t k = 0; k + 1 < work.size(); ++k) {
+    const Interval w = work[k], c = copies[k + 1];
+    std::printf("batch %zu: work [%.3f, %.3f] ms, copy of %zu [%.3f, %.3f] ms\n", k, w.start, w.end, k + 1, c.start, c.end);
+    ++pairs;
+    if (c.start < w.end && c.end > w.start) ++overlapped;
+  }
+  std::printf("copies of k+1 overlapping the work on k: %d of %d\n", overlapped, pairs);
+  RecordProperty("overlapped_pairs", overlapped);
+  EXPECT_GE(overlapped * 2, pairs) << "fewer than half of the copies overlapped the consumer's work";
+}
+
+std::size_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST_F(GpuFeedTest, ThousandBatchesWithoutMemoryGrowth) {
+  const Dataset ds = make_dataset(32, 40);
+  LoaderOptions lo = loader_options(4, 40);
+  lo.cache.kind = CacheKind::Decoded;
+  AugmentSpec s = test::base_spec(32, 32, FillMode::Nearest, 1);
+  s.rotation_range = 20;
+  s.channel_shift_range = 20;  // the statistics pass too
+  s.dtype = DType::F32;
+  s.layout = Layout::NCHW;
+  auto gpu = std::make_shared<CudaAugmenter>(std::make_shared<Augmenter>(s), DType::BF16);
+  GpuFeed feed(ds, lo, {.depth = 3, .stage = gpu});
+  const Stream consumer;
+  std::size_t device_free_after_warmup = 0, rss_after_warmup = 0;
+  int batches = 0;
+  for (std::uint64_t epoch = 0; batches < 1000; ++epoch) {
+    feed.begin_epoch(epoch);
+    while (auto b = feed.next()) {
+      b->wait_on(consumer.get());
+      b->release(consumer.get());
+      if (++batches == 100) {
+        consumer.synchronize();
+        device_free_after_warmup = device_memory_info().free;
+        rss_after_warmup = resident_bytes();
+      }
+      if (batches == 1000) break;
+    }
+  }
+  consumer.synchronize();
+  const std::size_t device_free = device_memory_info().free, rss = resident_bytes();
+  std::printf("after 100 batches: device free %zu, RSS %zu; after 1000: device free %zu, RSS %zu\n",
+              device_free_after_warmup, rss_after_warmup, device_free, rss);
+  EXPECT_EQ(device_free, device_free_after_warmup) << "device memory changed during steady state";
+  EXPECT_LE(rss, rss_after_warmup + (4u << 20)) << "host memory grew by more than 4 MiB";
+  EXPECT_EQ(feed.stats().batches_copied >= 1000, true);
+}
+
+TEST_F(GpuFeedTest, ShutdownMidEpochLeavesNoPendingWork) {
+  const Dataset ds = make_dataset(64, 64);
+  const LoaderOptions lo = loader_options(8, 64);
+  AugmentSpec s = test::base_spec(64, 64, FillMode::Constant, 1);
+  s.rotation_range = 10;
+  auto gpu = std::make_shared<CudaAugmenter>(std::make_shared<Augmenter>(s));
+  const Stream consumer;
+  std::optional<DeviceBatch> kept;
+  {
+    GpuFeed feed(ds, lo, {.depth = 3, .stage = gpu});
+    feed.begin_epoch(0);
+    kept = feed.next();
+    ASSERT_TRUE(kept.has_value());
+    auto second = feed.next();
+    ASSERT_TRUE(second.has_value());
+    second->release();
+    feed.shutdown();
+    EXPECT_TRUE(feed.idle()) << "work still pending on the feed's streams after shutdown()";
+    EXPECT_THROW(feed.next(), Error);
+    EXPECT_THROW(feed.begin_epoch(1), Error);
+  }  // destroyed mid-epoch, one batch still held
+  kept->wait_on(consumer.get());
+  const auto px = download<std::uint8_t>(kept->data(), kept->bytes());
+  EXPECT_EQ(px.size(), kept->bytes());
+  kept.reset();
+  // A feed destroyed without shutdown() mid-epoch, with batches still in the ring.
+  {
+    GpuFeed feed(ds, lo, {.depth = 3, .stage = gpu});
+    feed.begin_epoch(0);
+    auto b = feed.next();
+  }
+  SUCCEED();
+}
+
+TEST_F(GpuFeedTest, BudgetsAndHeldSlots) {
+  const Dataset ds = make_dataset(16, 32);
+  const LoaderOptions lo = loader_options(4, 32);
+  try {
+    GpuFeed feed(ds, lo, {.depth = 3, .device_budget_bytes = 1000});
+    FAIL() << "a 1000-byte budget held a batch";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("1000 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("cannot hold one batch"), std::string::npos) << what;
+    EXPECT_NE(what.find("one slot needs"), std::string::npos) << what;
+  }
+  GpuFeed probe(ds, lo, {.depth = 1});
+  const std::size_t slot = probe.slot_device_bytes();
+  GpuFeed feed(ds, lo, {.depth = 4, .device_budget_bytes = slot * 2 + slot / 2});
+  EXPECT_EQ(feed.depth(), 2);
+  EXPECT_EQ(feed.device_bytes(), slot * 2);
+  EXPECT_NE(feed.describe().find("depth lowered from 4 to 2"), std::string::npos) << feed.describe();
+  feed.begin_epoch(0);
+  auto a = feed.next();
+  auto b = feed.next();
+  EXPECT_THROW(feed.next(), Error);  // the consumer holds every slot
+  a.reset();
+  EXPECT_TRUE(feed.next().has_value());
+}
+
+class PageableAllocator final : public HostAllocator {
+ public:
+  void* allocate(std::size_t bytes) override { return ::operator new(bytes); }
+  void deallocate(void* p, std::size_t) noexcept override { ::operator delete(p); }
+  const char* name() const noexcept override { return "host"; }
+};
+
+TEST_F(GpuFeedTest, RefusesPageableBatchMemory) {
+  LoaderOptions lo = loader_options(4, 32);
+  lo.allocator = std::make_shared<PageableAllocator>();
+  EXPECT_THROW(GpuFeed(make_dataset(4, 32), lo), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker
