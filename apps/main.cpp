@@ -1,6 +1,7 @@
 // The stoker command: one subcommand per use (see commands.hpp).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "stoker/error.hpp"
@@ -8,11 +9,31 @@
 int main(int argc, char** argv) {
   CLI::App app{"stoker: keeps a GPU fed while it trains image classifiers"};
   app.require_subcommand(1);
+  // A flag given twice (say in a script and again by hand) takes the last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // Settings can come from a TOML file: a [train] table holds train's flags by their long names
+  // (rotation-range = 30); flags on the command line win. CLI11 2.1 reads config files only at the
+  // top level, hence the table per subcommand.
+  app.set_config("--config", "", "read settings from a TOML file ([train] table; command-line flags win)");
   stoker::app::add_load_command(app);
   stoker::app::add_bench_command(app);
   stoker::app::add_cache_command(app);
   stoker::app::add_train_command(app);
   stoker::app::add_model_commands(app);
+
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string name = argv[1];
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == name;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "stoker: error: unknown command '%s' (commands: %s)\n", name.c_str(), names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,7 +5,7 @@
 namespace stoker::app {
 
 void TrainConfig::add_to(CLI::App& cmd) {
-  cmd.set_config("--config", "", "read settings from a TOML file (flags given on the command line win)");
+  cmd.fallthrough();  // --config belongs to the main app (see main.cpp) but is written after "train"
   loader.add_to(cmd);
   cmd.add_option("--val", val, "separate validation folder (one sub-folder per class)")->check(CLI::ExistingDirectory);
   cmd.add_option("--validation-split", validation_split, "fraction of each class held out for validation")

@@ -1,0 +1,154 @@
+// End-to-end tests of the stoker command on generated data: what a user types and sees.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+using stoker::test::TempDir;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult stoker(const std::string& args) {
+  const std::string cmd = std::string(STOKER_CLI) + " " + args + " 2>&1";
+  CommandResult r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string repo(const std::string& rel) { return (fs::path(STOKER_SOURCE_DIR) / rel).string(); }
+const std::string kModel = repo("data/models/mobilenet_v2_0.35_224_3class.h5");
+
+// Two classes that differ in colour, so a head learns them in two epochs.
+void make_dataset(const fs::path& root, int per_class) {
+  for (int c = 0; c < 2; ++c) {
+    fs::create_directories(root / (c ? "dog" : "cat"));
+    for (int i = 0; i < per_class; ++i) {
+      cv::Mat img = stoker::test::make_pattern_rgb(90 + i, 120, i);
+      img.forEach<cv::Vec3b>([&](cv::Vec3b& px, const int*) { px[c ? 2 : 0] = 255; });
+      stoker::test::write_jpeg(root / (c ? "dog" : "cat") / ("img" + std::to_string(i) + ".jpg"), img);
+    }
+  }
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override { make_dataset(dir / "data", 10); }
+  std::string train_args(const std::string& extra = "") {
+    return "train --data " + (dir / "data").string() + " --model " + kModel +
+           " --cut-at sequential_9 --image-size 224 --epochs 2 --batch-size 8 --threads 2 --out " +
+           (dir / "out").string() + " " + extra;
+  }
+  TempDir dir;
+};
+
+TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
+  const CommandResult t = stoker(train_args());
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("utilisation: disk"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("limited by"), std::string::npos);
+  for (const char* f : {"head.stkh", "stoker_model.json", "history.json", "metrics.png", "throughput.png"}) {
+    EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
+  }
+  std::ifstream h(dir / "out" / "history.json");
+  const auto history = nlohmann::json::parse(h);
+  ASSERT_EQ(history["epochs"].size(), 2u);
+  EXPECT_TRUE(history["epochs"][0].contains("utilisation"));
+
+  const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult p = stoker("predict --model-dir " + (dir / "out").string() + " --json " + img);
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  const auto rows = nlohmann::json::parse(p.out.substr(p.out.find('[')));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["path"], img);
+  EXPECT_EQ(rows[0]["class"], "dog");
+  EXPECT_GT(rows[0]["probability"].get<double>(), 0.5);
+
+  const CommandResult e = stoker("evaluate --json --model-dir " + (dir / "out").string() + " --data " + (dir / "data").string());
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+  const auto ev = nlohmann::json::parse(e.out.substr(e.out.rfind('{')));
+  EXPECT_EQ(ev["images"], 20);
+  EXPECT_GE(ev["accuracy"].get<double>(), 0.9);
+}
+
+TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {
+  std::ofstream(dir / "train.toml")
+      << "[train]\nepochs = 2\nrotation-range = 20\nhorizontal-flip = true\nbrightness-range = [0.8, 1.2]\n";
+  const CommandResult t = stoker(train_args("--config " + (dir / "train.toml").string() + " --epochs 1"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("epoch 1/1"), std::string::npos) << "the flag must override the file: " << t.out;
+  EXPECT_EQ(t.out.find("computing each image's features once"), std::string::npos) << "augmentation was ignored";
+}
+
+TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
+  struct Case {
+    std::string args, message;
+  };
+  TempDir empty;
+  fs::create_directories(empty / "a");
+  fs::create_directories(empty / "b");
+  std::ofstream(dir / "not_a_model.h5") << "hello";
+  const std::vector<Case> cases = {
+      {"train --data /no/such/dir --model " + kModel + " --out " + (dir / "o").string(), "Directory does not exist"},
+      {"train --data " + empty.path().string() + " --model " + kModel + " --cut-at sequential_9 --out " +
+           (dir / "o").string(),
+       "holds no images"},
+      {train_args("--model " + (dir / "not_a_model.h5").string()), "not_a_model.h5"},
+      {train_args("--device cuda"), "--device cuda"},
+      {train_args("--cut-at no_such_layer"), "no_such_layer"},
+      {train_args("--validation-split 1.5"), "validation_split must be in [0, 1)"},
+      {train_args("--preprocess yolo"), "--preprocess must be tf, caffe, torch or none"},
+      {"predict --model-dir " + dir.path().string() + " x.jpg", "stoker_model.json"},
+      {"inspect /no/such/model.h5", "/no/such/model.h5"},
+      {"frobnicate", "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult r = stoker(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "not a one-line reason: " << r.out;
+  }
+}
+
+TEST_F(Cli, InspectPrintsTheLayerGraph) {
+  const CommandResult r = stoker("inspect " + kModel + " --cut-at sequential_9");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Conv2D"), std::string::npos);
+  EXPECT_NE(r.out.find("DepthwiseConv2D"), std::string::npos);
+}
+
+TEST_F(Cli, LoadCacheAndHelp) {
+  const CommandResult l = stoker("load --data " + (dir / "data").string() + " --epochs 2 --cache decoded --image-size 64");
+  ASSERT_EQ(l.exit_code, 0) << l.out;
+  EXPECT_NE(l.out.find("epoch 1:"), std::string::npos);
+  EXPECT_NE(l.out.find("cache 20 hits 0 misses"), std::string::npos) << l.out;
+  const std::string file = (dir / "c.cache").string();
+  ASSERT_EQ(stoker("cache build --data " + (dir / "data").string() + " --image-size 64 --cache-file " + file).exit_code, 0);
+  const CommandResult info = stoker("cache info " + file);
+  EXPECT_EQ(info.exit_code, 0) << info.out;
+  EXPECT_NE(info.out.find("20 entries"), std::string::npos) << info.out;
+  for (const char* sub : {"", "train", "load", "bench", "cache", "predict", "evaluate", "inspect"}) {
+    const CommandResult h = stoker(std::string(sub) + " --help");
+    EXPECT_EQ(h.exit_code, 0) << sub;
+    EXPECT_NE(h.out.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+}  // namespace
