@@ -161,3 +161,31 @@ for kind, units in (("sigmoid", 1), ("softmax", 3)):
         outs[f"kernel{step + 1}"] = k
         outs[f"bias{step + 1}"] = b
     write_vectors(f"adam_{kind}", x, outs)
+
+# 4. An Inception-ResNet block as Keras Applications' InceptionResNetV2 builds it (the issue's
+#    user model): Conv2D without bias + BatchNormalization(scale=False) + relu branches,
+#    Concatenate, a 1x1 Conv2D with bias, CustomScaleLayer (x + up * scale), relu; and its stem's
+#    pooling (MaxPooling2D 3/2 'valid', AveragePooling2D 3/1 'same').
+from tf_keras.src.applications.inception_resnet_v2 import CustomScaleLayer  # noqa: E402
+
+
+def conv_bn(t, filters, k, name, strides=1, padding="same"):
+    t = L.Conv2D(filters, k, strides=strides, padding=padding, use_bias=False, name=name)(t)
+    t = L.BatchNormalization(axis=3, scale=False, name=name + "_bn")(t)
+    return L.Activation("relu", name=name + "_ac")(t)
+
+
+inp = keras.Input((11, 11, 4), name="ir_input")
+stem = conv_bn(inp, 8, 3, "stem_conv", strides=1, padding="valid")                # 9x9x8
+pool = L.MaxPooling2D(3, strides=2, name="stem_maxpool")(stem)                     # 4x4x8
+b0 = conv_bn(pool, 4, 1, "b0")
+b1 = conv_bn(conv_bn(pool, 4, 1, "b1a"), 6, 3, "b1b")
+b2 = L.AveragePooling2D(3, strides=1, padding="same", name="b2_avgpool")(pool)
+mixed = L.Concatenate(axis=3, name="block35_1_mixed")([b0, b1, b2])
+up = L.Conv2D(8, 1, use_bias=True, name="block35_1_conv")(mixed)
+res = CustomScaleLayer(0.17, name="block35_1")([pool, up])
+act = L.Activation("relu", name="block35_1_ac")(res)
+gap = L.GlobalAveragePooling2D(name="avg_pool")(act)
+model = keras.Model(inp, gap, name="inception_resnet_block")
+x = rng.normal(0, 1, (2, 11, 11, 4)).astype(np.float32)
+dump("inception_resnet_block", model, x)

@@ -313,6 +313,60 @@ TEST(Import, WrongShapedWeightNamesLayerAndShapes) {
   }
 }
 
+// A Functional model.json: input (4,) -> Dense a, Dense b -> `merge` layer ([a, b]).
+void write_functional(const std::filesystem::path& dir, const nlohmann::json& merge) {
+  auto layer = [](nlohmann::json l, std::vector<std::string> inputs) {
+    nlohmann::json node = nlohmann::json::array();
+    for (const auto& i : inputs) node.push_back(nlohmann::json::array({i, 0, 0, nlohmann::json::object()}));
+    l["name"] = l["config"]["name"];
+    l["inbound_nodes"] = inputs.empty() ? nlohmann::json::array() : nlohmann::json::array({node});
+    return l;
+  };
+  nlohmann::json input = {{"class_name", "InputLayer"}, {"config", {{"name", "in"}, {"batch_input_shape", {nullptr, 4}}}}};
+  nlohmann::json layers = nlohmann::json::array({layer(input, {}), layer(dense_layer("a", 2, false), {"in"}),
+                                                 layer(dense_layer("b", 2, false), {"in"}),
+                                                 layer(merge, {"a", "b"})});
+  nlohmann::json cfg = {{"name", "f"}, {"layers", layers}};
+  cfg["input_layers"] = nlohmann::json::array({nlohmann::json::array({"in", 0, 0})});
+  cfg["output_layers"] = nlohmann::json::array({nlohmann::json::array({merge["config"]["name"], 0, 0})});
+  nlohmann::json m;
+  m["modelTopology"] = {{"class_name", "Functional"}, {"config", cfg}};
+  nlohmann::json group = nlohmann::json::object();
+  group["paths"] = nlohmann::json::array({"weights.bin"});
+  group["weights"] = nlohmann::json::array({wspec("a/kernel", {4, 2}), wspec("a/bias", {2}), wspec("b/kernel", {4, 2}),
+                                            wspec("b/bias", {2})});
+  m["weightsManifest"] = nlohmann::json::array({group});
+  std::ofstream(dir / "model.json") << m.dump();
+  std::vector<float> w(20, 0.25f);
+  std::ofstream(dir / "weights.bin", std::ios::binary).write(reinterpret_cast<const char*>(w.data()), 80);
+}
+
+TEST(Import, InceptionResNetResidualScaling) {
+  test::TempDir tmp;
+  std::vector<float> x = {1, 2, 3, 4};
+  // a = b = relu(0.25 * 10 + 0.25) = 2.75 per unit; the merge gives a + b * scale.
+  nlohmann::json custom = {{"class_name", "CustomScaleLayer"}, {"config", {{"name", "block35_1"}, {"scale", 0.17}}}};
+  write_functional(tmp.path(), custom);
+  Tensor y = load_model(tmp.path()).forward(x.data(), 1);
+  EXPECT_FLOAT_EQ(y.data[0], 2.75f + 2.75f * 0.17f);
+  // Older Keras: the same residual as a Lambda named block17_N with arguments {scale}.
+  nlohmann::json lambda = {{"class_name", "Lambda"},
+                           {"config", {{"name", "block17_3"}, {"function", {"4wEAAAAA", nullptr, nullptr}},
+                                       {"arguments", {{"scale", 0.1}}}}}};
+  write_functional(tmp.path(), lambda);
+  y = load_model(tmp.path()).forward(x.data(), 1);
+  EXPECT_FLOAT_EQ(y.data[1], 2.75f + 2.75f * 0.1f);
+  // Any other Lambda is Python code: rejected with its name.
+  lambda["config"]["name"] = "my_lambda";
+  write_functional(tmp.path(), lambda);
+  try {
+    load_model(tmp.path());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("my_lambda"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Import, MissingWeightAndShortShardAreErrors) {
   test::TempDir tmp;
   write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}), nlohmann::json::array({wspec("d1/kernel", {3, 2})}), 6);

@@ -45,6 +45,14 @@ TEST(KerasLayers, EveryLayerMatchesKerasUnfused) {
   check_every_layer("layers_functional", o, 1e-5);
 }
 
+TEST(KerasLayers, InceptionResNetBlockMatchesKeras) {
+  check_every_layer("inception_resnet_block", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("inception_resnet_block", o, 1e-5);
+}
+
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
 
 TEST(KerasLayers, WholeModelHasThreeOutputs) {

@@ -39,7 +39,7 @@ struct Op {
   ActivationSpec act;
   std::vector<float> weights;  // conv/dense: [K, N] before packing; depthwise: [kh*kw, C*mult]
   std::vector<float> bias;     // per output channel (may be empty)
-  std::vector<float> scale;    // Scale op (unfolded BatchNormalization): y = x * scale + bias
+  std::vector<float> scale;    // Scale op (unfolded BatchNormalization): y = x * scale + bias; Add: a factor per input
   cpu::PackedB packed;
   std::vector<std::size_t> in_sizes;  // Concat: last-axis width of each input
 };
@@ -265,7 +265,14 @@ class CpuBackend final : public Backend {
           op.type = OpType::ZeroPad;
           op.pt = node.pad_top, op.pl = node.pad_left;
           break;
-        case LayerKind::Add: op.type = OpType::Add; break;
+        case LayerKind::Add:
+          op.type = OpType::Add;
+          op.scale.assign(node.inputs.size(), 1.0f);
+          break;
+        case LayerKind::ScaledAdd:
+          op.type = OpType::Add;
+          op.scale = {1.0f, node.residual_scale};
+          break;
         case LayerKind::Concatenate:
           op.type = OpType::Concat;
           for (int i : node.inputs)
@@ -494,7 +501,12 @@ class CpuBackend final : public Backend {
   static void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
     const std::size_t total = op.out_size * static_cast<std::size_t>(nb);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 16384), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i];
+      // op.scale holds one factor per input: all 1 for Add (exact), {1, s} for ScaledAdd.
+      const float s1 = op.scale[1];
+      if (s1 == 1.0f)
+        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i];
+      else
+        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i] * s1;
       for (std::size_t k = 2; k < in.size(); ++k)
         for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] += in[k][i];
       apply_act(y + r.begin(), 1, static_cast<int>(r.size()), op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);

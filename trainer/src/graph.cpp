@@ -28,6 +28,7 @@ const char* to_string(LayerKind kind) {
     case LayerKind::Activation: return "Activation";
     case LayerKind::ZeroPadding2D: return "ZeroPadding2D";
     case LayerKind::Add: return "Add";
+    case LayerKind::ScaledAdd: return "ScaledAdd";
     case LayerKind::Concatenate: return "Concatenate";
     case LayerKind::MaxPooling2D: return "MaxPooling2D";
     case LayerKind::AveragePooling2D: return "AveragePooling2D";
@@ -194,6 +195,9 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
       need_rank(n, s, 3);
       return {s[0] + n.pad_top + n.pad_bottom, s[1] + n.pad_left + n.pad_right, s[2]};
     }
+    case LayerKind::ScaledAdd:
+      if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
+      [[fallthrough]];
     case LayerKind::Add: {
       if (in.size() < 2) fail(n, "expects at least 2 inputs, received " + std::to_string(in.size()));
       for (const auto& s : in)

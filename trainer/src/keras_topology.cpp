@@ -72,6 +72,22 @@ float float_or(const json& cfg, const char* key, float fallback) {
   return cfg[key].get<float>();
 }
 
+// The one Lambda we recognise: Keras Applications' InceptionResNetV2 residual scaling, named
+// block35_N / block17_N / block8_N with arguments {"scale": s}. Any other Lambda is Python code we
+// cannot run.
+bool is_inception_resnet_lambda(const json& cfg, const std::string& name) {
+  if (!cfg.contains("arguments") || !cfg["arguments"].is_object() || cfg["arguments"].size() != 1 ||
+      !cfg["arguments"].contains("scale") || !cfg["arguments"]["scale"].is_number())
+    return false;
+  for (const char* prefix : {"block35_", "block17_", "block8_"}) {
+    const std::string p = prefix;
+    if (name.size() > p.size() && name.compare(0, p.size(), p) == 0 &&
+        name.find_first_not_of("0123456789", p.size()) == std::string::npos)
+      return true;
+  }
+  return false;
+}
+
 // Builds a node of the graph from one leaf layer's class and config.
 LayerNode make_node(const std::string& cls, const json& cfg, const std::string& name) {
   LayerNode n;
@@ -151,6 +167,14 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     }
   } else if (cls == "Add") {
     n.kind = LayerKind::Add;
+  } else if (cls == "CustomScaleLayer" || cls == "Custom>CustomScaleLayer") {  // registered as "Custom>..."  // tf-keras >= 2.13 InceptionResNetV2: inputs[0] + inputs[1] * scale
+    n.kind = LayerKind::ScaledAdd;
+    n.residual_scale = cfg.at("scale").get<float>();
+  } else if (cls == "Lambda" && is_inception_resnet_lambda(cfg, name)) {
+    // Older Keras InceptionResNetV2 wrote the same residual as
+    // Lambda(lambda inputs, scale: inputs[0] + inputs[1] * scale, arguments={'scale': s}, name='block35_1').
+    n.kind = LayerKind::ScaledAdd;
+    n.residual_scale = cfg.at("arguments").at("scale").get<float>();
   } else if (cls == "Concatenate") {
     n.kind = LayerKind::Concatenate;
     n.axis = cfg.value("axis", -1);
@@ -179,7 +203,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else {
     fail(name, "layer class '" + cls + "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
                "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
-               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout)");
+               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, CustomScaleLayer)");
   }
   return n;
 }
@@ -281,7 +305,7 @@ class Flattener {
     const std::string name = layer_name_of(layer);
     if (is_model_class(cls)) return add_model(layer, inputs);
     if (cls == "InputLayer") fail(name, "InputLayer inside the graph is not expected here");
-    if (cls == "Lambda" || cls == "TFOpLambda")
+    if (cls == "TFOpLambda" || (cls == "Lambda" && !is_inception_resnet_lambda(layer.at("config"), name)))
       fail(name, "layer class '" + cls + "' (arbitrary Python code) is not supported");
     LayerNode n = make_node(cls, layer.at("config"), name);
     n.inputs = inputs;

@@ -20,6 +20,7 @@ enum class LayerKind {
   Activation,  // Activation, ReLU (max_value, negative_slope, threshold), LeakyReLU: see ActivationSpec
   ZeroPadding2D,
   Add,
+  ScaledAdd,   // inputs[0] + inputs[1] * residual_scale: InceptionResNetV2's CustomScaleLayer
   Concatenate,
   MaxPooling2D,
   AveragePooling2D,
@@ -77,6 +78,7 @@ struct LayerNode {
   bool keepdims = false;   // GlobalAveragePooling2D
   float epsilon = 1e-3f;   // BatchNormalization
   int axis = -1;           // Concatenate, BatchNormalization
+  float residual_scale = 1.0f;  // ScaledAdd
   ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 
   // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
