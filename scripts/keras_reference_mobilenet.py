@@ -3,8 +3,10 @@
 
 Loads ../shared/data/models/keras/mobilenet_v2_0.35_224_3class.h5 with tensorflow-cpu + tf-keras,
 runs a few 224x224 RGB images through it and writes, under tests/trainer/vectors/mobilenet/:
-  <name>.png            the exact uint8 RGB input (lossless; photos already resized to 224x224)
-  reference.json        the image files in batch order, and where the outputs lie in reference.bin:
+  <name>.png            the exact uint8 RGB input of the photos, already resized to 224x224 (lossless);
+                        bird and sunflower are read from the shared images/*.rgb instead (the test
+                        needs the shared model anyway), so they are not duplicated here
+  reference.json        the images in batch order (".rgb": under the shared data folder), and where the outputs lie in reference.bin:
                         "features" [N, 1280] (backbone after GlobalAveragePooling2D) and "head" [N, 3]
                         (softmax); "offset" counts float32 values
   reference.bin         those two tensors, little-endian float32
@@ -61,11 +63,13 @@ head = model.predict(x, batch_size=len(names), verbose=0)
 assert features.shape == (len(names), 1280) and head.shape == (len(names), 3)
 
 ref = {"model": "models/keras/mobilenet_v2_0.35_224_3class.h5", "preprocess": "x/127.5-1",
-       "feature_layer": backbone.name, "images": [f"{n}.png" for n in names],
+       "feature_layer": backbone.name,
+       "images": [f"images/{n}.rgb" if n in ("bird", "sunflower") else f"{n}.png" for n in names],
        "features": {"shape": list(features.shape), "offset": 0},
        "head": {"shape": list(head.shape), "offset": int(features.size)}}
 for i, n in enumerate(names):
-    Image.fromarray(images[n]).save(out / f"{n}.png", optimize=True)
+    if n not in ("bird", "sunflower"):
+        Image.fromarray(images[n]).save(out / f"{n}.png", optimize=True)
     print(n, "head", head[i], "argmax", int(np.argmax(head[i])))
 np.concatenate([features.ravel(), head.ravel()]).astype("<f4").tofile(out / "reference.bin")
 (out / "reference.json").write_text(json.dumps(ref, indent=1))

@@ -119,6 +119,12 @@ TEST(RealModels, MobileNetMatchesKerasReference) {
   const int n = static_cast<int>(files.size());
   std::vector<float> x;
   for (const auto& f : files) {
+    if (f.size() > 4 && f.substr(f.size() - 4) == ".rgb") {  // raw 224×224 RGB from the shared data
+      auto raw = read_raw(shared / f);
+      ASSERT_EQ(raw.size(), 224u * 224 * 3) << f;
+      for (auto v : raw) x.push_back(static_cast<float>(v) / 127.5f - 1.0f);
+      continue;
+    }
     cv::Mat bgr = cv::imread((dir / f).string(), cv::IMREAD_COLOR);
     ASSERT_FALSE(bgr.empty()) << f;
     ASSERT_EQ(bgr.rows, 224);
