@@ -28,6 +28,12 @@ void require_non_negative(const std::string& parameter, double v) {
   if (v < 0) fail(parameter, "must not be negative, received " + num(v));
 }
 
+// Keeps fixed-point source coordinates (32 fractional bits in 64) far from overflow.
+constexpr double kMaxMagnitude = 1e6;
+void require_bounded(const std::string& parameter, double v) {
+  if (std::abs(v) > kMaxMagnitude) fail(parameter, "must be within +-1e6, received " + num(v));
+}
+
 augment::ShiftPlan shift_plan(const std::string& parameter, const ShiftRange& r) {
   augment::ShiftPlan s;
   s.kind = r.kind;
@@ -35,12 +41,14 @@ augment::ShiftPlan shift_plan(const std::string& parameter, const ShiftRange& r)
     case augment::ShiftKind::None: break;
     case augment::ShiftKind::Uniform:
       require_non_negative(parameter, r.range);
+      require_bounded(parameter, r.range);
       if (r.range == 0) s.kind = augment::ShiftKind::None;  // Keras: a falsy range means no shift
       s.range = static_cast<float>(r.range);
       s.fraction = r.range < 1.0;
       break;
     case augment::ShiftKind::Integer:
       if (r.pixels < 0) fail(parameter, "must not be negative, received " + std::to_string(r.pixels));
+      require_bounded(parameter, r.pixels);
       if (r.pixels == 0) s.kind = augment::ShiftKind::None;
       s.count = r.pixels;
       s.fraction = false;
@@ -54,6 +62,7 @@ augment::ShiftPlan shift_plan(const std::string& parameter, const ShiftRange& r)
       double mx = r.values[0];
       for (std::size_t i = 0; i < r.values.size(); ++i) {
         require_finite(parameter, r.values[i]);
+        require_bounded(parameter, r.values[i]);
         s.choices[i] = static_cast<float>(r.values[i]);
         mx = std::max(mx, r.values[i]);
       }
@@ -133,6 +142,8 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
     fail("zoom_range", "zoom factors must be positive, received [" + num(s.zoom_range.lo) + ", " +
                            num(s.zoom_range.hi) + "]");
   }
+  require_bounded("zoom_range", s.zoom_range.hi);
+  if (s.zoom_range.lo < 1e-6) fail("zoom_range", "zoom factors must be at least 1e-6, received " + num(s.zoom_range.lo));
   if (s.zoom_range.lo > s.zoom_range.hi) {
     fail("zoom_range", "lower bound above upper bound: [" + num(s.zoom_range.lo) + ", " + num(s.zoom_range.hi) + "]");
   }

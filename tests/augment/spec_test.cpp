@@ -40,6 +40,7 @@ TEST(AugmentSpec, InvalidSettingsFailAtConstructionNamingTheParameter) {
   expect_rejected([](AugmentSpec& s) { s.height_shift_range = ShiftRange::integer(-2); }, "height_shift_range");
   expect_rejected([](AugmentSpec& s) { s.height_shift_range = ShiftRange::choices({}); }, "height_shift_range");
   expect_rejected([](AugmentSpec& s) { s.shear_range = -1; }, "shear_range");
+  expect_rejected([](AugmentSpec& s) { s.width_shift_range = ShiftRange::uniform(1e9); }, "width_shift_range");
   expect_rejected([](AugmentSpec& s) { s.zoom_range = AugmentSpec::zoom(1.0); }, "zoom_range");  // [0, 2]
   expect_rejected([](AugmentSpec& s) { s.zoom_range = Range{0, 0}; }, "zoom_range");
   expect_rejected([](AugmentSpec& s) { s.zoom_range = Range{1.2, 0.8}; }, "zoom_range");
