@@ -225,6 +225,42 @@ TEST(Graph, BatchNormFoldingMatchesUnfolded) {
   EXPECT_LE(test::max_rel_error(a[0].data, b[0].data), 1e-6);
 }
 
+TEST(Graph, NoFusionIntoAValueWithOtherReaders) {
+  // conv -> dropout -> relu, and add(conv, relu): the relu must not be fused into the conv, whose
+  // plain output the add also reads (through the dropout alias).
+  Graph g;
+  g.nodes.push_back(input_node({5, 5, 3}));
+  LayerNode conv;
+  conv.name = "conv";
+  conv.kind = LayerKind::Conv2D;
+  conv.kernel_h = conv.kernel_w = 3;
+  conv.filters = 4;
+  conv.padding = Padding::Same;
+  conv.weights["kernel"] = make_weight({3, 3, 3, 4}, 21);
+  conv.inputs = {0};
+  LayerNode drop;
+  drop.name = "drop";
+  drop.kind = LayerKind::Dropout;
+  drop.inputs = {1};
+  LayerNode relu;
+  relu.name = "relu";
+  relu.kind = LayerKind::Activation;
+  relu.activation.kind = ActKind::ReLU;
+  relu.inputs = {2};
+  LayerNode add;
+  add.name = "add";
+  add.kind = LayerKind::Add;
+  add.inputs = {1, 3};
+  for (auto* n : {&conv, &drop, &relu, &add}) g.nodes.push_back(*n);
+  g.inputs = {0};
+  g.outputs = {4};
+  infer_shapes_and_check(g);
+  auto x = random_vec(5 * 5 * 3, 22);
+  Tensor y = Model(g).forward(x.data(), 1);
+  Tensor c = Model(g).cut_at("conv").forward(x.data(), 1);
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y.data[i], c.data[i] + std::max(c.data[i], 0.0f)) << i;
+}
+
 TEST(Graph, WrongWeightShapeNamesTheLayer) {
   LayerNode node;
   node.name = "my_dense";

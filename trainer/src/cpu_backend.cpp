@@ -150,8 +150,9 @@ class CpuBackend final : public Backend {
       const int nid = static_cast<int>(id);
       auto in_slot = [&](std::size_t k) { return slot_of[static_cast<std::size_t>(node.inputs.at(k))]; };
       auto alias = [&](int slot) {
+        // This node reads the slot once and passes it on to its own consumers.
         slot_of[id] = slot;
-        slot_readers[static_cast<std::size_t>(slot)] = consumers[id];
+        slot_readers[static_cast<std::size_t>(slot)] += consumers[id] - 1;
       };
       auto fusable_producer = [&](int slot) -> Op* {
         // The op producing `slot` if this node is its only reader and nothing is fused into it yet.
