@@ -116,7 +116,7 @@ void add_model_commands(CLI::App& app) {
   auto pred = std::make_shared<UseArgs>();
   CLI::App* p = app.add_subcommand("predict", "class and probability for each image");
   p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")->required()->check(CLI::ExistingDirectory);
-  p->add_option("images", pred->images, "image files")->required();
+  p->add_option("images", pred->images, "image files")->required()->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   p->add_option("--batch-size", pred->batch_size)->capture_default_str();
   p->add_option("--threads", pred->threads, "decode threads (0 = all cores)");
   p->add_flag("--json", pred->json, "machine-readable output");

@@ -74,4 +74,24 @@ void write_charts(const std::filesystem::path& png, const std::vector<Chart>& ch
   if (!cv::imwrite(png.string(), img)) throw IoError(png.string() + ": cannot write PNG");
 }
 
+void write_bar_chart(const std::filesystem::path& png, const std::string& title,
+                     const std::vector<std::pair<std::string, double>>& bars) {
+  constexpr int kLabel = 430, kBar = 22, kGap = 8, kBarWidth = 420;
+  const int height = kTop + static_cast<int>(bars.size()) * (kBar + kGap) + 20;
+  cv::Mat img(height, kLabel + kBarWidth + 120, CV_8UC3, cv::Scalar(255, 255, 255));
+  cv::putText(img, title, {10, 25}, cv::FONT_HERSHEY_SIMPLEX, 0.6, {0, 0, 0}, 1, cv::LINE_AA);
+  double top = 0;
+  for (const auto& b : bars) top = std::max(top, b.second);
+  if (top <= 0) top = 1;
+  for (std::size_t i = 0; i < bars.size(); ++i) {
+    const int y = kTop + static_cast<int>(i) * (kBar + kGap);
+    cv::putText(img, bars[i].first, {10, y + 16}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {0, 0, 0}, 1, cv::LINE_AA);
+    const int w = std::max(1, static_cast<int>(bars[i].second / top * kBarWidth));
+    cv::rectangle(img, {kLabel, y}, {kLabel + w, y + kBar}, kColors[i % std::size(kColors)], cv::FILLED);
+    cv::putText(img, tick(bars[i].second), {kLabel + w + 6, y + 16}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {0, 0, 0}, 1,
+                cv::LINE_AA);
+  }
+  if (!cv::imwrite(png.string(), img)) throw IoError(png.string() + ": cannot write PNG");
+}
+
 }  // namespace stoker::app

@@ -22,4 +22,8 @@ struct Chart {
 // Charts stacked vertically in one PNG. Throws IoError when the file cannot be written.
 void write_charts(const std::filesystem::path& png, const std::vector<Chart>& charts);
 
+// One horizontal bar per (label, value), largest scale at the right, values printed.
+void write_bar_chart(const std::filesystem::path& png, const std::string& title,
+                     const std::vector<std::pair<std::string, double>>& bars);
+
 }  // namespace stoker::app

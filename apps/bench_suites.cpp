@@ -1,0 +1,266 @@
+#include "bench_suites.hpp"
+
+#include <turbojpeg.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <opencv2/imgproc.hpp>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "stoker/augment/augmenter.hpp"
+#include "stoker/error.hpp"
+
+namespace stoker::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double median_of(int repeat, F&& run) {
+  std::vector<double> runs;
+  for (int r = 0; r < repeat; ++r) runs.push_back(run(r));
+  return median(runs);
+}
+
+std::string read_proc_field(const char* file, const char* key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "?";
+}
+
+double peak_rss_mib() { return std::atof(read_proc_field("/proc/self/status", "VmHWM").c_str()) / 1024.0; }
+
+double epoch_img_per_s(Loader& loader, std::uint64_t epoch) {
+  const auto t0 = Clock::now();
+  loader.begin_epoch(epoch);
+  std::size_t n = 0;
+  while (auto b = loader.next()) n += static_cast<std::size_t>(b->size());
+  return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Warm-up epoch, then the median of `repeat` epochs.
+double loader_rate(const Dataset& ds, const LoaderOptions& o, int repeat) {
+  Loader loader(ds, o);
+  epoch_img_per_s(loader, 0);
+  return median_of(repeat, [&](int r) { return epoch_img_per_s(loader, static_cast<std::uint64_t>(r + 1)); });
+}
+
+// Per-thread state of the raw loop: one TurboJPEG handle, reused buffers.
+struct RawScratch {
+  RawScratch() : tj(tjInitDecompress()) {}
+  ~RawScratch() { tjDestroy(tj); }
+  RawScratch(const RawScratch&) = delete;
+  RawScratch& operator=(const RawScratch&) = delete;
+  tjhandle tj;
+  std::vector<std::uint8_t> decoded, out;
+};
+
+// The bare loop: TurboJPEG decode at the loader's DCT scale + OpenCV's fastest resize, files
+// already in memory, parallel over the files on `threads` threads.
+double raw_decode_img_per_s(const std::vector<std::vector<std::uint8_t>>& files, int size, int threads) {
+  tbb::task_arena arena(threads);
+  tbb::enumerable_thread_specific<RawScratch> scratch;
+  const auto t0 = Clock::now();
+  arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, files.size(), 1), [&](const auto& r) {
+      RawScratch& s = scratch.local();
+      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+        const auto& f = files[i];
+        int w = 0, h = 0, sub = 0, cs = 0;
+        if (tjDecompressHeader3(s.tj, f.data(), f.size(), &w, &h, &sub, &cs)) throw Error("raw decode: bad JPEG");
+        int num = 1, denom = 1;
+        ImageDecoder::choose_jpeg_scale(w, h, size, size, num, denom);
+        const tjscalingfactor sf{num, denom};
+        const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+        s.decoded.resize(static_cast<std::size_t>(sw) * sh * 3);
+        if (tjDecompress2(s.tj, f.data(), f.size(), s.decoded.data(), sw, 0, sh, TJPF_RGB, 0)) {
+          throw Error("raw decode: bad JPEG");
+        }
+        s.out.resize(static_cast<std::size_t>(size) * size * 3);
+        cv::Mat in(sh, sw, CV_8UC3, s.decoded.data()), out(size, size, CV_8UC3, s.out.data());
+        cv::resize(in, out, out.size(), 0, 0, cv::INTER_NEAREST);
+      }
+    });
+  });
+  return static_cast<double>(files.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Asks the kernel to drop the dataset's files from the page cache, so the next read hits the disk.
+void evict_from_page_cache(const Dataset& ds) {
+  for (const auto& s : ds.samples) {
+    const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// The seed's ImageDataGenerator parameters.
+AugmentSpec seed_augmentation(int size) {
+  AugmentSpec a;
+  a.height = a.width = size;
+  a.rotation_range = 30;
+  a.width_shift_range = ShiftRange::uniform(0.4);
+  a.height_shift_range = ShiftRange::uniform(0.4);
+  a.shear_range = 0.4;
+  a.zoom_range = AugmentSpec::zoom(0.25);
+  a.horizontal_flip = true;
+  a.brightness_range = Range{0.5, 1.5};
+  return a;
+}
+
+}  // namespace
+
+std::string machine_description() {
+  return read_proc_field("/proc/cpuinfo", "model name") + ", " + std::to_string(std::thread::hardware_concurrency()) +
+         " hardware threads, " + read_proc_field("/proc/meminfo", "MemTotal") + " RAM";
+}
+
+std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {
+  std::vector<BenchRow> rows;
+  // The loader first, so the process's peak resident memory reflects the loader alone.
+  const double baseline_rss = peak_rss_mib();
+  std::vector<double> rates;
+  std::size_t buffer_bytes = 0;
+  for (int t : s.threads) {
+    LoaderOptions o = s.loader.options();
+    o.threads = t;
+    rates.push_back(loader_rate(ds, o, s.repeat));
+    buffer_bytes = Loader(ds, o).buffer_bytes();
+  }
+  const double loader_rss = peak_rss_mib();
+
+  std::vector<std::vector<std::uint8_t>> files;
+  for (const auto& sample : ds.samples) {
+    std::vector<std::uint8_t> bytes;
+    read_file(sample.path, bytes);
+    files.push_back(std::move(bytes));
+  }
+  for (std::size_t i = 0; i < s.threads.size(); ++i) {
+    const int t = s.threads[i];
+    raw_decode_img_per_s(files, s.loader.image_size, t);  // warm-up
+    const double raw = median_of(s.repeat, [&](int) { return raw_decode_img_per_s(files, s.loader.image_size, t); });
+    rows.push_back({"loader", "raw limit: TurboJPEG decode + resize, files in memory", t, raw, "", 0, ""});
+    char note[160];
+    std::snprintf(note, sizeof note, "peak RSS %.0f MiB (%.0f before; batch buffers %.1f MiB)", loader_rss,
+                  baseline_rss, static_cast<double>(buffer_bytes) / (1 << 20));
+    rows.push_back({"loader", "stoker loader, files in the page cache", t, rates[i], "raw limit", rates[i] / raw, note});
+  }
+  return rows;
+}
+
+std::vector<BenchRow> cache_suite(const Dataset& ds, const BenchSettings& s) {
+  LoaderOptions base = s.loader.options();
+  const int t = s.threads.back();
+  base.threads = t;
+  std::vector<BenchRow> rows;
+  double cold = 0;
+  {
+    Loader loader(ds, base);
+    cold = median_of(s.repeat, [&](int r) {
+      evict_from_page_cache(ds);
+      return epoch_img_per_s(loader, static_cast<std::uint64_t>(r));
+    });
+  }
+  rows.push_back({"cache", "epoch 1, cold (files evicted from the page cache)", t, cold, "", 0, ""});
+  const double warm_files = loader_rate(ds, base, s.repeat);
+  rows.push_back({"cache", "epoch 2+, no cache (files in the page cache)", t, warm_files, "cold", warm_files / cold, ""});
+  for (CacheKind kind : {CacheKind::Encoded, CacheKind::Decoded}) {
+    LoaderOptions o = base;
+    o.cache.kind = kind;
+    const double r = loader_rate(ds, o, s.repeat);  // the warm-up epoch fills the cache
+    rows.push_back({"cache", std::string("epoch 2+, ") + to_string(kind) + " cache in RAM", t, r, "cold", r / cold, ""});
+  }
+  const std::string file = "/tmp/stoker-bench-" + std::to_string(::getpid()) + ".cache";
+  LoaderOptions o = base;
+  o.cache.kind = CacheKind::Decoded;
+  o.cache.file = file;
+  {
+    Loader writer(ds, o);
+    epoch_img_per_s(writer, 0);  // writes the file at the end of the epoch
+  }
+  const double fresh = median_of(s.repeat, [&](int) {
+    Loader loader(ds, o);  // opens and maps the file anew, as a new process would
+    const double r = epoch_img_per_s(loader, 0);
+    if (loader.stats().files_read != 0) throw Error("bench: the cache file did not cover the dataset");
+    return r;
+  });
+  std::remove(file.c_str());
+  rows.push_back({"cache", "epoch 1 of a new loader from the decoded cache file", t, fresh, "cold", fresh / cold, ""});
+  return rows;
+}
+
+std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
+  std::vector<BenchRow> rows;
+  for (int t : s.threads) {
+    LoaderOptions plain = s.loader.options();
+    plain.threads = t;
+    const double resize = loader_rate(ds, plain, s.repeat);
+    LoaderOptions aug = plain;
+    aug.transform = std::make_shared<Augmenter>(seed_augmentation(s.loader.image_size));
+    const double augmented = loader_rate(ds, aug, s.repeat);
+    rows.push_back({"augment", "stoker loader, resize only", t, resize, "", 0, ""});
+    rows.push_back({"augment", "stoker loader + the seed's Keras augmentation (CPU)", t, augmented, "resize only",
+                    augmented / resize, ""});
+    LoaderOptions cached = aug;
+    cached.cache.kind = CacheKind::Decoded;
+    const double warm = loader_rate(ds, cached, s.repeat);
+    rows.push_back({"augment", "seed's augmentation from the decoded cache (CPU)", t, warm, "resize only",
+                    warm / resize, ""});
+  }
+  return rows;
+}
+
+std::vector<BenchRow> peers_suite(const BenchSettings& s) {
+  std::vector<BenchRow> rows;
+  auto run_peer = [&](const std::string& python, const std::string& framework, int workers, bool augment,
+                      const std::string& label) {
+    const std::string cmd = python + " " + s.peers_script + " --framework " + framework + " --data '" + s.loader.data +
+                            "' --image-size " + std::to_string(s.loader.image_size) + " --batch-size " +
+                            std::to_string(s.loader.batch_size) + " --workers " + std::to_string(workers) +
+                            " --repeat " + std::to_string(s.repeat) + (augment ? " --augment" : "") + " 2>/dev/null";
+    std::string out;
+    if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
+      std::array<char, 4096> buf{};
+      while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
+      const int status = ::pclose(p);
+      if (status == 0 && out.find('{') != std::string::npos) {
+        const auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+        rows.push_back({"peers", label, std::max(1, workers), j.at("img_per_s").get<double>(), "", 0, ""});
+        return;
+      }
+    }
+    rows.push_back({"peers", label, std::max(1, workers), 0, "", 0, "skipped: " + framework + " not available via " + python});
+  };
+  for (int t : s.threads) {
+    run_peer(s.torch_python, "torch", t, false, "PyTorch DataLoader, resize only");
+    run_peer(s.torch_python, "torch", t, true, "PyTorch DataLoader + RandomAffine/flip/ColorJitter");
+  }
+  run_peer(s.keras_python, "keras", 0, false, "Keras flow_from_directory, resize only (1 thread)");
+  run_peer(s.keras_python, "keras", 0, true, "Keras flow_from_directory + seed's augmentation (1 thread)");
+  return rows;
+}
+
+}  // namespace stoker::app
