@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <opencv2/imgcodecs.hpp>
@@ -169,6 +170,51 @@ TEST(RealModels, MobileNetCpuThroughput) {
   std::printf("mobilenet_v2 0.35 224 cpu forward: %.1f img/s (batch %d, %d batches, %.2f s)\n", ips, batch, batches, s);
   RecordProperty("images_per_second", std::to_string(ips));
   EXPECT_GT(ips, 5.0);  // a few hundred images in well under a minute
+}
+
+TEST(RealModels, SummaryCountsParametersLikeKeras) {
+  REQUIRE_SHARED(shared);
+  Model model = load_model(shared / "models" / "keras" / "mobilenet_v2_0.35_224_3class.h5");
+  // Keras' count_params(): 538608 in all, 410208 in the backbone, 128400 in the head.
+  EXPECT_EQ(model.parameter_count(), 538608u);
+  EXPECT_EQ(model.cut_at("sequential_9").parameter_count(), 410208u);
+  const std::string s = model.summary();
+  EXPECT_NE(s.find("out_relu"), std::string::npos);
+  EXPECT_NE(s.find("[?, 7, 7, 1280]"), std::string::npos) << s;
+  EXPECT_NE(s.find("538608"), std::string::npos);
+  const auto layers = model.layers();
+  ASSERT_FALSE(layers.empty());
+  EXPECT_EQ(layers.back().output_shape, (std::vector<int>{3}));
+}
+
+TEST(RealModels, DarknetRunsAtAnotherResolution) {
+  REQUIRE_SHARED(shared);
+  LoadOptions o;
+  o.input_hw = {160, 128};  // fully convolutional: any size works
+  Model model = load_model(shared / "models" / "tfjs" / "darknet_tiny_imagenet", o);
+  EXPECT_EQ(model.input_shape(), (std::vector<int>{160, 128, 3}));
+  std::vector<float> x(160 * 128 * 3, 0.5f);
+  Tensor y = model.forward(x.data(), 1);
+  EXPECT_EQ(y.shape, (std::vector<int>{1, 1000}));
+}
+
+TEST(RealModels, ConcurrentForwardCallsAgree) {
+  REQUIRE_SHARED(shared);
+  Model model = load_model(shared / "models" / "tfjs" / "darknet_tiny_imagenet");
+  auto raw = read_raw(shared / "images" / "bird.rgb");
+  std::vector<float> x;
+  for (int rep = 0; rep < 3; ++rep)
+    for (auto v : raw) x.push_back(static_cast<float>(v) / 255.0f);
+  const Tensor ref = model.forward(x.data(), 3);
+  std::vector<Tensor> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[static_cast<std::size_t>(t)] = model.forward(x.data(), 3); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g.data, ref.data);
+  // Every sample of the batch equals the single-image result: no cross-talk between samples.
+  const Tensor one = model.forward(x.data(), 1);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LE(max_rel_error(std::vector<float>(ref.sample(i), ref.sample(i) + 1000), one.data), 1e-6);
 }
 
 TEST(RealModels, LoadErrorsNameTheProblem) {
