@@ -258,8 +258,8 @@ std::vector<BenchRow> peers_suite(const BenchSettings& s) {
     run_peer(s.torch_python, "torch", t, false, "PyTorch DataLoader, resize only");
     run_peer(s.torch_python, "torch", t, true, "PyTorch DataLoader + RandomAffine/flip/ColorJitter");
   }
-  run_peer(s.keras_python, "keras", 0, false, "Keras flow_from_directory, resize only (1 thread)");
-  run_peer(s.keras_python, "keras", 0, true, "Keras flow_from_directory + seed's augmentation (1 thread)");
+  run_peer(s.keras_python, "keras", 0, false, "Keras flow_from_directory, resize only");
+  run_peer(s.keras_python, "keras", 0, true, "Keras flow_from_directory + seed's augmentation");
   return rows;
 }
 

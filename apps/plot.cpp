@@ -79,14 +79,22 @@ void write_bar_chart(const std::filesystem::path& png, const std::string& title,
   constexpr int kLabel = 430, kBar = 22, kGap = 8, kBarWidth = 420;
   const int height = kTop + static_cast<int>(bars.size()) * (kBar + kGap) + 20;
   cv::Mat img(height, kLabel + kBarWidth + 120, CV_8UC3, cv::Scalar(255, 255, 255));
-  cv::putText(img, title, {10, 25}, cv::FONT_HERSHEY_SIMPLEX, 0.6, {0, 0, 0}, 1, cv::LINE_AA);
-  double top = 0;
-  for (const auto& b : bars) top = std::max(top, b.second);
+  double top = 0, bottom = 1e300;
+  for (const auto& b : bars) top = std::max(top, b.second), bottom = std::min(bottom, b.second);
   if (top <= 0) top = 1;
+  // Figures that span orders of magnitude (a decoded cache vs a cold epoch) read better on a log axis.
+  const bool log_scale = bottom > 0 && top / bottom > 30;
+  const double floor_value = log_scale ? bottom / 2 : 0;
+  auto length = [&](double v) {
+    const double f = log_scale ? std::log(v / floor_value) / std::log(top / floor_value) : v / top;
+    return std::max(1, static_cast<int>(f * kBarWidth));
+  };
+  cv::putText(img, title + (log_scale ? " (log scale)" : ""), {10, 25}, cv::FONT_HERSHEY_SIMPLEX, 0.6, {0, 0, 0}, 1,
+              cv::LINE_AA);
   for (std::size_t i = 0; i < bars.size(); ++i) {
     const int y = kTop + static_cast<int>(i) * (kBar + kGap);
     cv::putText(img, bars[i].first, {10, y + 16}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {0, 0, 0}, 1, cv::LINE_AA);
-    const int w = std::max(1, static_cast<int>(bars[i].second / top * kBarWidth));
+    const int w = length(bars[i].second);
     cv::rectangle(img, {kLabel, y}, {kLabel + w, y + kBar}, kColors[i % std::size(kColors)], cv::FILLED);
     cv::putText(img, tick(bars[i].second), {kLabel + w + 6, y + 16}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {0, 0, 0}, 1,
                 cv::LINE_AA);
