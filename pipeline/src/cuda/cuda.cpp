@@ -189,7 +189,8 @@ bool Event::done() const {
   STOKER_CUDA_CHECK(e);
   return true;
 }
-void Event::synchronize() const { STOKER_CUDA_CHECK(cudaEventSynchronize(e_)); }
+void Event::synchronize() const { event_synchronize(e_); }
+void event_synchronize(EventHandle event) { STOKER_CUDA_CHECK(cudaEventSynchronize(event)); }
 float Event::elapsed_ms(const Event& start, const Event& end) { return stoker::elapsed_ms(start.e_, end.e_); }
 float elapsed_ms(EventHandle start, EventHandle end) {
   float ms = 0.0f;
@@ -321,6 +322,7 @@ Event& Event::operator=(Event&& other) noexcept {
 void Event::record(StreamHandle) const { no_cuda("Event::record"); }
 bool Event::done() const { return true; }
 void Event::synchronize() const {}
+void event_synchronize(EventHandle) { no_cuda("event_synchronize"); }
 float Event::elapsed_ms(const Event&, const Event&) { no_cuda("Event::elapsed_ms"); }
 float elapsed_ms(EventHandle, EventHandle) { no_cuda("elapsed_ms"); }
 void stream_wait(StreamHandle, EventHandle) { no_cuda("stream_wait"); }

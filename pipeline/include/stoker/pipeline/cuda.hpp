@@ -101,6 +101,9 @@ class Event {
 // Milliseconds between two recorded timing events (cudaEventElapsedTime; negative if end is first).
 float elapsed_ms(EventHandle start, EventHandle end);
 
+// Host wait for a recorded event (cudaEventSynchronize).
+void event_synchronize(EventHandle event);
+
 // Makes `stream` wait for `event` on the GPU (cudaStreamWaitEvent); the host does not block.
 void stream_wait(StreamHandle stream, EventHandle event);
 
