@@ -1,91 +1,26 @@
 // The CPU backend: float32 NHWC, oneTBB. Compiling a graph folds frozen BatchNormalization into
 // the convolution/dense before it, fuses a following activation into its epilogue, packs weights,
-// and turns Dropout/Flatten into aliases. forward() runs chunks of samples in parallel; each op
-// also parallelises over rows, so small batches use every core too.
+// and turns Dropout/Flatten into aliases (the kernels are in cpu_ops.cpp). forward() runs chunks
+// of samples in parallel; each op also parallelises over rows, so small batches use every core too.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
-#include <optional>
 
-#include <tbb/blocked_range.h>
-#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <stoker/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
-#include "cpu_depthwise.hpp"
-#include "cpu_gemm.hpp"
+#include "cpu_ops.hpp"
 #include "import.hpp"
 
 namespace stoker::trainer {
 namespace {
 
-enum class OpType { Conv, Depthwise, Dense, Scale, Act, ZeroPad, Add, Concat, MaxPool, AvgPool, Gap };
-
-struct Op {
-  OpType type = OpType::Act;
-  std::string name;     // the layer (for messages)
-  std::vector<int> in;  // value slots read
-  int out = -1;         // value slot written
-  std::size_t out_size = 0;  // values per sample
-  // geometry (NHWC, per sample)
-  int h = 0, w = 0, c = 0, oh = 0, ow = 0, oc = 0;
-  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, mult = 1;
-  bool direct = false;  // 1×1, stride 1, no padding: the input is already the GEMM's A
-  ActivationSpec act;
-  std::vector<float> weights;  // conv/dense: [K, N] before packing; depthwise: [kh*kw, C*mult]
-  std::vector<float> bias;     // per output channel (may be empty)
-  std::vector<float> scale;    // Scale op (unfolded BatchNormalization): y = x * scale + bias; Add: a factor per input
-  cpu::PackedB packed;
-  std::vector<std::size_t> in_sizes;  // Concat: last-axis width of each input
-};
-
-void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a) {
-  const std::size_t total = rows * static_cast<std::size_t>(n);
-  switch (a.kind) {
-    case ActKind::Linear: return;
-    case ActKind::ReLU: {
-      const float mx = a.max_value, slope = a.negative_slope, thr = a.threshold;
-      if (thr == 0.0f && slope == 0.0f) {
-        for (std::size_t i = 0; i < total; ++i) x[i] = std::min(std::max(x[i], 0.0f), mx);
-      } else {
-        for (std::size_t i = 0; i < total; ++i) x[i] = x[i] > thr ? std::min(x[i], mx) : slope * (x[i] - thr);
-      }
-      return;
-    }
-    case ActKind::Sigmoid:
-      for (std::size_t i = 0; i < total; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
-      return;
-    case ActKind::Swish:
-      for (std::size_t i = 0; i < total; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
-      return;
-    case ActKind::Tanh:
-      for (std::size_t i = 0; i < total; ++i) x[i] = std::tanh(x[i]);
-      return;
-    case ActKind::Softmax:
-      for (std::size_t r = 0; r < rows; ++r) {
-        float* row = x + r * static_cast<std::size_t>(n);
-        const float m = *std::max_element(row, row + n);
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j) sum += (row[j] = std::exp(row[j] - m));
-        const float inv = 1.0f / sum;
-        for (int j = 0; j < n; ++j) row[j] *= inv;
-      }
-      return;
-  }
-}
-
-// Ops whose kernels end with apply_act (so an activation can be fused into them).
-bool applies_activation(OpType t) {
-  return t == OpType::Conv || t == OpType::Dense || t == OpType::Depthwise || t == OpType::Scale ||
-         t == OpType::Add || t == OpType::Gap;
-}
-
-constexpr std::size_t kRowBlock = 96;  // GEMM rows per task (a multiple of cpu::kRows)
+using cpu::Op;
+using cpu::OpType;
 
 class CpuBackend final : public Backend {
  public:
@@ -211,7 +146,7 @@ class CpuBackend final : public Backend {
         }
         case LayerKind::Activation: {
           Op* p = options_.fuse_activations ? fusable_producer(in_slot(0)) : nullptr;
-          if (p && applies_activation(p->type)) {
+          if (p && cpu::applies_activation(p->type)) {
             p->act = node.activation;
             alias(in_slot(0));
             continue;
@@ -351,7 +286,7 @@ class CpuBackend final : public Backend {
       buf = pool.take(op.out_size * static_cast<std::size_t>(nb));
       ins.clear();
       for (int s : op.in) ins.push_back(values[static_cast<std::size_t>(s)]);
-      run_op(op, ins, buf.second.get(), nb);
+      cpu::run_op(op, ins, buf.second.get(), nb);
       values[static_cast<std::size_t>(op.out)] = buf.second.get();
       for (int s : op.in)
         if (--uses[static_cast<std::size_t>(s)] == 0) pool.give(std::move(buffers[static_cast<std::size_t>(s)]));
@@ -362,216 +297,6 @@ class CpuBackend final : public Backend {
       std::memcpy(outs[i].data.data() + static_cast<std::size_t>(b0) * per, src, per * static_cast<std::size_t>(nb) * sizeof(float));
     }
     for (auto& b : buffers) pool.give(std::move(b));
-  }
-
-  static void run_op(const Op& op, const std::vector<const float*>& in, float* out, int nb) {
-    switch (op.type) {
-      case OpType::Conv: return conv(op, in[0], out, nb);
-      case OpType::Dense: return dense(op, in[0], out, nb);
-      case OpType::Depthwise: return depthwise(op, in[0], out, nb);
-      case OpType::Scale: return scale(op, in[0], out, nb);
-      case OpType::Act: return act(op, in[0], out, nb);
-      case OpType::ZeroPad: return zero_pad(op, in[0], out, nb);
-      case OpType::Add: return add(op, in, out, nb);
-      case OpType::Concat: return concat(op, in, out, nb);
-      case OpType::MaxPool:
-      case OpType::AvgPool: return pool(op, in[0], out, nb);
-      case OpType::Gap: return gap(op, in[0], out, nb);
-    }
-  }
-
-  static void conv(const Op& op, const float* x, float* y, int nb) {
-    const std::size_t rows = static_cast<std::size_t>(nb) * op.oh * op.ow;
-    const int k = op.packed.k;
-    const float* bias = op.bias.empty() ? nullptr : op.bias.data();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, kRowBlock), [&](const tbb::blocked_range<std::size_t>& r) {
-      const std::size_t r0 = r.begin(), m = r.size();
-      float* yb = y + r0 * op.oc;
-      if (op.direct) {
-        cpu::gemm_rows(x + r0 * op.c, op.c, static_cast<int>(m), op.packed, bias, yb, op.oc);
-      } else {
-        thread_local std::vector<float> cols;
-        cols.resize(m * static_cast<std::size_t>(k));
-        for (std::size_t i = 0; i < m; ++i) {
-          const std::size_t row = r0 + i;
-          const int ox = static_cast<int>(row % op.ow);
-          const int oy = static_cast<int>((row / op.ow) % op.oh);
-          const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
-          float* dst = cols.data() + i * k;
-          for (int ky = 0; ky < op.kh; ++ky) {
-            const int iy = oy * op.sh - op.pt + ky * op.dh;
-            for (int kx = 0; kx < op.kw; ++kx) {
-              const int ix = ox * op.sw - op.pl + kx * op.dw;
-              float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
-              if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) {
-                std::fill(d, d + op.c, 0.0f);
-              } else {
-                const float* s = x + ((n * op.h + iy) * op.w + ix) * op.c;
-                std::memcpy(d, s, sizeof(float) * static_cast<std::size_t>(op.c));
-              }
-            }
-          }
-        }
-        cpu::gemm_rows(cols.data(), k, static_cast<int>(m), op.packed, bias, yb, op.oc);
-      }
-      apply_act(yb, m, op.oc, op.act);
-    });
-  }
-
-  static void dense(const Op& op, const float* x, float* y, int nb) {
-    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
-    const float* bias = op.bias.empty() ? nullptr : op.bias.data();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 12), [&](const tbb::blocked_range<std::size_t>& r) {
-      float* yb = y + r.begin() * op.oc;
-      cpu::gemm_rows(x + r.begin() * op.c, op.c, static_cast<int>(r.size()), op.packed, bias, yb, op.oc);
-      apply_act(yb, r.size(), op.oc, op.act);
-    });
-  }
-
-  static void depthwise(const Op& op, const float* x, float* y, int nb) {
-    const int oc = op.c * op.mult;
-    const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 2), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t line = r.begin(); line != r.end(); ++line) {
-        const std::size_t n = line / op.oh;
-        const int oy = static_cast<int>(line % op.oh);
-        float* yl = y + line * op.ow * oc;
-        if (op.kh == 3 && op.kw == 3 && op.mult == 1) {
-          const cpu::DepthwiseGeometry geo{op.h, op.w, op.c, op.ow, op.sh, op.sw, op.dh, op.dw, op.pt, op.pl};
-          cpu::depthwise3x3_line(x + n * op.h * op.w * op.c, geo, oy, op.weights.data(),
-                                 op.bias.empty() ? nullptr : op.bias.data(), yl);
-          apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
-          continue;
-        }
-        for (int ox = 0; ox < op.ow; ++ox) {
-          float* acc = yl + static_cast<std::size_t>(ox) * oc;
-          std::fill(acc, acc + oc, 0.0f);
-          for (int ky = 0; ky < op.kh; ++ky) {
-            const int iy = oy * op.sh - op.pt + ky * op.dh;
-            if (iy < 0 || iy >= op.h) continue;
-            for (int kx = 0; kx < op.kw; ++kx) {
-              const int ix = ox * op.sw - op.pl + kx * op.dw;
-              if (ix < 0 || ix >= op.w) continue;
-              const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
-              const float* ws = op.weights.data() + (static_cast<std::size_t>(ky) * op.kw + kx) * oc;
-              if (op.mult == 1) {
-                for (int c = 0; c < oc; ++c) acc[c] += xs[c] * ws[c];
-              } else {
-                for (int c = 0; c < op.c; ++c)
-                  for (int m = 0; m < op.mult; ++m) acc[c * op.mult + m] += xs[c] * ws[c * op.mult + m];
-              }
-            }
-          }
-          if (!op.bias.empty())
-            for (int c = 0; c < oc; ++c) acc[c] += op.bias[static_cast<std::size_t>(c)];
-        }
-        apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
-      }
-    });
-  }
-
-  static void scale(const Op& op, const float* x, float* y, int nb) {
-    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.c));
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 256), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        const float* xs = x + i * op.c;
-        float* ys = y + i * op.c;
-        for (int c = 0; c < op.c; ++c) ys[c] = xs[c] * op.scale[static_cast<std::size_t>(c)] + op.bias[static_cast<std::size_t>(c)];
-      }
-      apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
-    });
-  }
-
-  static void act(const Op& op, const float* x, float* y, int nb) {
-    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.c));
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 256), [&](const tbb::blocked_range<std::size_t>& r) {
-      std::memcpy(y + r.begin() * op.c, x + r.begin() * op.c, r.size() * op.c * sizeof(float));
-      apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
-    });
-  }
-
-  static void zero_pad(const Op& op, const float* x, float* y, int nb) {
-    std::fill(y, y + op.out_size * static_cast<std::size_t>(nb), 0.0f);
-    for (int n = 0; n < nb; ++n)
-      for (int iy = 0; iy < op.h; ++iy)
-        std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + iy + op.pt) * op.ow + op.pl) * op.c,
-                    x + ((static_cast<std::size_t>(n) * op.h + iy) * op.w) * op.c,
-                    sizeof(float) * static_cast<std::size_t>(op.w) * op.c);
-  }
-
-  static void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
-    const std::size_t total = op.out_size * static_cast<std::size_t>(nb);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 16384), [&](const tbb::blocked_range<std::size_t>& r) {
-      // op.scale holds one factor per input: all 1 for Add (exact), {1, s} for ScaledAdd.
-      const float s1 = op.scale[1];
-      if (s1 == 1.0f)
-        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i];
-      else
-        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i] * s1;
-      for (std::size_t k = 2; k < in.size(); ++k)
-        for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] += in[k][i];
-      apply_act(y + r.begin(), 1, static_cast<int>(r.size()), op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);
-    });
-    if (op.act.kind == ActKind::Softmax) apply_act(y, total / op.oc, op.oc, op.act);
-  }
-
-  static void concat(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
-    const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* dst = y + r * op.oc;
-      for (std::size_t k = 0; k < in.size(); ++k) {
-        std::memcpy(dst, in[k] + r * op.in_sizes[k], op.in_sizes[k] * sizeof(float));
-        dst += op.in_sizes[k];
-      }
-    }
-  }
-
-  static void pool(const Op& op, const float* x, float* y, int nb) {
-    const bool is_max = op.type == OpType::MaxPool;
-    const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 4), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t line = r.begin(); line != r.end(); ++line) {
-        const std::size_t n = line / op.oh;
-        const int oy = static_cast<int>(line % op.oh);
-        for (int ox = 0; ox < op.ow; ++ox) {
-          float* acc = y + (line * op.ow + ox) * op.c;
-          std::fill(acc, acc + op.c, is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
-          int count = 0;  // TensorFlow averages over the window's pixels inside the image only
-          for (int ky = 0; ky < op.kh; ++ky) {
-            const int iy = oy * op.sh - op.pt + ky;
-            if (iy < 0 || iy >= op.h) continue;
-            for (int kx = 0; kx < op.kw; ++kx) {
-              const int ix = ox * op.sw - op.pl + kx;
-              if (ix < 0 || ix >= op.w) continue;
-              const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
-              ++count;
-              if (is_max)
-                for (int c = 0; c < op.c; ++c) acc[c] = std::max(acc[c], xs[c]);
-              else
-                for (int c = 0; c < op.c; ++c) acc[c] += xs[c];
-            }
-          }
-          if (!is_max && count > 0) {
-            const float inv = 1.0f / static_cast<float>(count);
-            for (int c = 0; c < op.c; ++c) acc[c] *= inv;
-          }
-        }
-      }
-    });
-  }
-
-  static void gap(const Op& op, const float* x, float* y, int nb) {
-    const std::size_t hw = static_cast<std::size_t>(op.h) * op.w;
-    const float inv = 1.0f / static_cast<float>(hw);
-    for (int n = 0; n < nb; ++n) {
-      float* acc = y + static_cast<std::size_t>(n) * op.c;
-      std::fill(acc, acc + op.c, 0.0f);
-      const float* xs = x + static_cast<std::size_t>(n) * hw * op.c;
-      for (std::size_t p = 0; p < hw; ++p)
-        for (int c = 0; c < op.c; ++c) acc[c] += xs[p * op.c + c];
-      for (int c = 0; c < op.c; ++c) acc[c] *= inv;
-      apply_act(acc, 1, op.c, op.act);
-    }
   }
 };
 
