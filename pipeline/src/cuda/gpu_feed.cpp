@@ -308,6 +308,13 @@ void FeedCore::feeder() {
       }
     } catch (...) {
       d.error = std::current_exception();
+      // A copy or stage may have been enqueued from the host batch and into the slot: neither is
+      // reused before that work has finished.
+      try {
+        if (host) copy_.synchronize();
+        slots_[static_cast<std::size_t>(si)]->reusable.record(stage_);
+      } catch (...) {
+      }
     }
 
     lock.lock();
