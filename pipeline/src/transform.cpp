@@ -1,6 +1,7 @@
 #include "stoker/pipeline/transform.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <opencv2/imgproc.hpp>
@@ -42,15 +43,26 @@ void resize_nearest_centres(const cv::Mat& in, cv::Mat& out) {
   for (int x = 0; x < out.cols; ++x) {
     x_offsets[static_cast<std::size_t>(x)] = 3 * std::min(in.cols - 1, static_cast<int>((x + 0.5) * sx));
   }
+  // Pixels are copied as 4-byte words, the 4th byte being overwritten by the next pixel; so not the
+  // row's last pixel, nor pixels read from the source row's last pixel.
+  int words = out.cols - 1;
+  while (words > 0 && x_offsets[static_cast<std::size_t>(words - 1)] + 4 > in.cols * 3) --words;
+  // Plain locals: uint8_t stores may alias anything, so the compiler would reload vector internals.
+  const int* const offsets = x_offsets.data();
+  const int cols = out.cols;
+  int previous_source_row = -1;
   for (int y = 0; y < out.rows; ++y) {
-    const std::uint8_t* src = in.ptr<std::uint8_t>(std::min(in.rows - 1, static_cast<int>((y + 0.5) * sy)));
+    const int source_row = std::min(in.rows - 1, static_cast<int>((y + 0.5) * sy));
     std::uint8_t* dst = out.ptr<std::uint8_t>(y);
-    for (int x = 0; x < out.cols; ++x, dst += 3) {
-      const std::uint8_t* p = src + x_offsets[static_cast<std::size_t>(x)];
-      dst[0] = p[0];
-      dst[1] = p[1];
-      dst[2] = p[2];
+    if (source_row == previous_source_row) {  // upscaling repeats rows
+      std::memcpy(dst, out.ptr<std::uint8_t>(y - 1), static_cast<std::size_t>(out.cols) * 3);
+      continue;
     }
+    previous_source_row = source_row;
+    const std::uint8_t* src = in.ptr<std::uint8_t>(source_row);
+    int x = 0;
+    for (; x < words; ++x) std::memcpy(dst + 3 * x, src + offsets[x], 4);
+    for (; x < cols; ++x) std::memcpy(dst + 3 * x, src + offsets[x], 3);
   }
 }
 
