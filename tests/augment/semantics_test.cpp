@@ -577,3 +577,39 @@ TEST(AugmentSemantics, ColourJitterExtremes) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(AugmentSemantics, KerasAxisConventionsAndTheGeometricAlternative) {
+  const cv::Mat src = test::make_pattern_rgb(20, 30, 0);  // non-square: the conventions differ
+  cv::Mat half_turn;
+  cv::rotate(src, half_turn, cv::ROTATE_180);
+  for (const bool keras : {true, false}) {
+    AugmentSpec s;
+    s.height = 20;
+    s.width = 30;
+    s.keras_axis_conventions = keras;
+    s.fill_mode = FillMode::Constant;
+    const Augmenter aug(s);
+    SampleParams p = neutral(20, 30);
+    p.theta = 180;
+    // Keras turns about (h/2 - 0.5, w/2 - 0.5) taken as (x, y): not the centre of a 20x30 image.
+    EXPECT_EQ(same(run(aug, src, p), half_turn), !keras);
+    // Which shift range moves columns: Keras' height_shift_range (tx), else width_shift_range.
+    AugmentSpec t = s;
+    t.height_shift_range = ShiftRange::choices({0.1});  // +-2 rows or +-2 columns...
+    t.width_shift_range = ShiftRange::none();
+    const SampleParams q = Augmenter(t).params(SampleContext{1, 0, 0}, 20, 30);
+    if (keras) {
+      EXPECT_EQ(std::abs(q.tx), 2.0f);  // 0.1 * height, along x
+      EXPECT_EQ(q.ty, 0.0f);
+    } else {
+      EXPECT_EQ(q.tx, 0.0f);
+      EXPECT_EQ(std::abs(q.ty), 2.0f);  // 0.1 * height, along y
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoker
