@@ -12,7 +12,7 @@
 namespace stoker {
 namespace {
 
-std::string gib(std::size_t bytes) {
+[[maybe_unused]] std::string gib(std::size_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
   return buf;
