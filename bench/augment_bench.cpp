@@ -23,6 +23,10 @@
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/transform.hpp"
 
+#ifndef STOKER_BENCH_SOURCE_DIR
+#define STOKER_BENCH_SOURCE_DIR "."  // the repository root; set by bench/CMakeLists.txt
+#endif
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 

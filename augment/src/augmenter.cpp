@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -182,13 +183,12 @@ augment::WarpStats warp_stats(const AugmentPlan& p, const SampleParams& s, const
 }
 
 template <typename T>
-void store(const AugmentPlan& p, std::byte* dst, std::size_t index, float v) {
+void store(std::byte* dst, std::size_t index, float v) {
   if constexpr (std::is_same_v<T, std::uint8_t>) {
     reinterpret_cast<std::uint8_t*>(dst)[index] = augment::hd::to_u8(v);
   } else {
     reinterpret_cast<float*>(dst)[index] = v;
   }
-  (void)p;
 }
 
 }  // namespace
@@ -312,7 +312,7 @@ void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const 
         value_of(static_cast<std::size_t>(y) * w + x, v);
         for (int oc = 0; oc < cn; ++oc) {
           const float val = augment::hd::add(augment::hd::mul(v[oa.source_channel[oc]], oa.scale[oc]), oa.offset[oc]);
-          store<T>(p, dst, augment::output_index(p, x, y, oc), val);
+          store<T>(dst, augment::output_index(p, x, y, oc), val);
         }
       }
     }
