@@ -73,6 +73,11 @@ run() {
   local tests_rc=$?
   grep -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$out/gpu_tests.log" | head -60
   echo "gpu tests exit code: $tests_rc"
+  if grep -q "no CUDA device:" "$out/gpu_tests.log"; then
+    echo "WARNING: the GPU tests skipped, the binaries could not use a GPU here:"
+    grep -m1 "no CUDA device:" "$out/gpu_tests.log"
+    tests_rc=3
+  fi
 
   echo "== GPU benchmark"
   timeout 300 "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench >"$out/gpu_bench.log" 2>&1
