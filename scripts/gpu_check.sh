@@ -10,9 +10,11 @@
 # 2. On the GPU machine, from the repository root, with BUILD_DIR/carry carried along:
 #        OUT=/some/dir scripts/gpu_check.sh run [CARRY_DIR]  # default CARRY_DIR: build-gpu/carry
 #    unpacks the libraries only if the machine lacks some, runs the GPU tests (gtest XML + log),
-#    the benchmark and the PyTorch peer, and prints a summary. Logs go to $OUT (at most 7 files).
+#    the benchmark and the PyTorch peer, and prints a summary. Logs go to $OUT (7 files at most).
+#    Time: tests <= 200 s, benchmark <= 200 s, PyTorch peer <= 90 s, compute-sanitizer (if the
+#    machine has it) <= 100 s.
 #    With the device tool:
-#        run(command="bash scripts/gpu_check.sh run", carry=["build-gpu/carry"], timeout_s=540)
+#        run(command="bash scripts/gpu_check.sh run", carry=["build-gpu/carry"], timeout_s=590)
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,7 +70,7 @@ run() {
   if ldd "$carry"/bin/* 2>/dev/null | grep "not found"; then echo "libraries still missing (above)"; fi
 
   echo "== GPU tests"
-  (cd "$out" && timeout 300 "$carry/bin/stoker_gpu_tests" --gtest_output="xml:$out/gpu_tests.xml") \
+  (cd "$out" && timeout 200 "$carry/bin/stoker_gpu_tests" --gtest_output="xml:$out/gpu_tests.xml") \
     >"$out/gpu_tests.log" 2>&1
   local tests_rc=$?
   grep -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$out/gpu_tests.log" | head -60
@@ -80,7 +82,7 @@ run() {
   fi
 
   echo "== GPU benchmark"
-  timeout 300 "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench >"$out/gpu_bench.log" 2>&1
+  timeout 200 "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench >"$out/gpu_bench.log" 2>&1
   local bench_rc=$?
   cat "$out/gpu_bench.log"
   echo "gpu_bench exit code: $bench_rc"
@@ -91,11 +93,21 @@ run() {
     if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch" >/dev/null 2>&1; then py=$cand; break; fi
   done
   if [[ -n $py ]]; then
-    PYTHONUNBUFFERED=1 timeout 180 "$py" "$root/bench/torch_augment_peer.py" >"$out/torch_peer.log" 2>&1
+    PYTHONUNBUFFERED=1 timeout 90 "$py" "$root/bench/torch_augment_peer.py" >"$out/torch_peer.log" 2>&1
   else
     echo "torch_peer skipped: no python with torch (set TORCH_PYTHON)" >"$out/torch_peer.log"
   fi
   cat "$out/torch_peer.log"
+
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    echo "== compute-sanitizer memcheck (kernels, feed order, shutdown)"
+    (cd "$out" && timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/stoker_gpu_tests" \
+      --gtest_filter='GpuKernels.*:GpuFeedTest.BatchesEqualTheCpuLoaders:GpuFeedTest.ShutdownMidEpochLeavesNoPendingWork:GpuFeedTest.AugmentStageMatchesCpuExecutor') \
+      >"$out/sanitizer.log" 2>&1
+    echo "compute-sanitizer exit code: $? (log: sanitizer.log)"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.log" | head -10
+  fi
+
 
   echo "== summary"
   local ours peer
