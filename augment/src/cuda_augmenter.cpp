@@ -40,7 +40,7 @@ CudaAugmenter::CudaAugmenter(std::shared_ptr<const Augmenter> augmenter, std::op
   output_.sample_elements = shape_.elements();
 }
 
-void CudaAugmenter::check_image(int i, int height, int width, std::size_t row_stride, bool device) const {
+void CudaAugmenter::check_image(int i, int height, int width, std::size_t row_stride) const {
   const int cn = augmenter_->plan().channels;
   if (height < 1 || width < 1) {
     throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " is empty (" + std::to_string(width) + "x" +
@@ -50,7 +50,6 @@ void CudaAugmenter::check_image(int i, int height, int width, std::size_t row_st
     throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has row_stride " + std::to_string(row_stride) +
                           ", below width * channels = " + std::to_string(width * cn));
   }
-  (void)device;
 }
 
 namespace {
@@ -101,7 +100,8 @@ void CudaAugmenter::enqueue(std::span<const DeviceImage> images, const SampleCon
   for (std::size_t i = 0; i < images.size(); ++i) {
     const DeviceImage& im = images[i];
     const int index = static_cast<int>(i);
-    check_image(index, im.height, im.width, im.row_stride, true);
+    if (!im.data) throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has no data pointer");
+    check_image(index, im.height, im.width, im.row_stride);
     SampleJob& j = jobs[i];
     j = SampleJob{};
     j.src = {im.data, im.height, im.width, p.channels, im.row_stride};
@@ -139,7 +139,8 @@ void CudaAugmenter::run_on_host(std::span<const ImageView> images, std::span<con
       throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has " + std::to_string(im.channels) +
                             " channels, expected " + std::to_string(cn));
     }
-    check_image(static_cast<int>(i), im.height, im.width, im.row_stride, false);
+    if (!im.data) throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has no data pointer");
+    check_image(static_cast<int>(i), im.height, im.width, im.row_stride);
     check_box(static_cast<int>(i), params[i], im.height, im.width);
     SampleJob j{};
     j.src = {im.data, im.height, im.width, cn, im.row_stride};

@@ -102,7 +102,7 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
 
  private:
   void feeder();
-  void submit(FeedSlot& s, int si, const Batch& host);
+  void submit(FeedSlot& s, const Batch& host);
   std::thread thread_;
 };
 
@@ -203,8 +203,7 @@ void FeedCore::shutdown() {
 
 // Fills slot `si` from a host batch: GPU-side wait for the slot's previous consumer, the copies,
 // the stage. Called by the feeder thread only.
-void FeedCore::submit(FeedSlot& s, int si, const Batch& host) {
-  (void)si;
+void FeedCore::submit(FeedSlot& s, const Batch& host) {
   const auto n = static_cast<std::size_t>(host.size());
   // Host staging of this slot: its previous copy (if any) must have read it. Normally long done.
   s.copied.synchronize();
@@ -300,7 +299,7 @@ void FeedCore::feeder() {
       reap(false);
       host = loader_->next();
       if (host) {
-        submit(*slots_[static_cast<std::size_t>(si)], si, *host);
+        submit(*slots_[static_cast<std::size_t>(si)], *host);
         const FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
         pending.push_back({std::move(*host), &s.copied});
       } else {

@@ -83,7 +83,7 @@ class CudaAugmenter final : public DeviceStage {
   std::unique_ptr<DeviceStageSlot> make_slot(const SampleShape& input, int batch_size) const override;
 
  private:
-  void check_image(int i, int height, int width, std::size_t row_stride, bool device) const;
+  void check_image(int i, int height, int width, std::size_t row_stride) const;
   void enqueue(std::span<const DeviceImage> images, const SampleContext* contexts, const augment::SampleParams* params,
                void* out, CudaAugmentWorkspace& ws, StreamHandle stream) const;
 
