@@ -155,7 +155,7 @@ TEST_F(GpuFeedTest, AugmentStageMatchesCpuExecutor) {
 // (timing events on the copy stream) is compared with the consumer's work intervals (timing
 // events on the consumer stream), all measured from one reference event.
 TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
-  const Dataset ds = make_dataset(48, 96);
+  const Dataset ds = make_dataset(96, 96);  // 6 batches per epoch
   LoaderOptions lo = loader_options(16, 128);
   lo.cache.kind = CacheKind::Decoded;  // warm epochs: the host side is a copy
   GpuFeed feed(ds, lo, {.depth = 2, .record_copy_timing = true});
@@ -168,8 +168,8 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
   while (auto b = feed.next()) {
   }
   const Event reference(true);
+  reference.record(consumer);  // before the epoch starts, so every interval is after it
   feed.begin_epoch(1);
-  reference.record(consumer);
   struct Interval {
     float start, end;
   };
