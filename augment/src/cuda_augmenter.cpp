@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "stoker/error.hpp"
@@ -12,6 +13,11 @@
 namespace stoker {
 
 using augment::SampleJob;
+
+// Both travel by value or by memcpy to the device.
+static_assert(std::is_trivially_copyable_v<SampleJob>, "the job table is copied to the device as bytes");
+static_assert(std::is_trivially_copyable_v<augment::AugmentPlan>, "the plan is a kernel argument");
+static_assert(sizeof(SampleJob) % 8 == 0, "the kernels copy a job as 8-byte words");
 
 CudaAugmentWorkspace::CudaAugmentWorkspace(int capacity)
     : capacity_(capacity),

@@ -150,6 +150,22 @@ TEST(CudaExecutorHostPath, RejectsWhatTheGpuCannotRun) {
   EXPECT_THROW(ok.output_shape(SampleShape{8, 8, 3, DType::F32, Layout::NHWC}), InvalidArgument);
 }
 
+TEST(DeviceStages, DeclareShapesAndWorkspaceBeforeTheFirstBatch) {
+  const SampleShape u8{299, 299, 3, DType::U8, Layout::NHWC};
+  const auto convert = make_convert_stage(ConvertSpec::rescale(DType::BF16, Layout::NCHW, 1.0f / 255.0f));
+  EXPECT_EQ(convert->output_shape(u8), (SampleShape{299, 299, 3, DType::BF16, Layout::NCHW}));
+  EXPECT_EQ(convert->workspace_bytes(u8, 256), 0u);
+  EXPECT_THROW(convert->output_shape(SampleShape{299, 299, 3, DType::F32, Layout::NHWC}), InvalidArgument);
+
+  AugmentSpec s = test::base_spec(224, 224, FillMode::Reflect, 1);
+  s.dtype = DType::F32;
+  s.layout = Layout::NCHW;
+  const CudaAugmenter gpu(std::make_shared<Augmenter>(s), DType::F16);
+  EXPECT_EQ(gpu.output_shape(u8), (SampleShape{224, 224, 3, DType::F16, Layout::NCHW}));
+  EXPECT_EQ(gpu.workspace_bytes(u8, 256), 256 * sizeof(augment::SampleJob));
+  EXPECT_STREQ(gpu.name(), "cuda-augment");
+}
+
 // ---- conversion math ---------------------------------------------------------------------------
 
 TEST(ConvertMath, HalfAndBfloat16KnownValues) {
