@@ -31,10 +31,6 @@ struct EpochLog {
   Utilisation utilisation;
 };
 
-bool better(const TrainConfig& c, const trainer::EpochStats& now, double best) {
-  return c.monitor == "val_accuracy" ? now.accuracy > best : now.loss < best;
-}
-
 void print_epoch(const TrainConfig& c, const EpochLog& e) {
   std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | %.0f img/s%s%s\n", e.epoch + 1,
               c.epochs, e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.images_per_second,
@@ -118,9 +114,7 @@ void run_train(TrainConfig& c) {
   const int classes = static_cast<int>(train.class_names.size());
   if (classes < 2) throw DatasetError(c.loader.data + ": training needs at least 2 class folders, found " + std::to_string(classes));
   if (val.empty()) throw DatasetError("the validation set is empty: raise --validation-split or add images");
-  if (c.monitor != "val_loss" && c.monitor != "val_accuracy") {
-    throw InvalidArgument("--monitor must be val_loss or val_accuracy, received '" + c.monitor + "'");
-  }
+  const trainer::Monitor monitor = trainer::parse_monitor(c.monitor);
 
   trainer::LoadOptions lo;
   lo.input_hw = {c.loader.image_size, c.loader.image_size};
@@ -166,16 +160,10 @@ void run_train(TrainConfig& c) {
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   const auto run_start = Clock::now();
-  double best = c.monitor == "val_accuracy" ? -1.0 : 1e300;
-  int best_epoch = -1;
+  trainer::BestEpoch best(monitor, head_file, ref);
   auto finish_epoch = [&](EpochLog e) {
     e.validation = head.evaluate(vf.x.data(), vf.y.data(), vf.n);
-    e.improved = better(c, e.validation, best);
-    if (e.improved) {
-      best = c.monitor == "val_accuracy" ? e.validation.accuracy : e.validation.loss;
-      best_epoch = e.epoch;
-      head.save(head_file, ref);
-    }
+    e.improved = best.offer(e.epoch, e.validation, head);
     print_epoch(c, e);
     log.push_back(e);
   };
@@ -238,9 +226,9 @@ void run_train(TrainConfig& c) {
       finish_epoch(e);
     }
   }
-  write_reports(c, log, throughput, best_epoch);
-  const EpochLog& b = log.at(static_cast<std::size_t>(best_epoch));
-  std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", best_epoch + 1, c.monitor.c_str(),
+  write_reports(c, log, throughput, best.epoch());
+  const EpochLog& b = log.at(static_cast<std::size_t>(best.epoch()));
+  std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", best.epoch() + 1, c.monitor.c_str(),
               b.validation.accuracy, b.validation.loss);
   std::printf("wrote %s (head.stkh, stoker_model.json, history.json, metrics.png, throughput.png)\n", c.out.c_str());
 }

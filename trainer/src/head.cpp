@@ -339,29 +339,41 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
   }
 }
 
+Monitor parse_monitor(const std::string& name) {
+  if (name == "val_loss") return Monitor::ValLoss;
+  if (name == "val_accuracy") return Monitor::ValAccuracy;
+  throw InvalidArgument("monitor must be val_loss or val_accuracy, received '" + name + "'");
+}
+
+BestEpoch::BestEpoch(Monitor monitor, std::filesystem::path checkpoint, BackboneRef backbone)
+    : monitor_(monitor), checkpoint_(std::move(checkpoint)), backbone_(std::move(backbone)) {}
+
+bool BestEpoch::offer(int epoch, const EpochStats& validation, const Head& head) {
+  const double value = monitor_ == Monitor::ValLoss ? validation.loss : -validation.accuracy;
+  if (best_ && value >= best_value_) return false;
+  best_value_ = value;
+  best_ = head;
+  epoch_ = epoch;
+  if (!checkpoint_.empty()) head.save(checkpoint_, backbone_);
+  return true;
+}
+
 FitResult fit(Head& head, const float* x, const int* y, int n, const float* xv, const int* yv, int nv,
               const FitOptions& options) {
   if (options.epochs <= 0) throw InvalidArgument("fit: epochs must be > 0, received " + std::to_string(options.epochs));
   FitResult result;
-  std::optional<Head> best;
-  double best_value = 0;
+  BestEpoch best(options.monitor, options.checkpoint, options.backbone);
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     EpochRecord rec;
     rec.epoch = epoch;
     rec.train = head.train_epoch(x, y, n, options.batch_size, static_cast<std::uint64_t>(epoch), options.seed);
     rec.validation = nv > 0 ? head.evaluate(xv, yv, nv) : rec.train;
-    const double value = options.monitor == Monitor::ValLoss ? rec.validation.loss : -rec.validation.accuracy;
-    if (!best || value < best_value) {
-      best_value = value;
-      best = head;
-      rec.improved = true;
-      result.best_epoch = epoch;
-      if (!options.checkpoint.empty()) head.save(options.checkpoint, options.backbone);
-    }
+    rec.improved = best.offer(epoch, rec.validation, head);
     result.history.push_back(rec);
     if (options.on_epoch) options.on_epoch(rec);
   }
-  if (options.restore_best && best) head = *best;
+  result.best_epoch = best.epoch();
+  if (options.restore_best && best.head()) head = *best.head();
   return result;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,29 @@ class Head {
 // Training loop over cached features with validation and best-epoch selection, like Keras'
 // fit(..., validation_data=...) with ModelCheckpoint(save_best_only=True).
 enum class Monitor { ValLoss, ValAccuracy };
+
+Monitor parse_monitor(const std::string& name);  // "val_loss" | "val_accuracy"
+
+// Keeps the best epoch by the monitored validation metric, like Keras'
+// ModelCheckpoint(save_best_only=True): fit() uses it, and so can loops that train the head on
+// batches as they arrive.
+class BestEpoch {
+ public:
+  explicit BestEpoch(Monitor monitor, std::filesystem::path checkpoint = {}, BackboneRef backbone = {});
+  // Records an epoch's validation metrics; when they improve on every earlier epoch, keeps a copy of
+  // the head (and saves it to the checkpoint, when set). Returns whether it improved.
+  bool offer(int epoch, const EpochStats& validation, const Head& head);
+  int epoch() const { return epoch_; }  // -1 before the first offer
+  const Head* head() const { return best_ ? &*best_ : nullptr; }
+
+ private:
+  Monitor monitor_;
+  std::filesystem::path checkpoint_;
+  BackboneRef backbone_;
+  std::optional<Head> best_;
+  double best_value_ = 0;
+  int epoch_ = -1;
+};
 
 struct EpochRecord {
   int epoch = 0;  // from 0
