@@ -117,20 +117,6 @@ void evict_from_page_cache(const Dataset& ds) {
   }
 }
 
-// The seed's ImageDataGenerator parameters.
-AugmentSpec seed_augmentation(int size) {
-  AugmentSpec a;
-  a.height = a.width = size;
-  a.rotation_range = 30;
-  a.width_shift_range = ShiftRange::uniform(0.4);
-  a.height_shift_range = ShiftRange::uniform(0.4);
-  a.shear_range = 0.4;
-  a.zoom_range = AugmentSpec::zoom(0.25);
-  a.horizontal_flip = true;
-  a.brightness_range = Range{0.5, 1.5};
-  return a;
-}
-
 }  // namespace
 
 std::string machine_description() {
@@ -219,7 +205,7 @@ std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
     plain.threads = t;
     const double resize = loader_rate(ds, plain, s.repeat);
     LoaderOptions aug = plain;
-    aug.transform = std::make_shared<Augmenter>(seed_augmentation(s.loader.image_size));
+    aug.transform = std::make_shared<Augmenter>(keras_example_augmentation(s.loader.image_size, s.loader.image_size));
     const double augmented = loader_rate(ds, aug, s.repeat);
     rows.push_back({"augment", "stoker loader, resize only", t, resize, "", 0, ""});
     rows.push_back({"augment", "stoker loader + the seed's Keras augmentation (CPU)", t, augmented, "resize only",

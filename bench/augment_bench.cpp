@@ -37,18 +37,7 @@ struct Decoded {
   stoker::ImageView view;
 };
 
-stoker::AugmentSpec seed_spec() {
-  stoker::AugmentSpec s;
-  s.height = s.width = 299;
-  s.rotation_range = 30;
-  s.width_shift_range = stoker::ShiftRange::uniform(0.4);
-  s.height_shift_range = stoker::ShiftRange::uniform(0.4);
-  s.shear_range = 0.4;
-  s.zoom_range = stoker::AugmentSpec::zoom(0.25);
-  s.horizontal_flip = true;
-  s.brightness_range = stoker::Range{0.5, 1.5};
-  return s;
-}
+stoker::AugmentSpec seed_spec() { return stoker::keras_example_augmentation(299, 299); }
 
 // Runs body(i) for sample i = 0, 1, ... until `seconds` have passed (at least `min_items`).
 double rate(double seconds, std::size_t min_items, const std::function<void(std::size_t)>& body) {

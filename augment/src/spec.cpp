@@ -260,4 +260,18 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
   return p;
 }
 
+AugmentSpec keras_example_augmentation(int height, int width) {
+  AugmentSpec s;
+  s.height = height;
+  s.width = width;
+  s.rotation_range = 30;
+  s.width_shift_range = ShiftRange::uniform(0.4);
+  s.height_shift_range = ShiftRange::uniform(0.4);
+  s.shear_range = 0.4;
+  s.zoom_range = AugmentSpec::zoom(0.25);
+  s.horizontal_flip = true;
+  s.brightness_range = Range{0.5, 1.5};
+  return s;
+}
+
 }  // namespace stoker

@@ -16,15 +16,7 @@ namespace stoker {
 namespace {
 
 std::shared_ptr<const Augmenter> seed_augmenter() {
-  AugmentSpec s;
-  s.height = s.width = 48;
-  s.rotation_range = 30;
-  s.width_shift_range = ShiftRange::uniform(0.4);
-  s.height_shift_range = ShiftRange::uniform(0.4);
-  s.shear_range = 0.4;
-  s.zoom_range = AugmentSpec::zoom(0.25);
-  s.horizontal_flip = true;
-  s.brightness_range = Range{0.5, 1.5};
+  AugmentSpec s = keras_example_augmentation(48, 48);
   s.dtype = DType::F32;
   s.normalization = ChannelNormalization::minus_one_to_one();
   return std::make_shared<const Augmenter>(s);

@@ -38,19 +38,7 @@ ImageView view_of(const cv::Mat& m) {
 
 // The seed's augmentation (issue 4): rotation 30, shifts 0.4, shear 0.4, zoom 0.25, h-flip,
 // brightness [0.5, 1.5].
-AugmentSpec seed_spec(int h, int w) {
-  AugmentSpec s;
-  s.height = h;
-  s.width = w;
-  s.rotation_range = 30;
-  s.width_shift_range = ShiftRange::uniform(0.4);
-  s.height_shift_range = ShiftRange::uniform(0.4);
-  s.shear_range = 0.4;
-  s.zoom_range = AugmentSpec::zoom(0.25);
-  s.horizontal_flip = true;
-  s.brightness_range = Range{0.5, 1.5};
-  return s;
-}
+AugmentSpec seed_spec(int h, int w) { return keras_example_augmentation(h, w); }
 
 SampleParams neutral(int h, int w) {
   SampleParams p;

@@ -2,20 +2,10 @@
 
 #include <cstring>
 
-// The 32-byte vector type is only passed between always-inline helpers; the ABI note does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "cpu_simd.hpp"
 
 namespace stoker::trainer::cpu {
 namespace {
-
-typedef float v8 __attribute__((vector_size(32)));
-
-inline __attribute__((always_inline)) v8 load8(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline __attribute__((always_inline)) void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define STOKER_DW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))

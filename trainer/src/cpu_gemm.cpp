@@ -3,21 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-// The 32-byte vector type is only passed between always-inline helpers; the ABI note does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "cpu_simd.hpp"
 
 namespace stoker::trainer::cpu {
 namespace {
-
-// 8 floats; GCC lowers it to AVX registers in the AVX2 clone and to SSE pairs otherwise.
-typedef float v8 __attribute__((vector_size(32)));
-
-inline __attribute__((always_inline)) v8 load8(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline __attribute__((always_inline)) void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 
 // R rows × 16 columns: acc = A[R, k] · Bpanel[k, 16] (+ bias), written to out (ldo).
 template <int R>

@@ -141,6 +141,11 @@ struct AugmentSpec {
   SampleShape output_shape() const { return {height, width, channels, dtype, layout}; }
 };
 
+// The augmentation of the typical Keras cats-vs-dogs script that stoker is measured against:
+// ImageDataGenerator(rotation_range=30, width_shift_range=0.4, height_shift_range=0.4,
+// shear_range=0.4, zoom_range=0.25, horizontal_flip=True, brightness_range=[0.5, 1.5]), uint8 NHWC.
+AugmentSpec keras_example_augmentation(int height, int width);
+
 // Checks every setting and returns the executors' plan. Throws InvalidArgument naming the first
 // parameter that cannot work and the value received.
 augment::AugmentPlan make_plan(const AugmentSpec& spec);
