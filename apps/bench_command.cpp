@@ -19,7 +19,7 @@ namespace {
 
 struct BenchArgs {
   BenchSettings settings;
-  std::vector<std::string> suites = {"loader", "cache", "augment", "peers"};
+  std::vector<std::string> suites = {"loader", "cache", "augment", "gpu", "peers"};
   std::string json;
   std::string chart;
 };
@@ -55,8 +55,9 @@ void run_bench(BenchArgs& args) {
     if (suite == "loader") r = loader_suite(ds, s);
     else if (suite == "cache") r = cache_suite(ds, s);
     else if (suite == "augment") r = augment_suite(ds, s);
+    else if (suite == "gpu") r = gpu_suite(ds, s);
     else if (suite == "peers") r = peers_suite(s);
-    else throw InvalidArgument("--suite must be loader, cache, augment or peers, received '" + suite + "'");
+    else throw InvalidArgument("--suite must be loader, cache, augment, gpu or peers, received '" + suite + "'");
     std::printf("\n%-66s %7s %10s  %s\n", suite.c_str(), "threads", "img/s", "ratio");
     for (const auto& row : r) {
       std::printf("%-66s %7d %10.0f  ", row.config.c_str(), row.threads, row.img_per_s);
@@ -101,7 +102,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--threads-list", args->settings.threads, "thread counts to measure (default 1, 2, 4, … all)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--repeat", args->settings.repeat, "timed runs per figure (median reported)")->capture_default_str();
-  cmd->add_option("--suite", args->suites, "loader cache augment peers (default: all)")
+  cmd->add_option("--suite", args->suites, "loader cache augment gpu peers (default: all)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--json", args->json, "write the results as JSON to this file");
   cmd->add_option("--chart", args->chart, "write a PNG bar chart of the results to this file");

@@ -19,6 +19,9 @@
 #include <tbb/task_arena.h>
 
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/pipeline/cuda.hpp"
+#include "stoker/pipeline/gpu_feed.hpp"
 #include "stoker/error.hpp"
 
 namespace stoker::app {
@@ -215,6 +218,45 @@ std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
     const double warm = loader_rate(ds, cached, s.repeat);
     rows.push_back({"augment", "seed's augmentation from the decoded cache (CPU)", t, warm, "resize only",
                     warm / resize, ""});
+  }
+  return rows;
+}
+
+std::vector<BenchRow> gpu_suite(const Dataset& ds, const BenchSettings& s) {
+  const int t = s.threads.back();
+  if (cuda_device_count() == 0) {
+    return {{"gpu", "warm epochs into GPU memory", t, 0, "", 0, "skipped: no CUDA device"}};
+  }
+  LoaderOptions lo = s.loader.options();
+  lo.threads = t;
+  lo.cache.kind = CacheKind::Decoded;
+  AugmentSpec spec = keras_example_augmentation(s.loader.image_size, s.loader.image_size);
+  spec.dtype = DType::F32;
+  spec.layout = Layout::NCHW;
+  spec.normalization = ChannelNormalization::minus_one_to_one();
+  std::vector<BenchRow> rows;
+  for (const bool augment : {false, true}) {
+    GpuFeedOptions fo;
+    if (augment) fo.stage = std::make_shared<CudaAugmenter>(std::make_shared<const Augmenter>(spec), DType::BF16);
+    GpuFeed feed(ds, lo, fo);
+    const Stream consumer;
+    auto epoch = [&](std::uint64_t e) {
+      const auto t0 = Clock::now();
+      feed.begin_epoch(e);
+      std::size_t n = 0;
+      while (auto b = feed.next()) {
+        b->wait_on(consumer.get());
+        n += static_cast<std::size_t>(b->size());
+      }
+      consumer.synchronize();
+      return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    epoch(0);  // fills the decoded cache
+    const double r = median_of(s.repeat, [&](int i) { return epoch(static_cast<std::uint64_t>(i + 1)); });
+    rows.push_back({"gpu",
+                    augment ? "warm epochs + CUDA augmentation (seed's, bf16 NCHW) in GPU memory"
+                            : "warm epochs, uint8 batches in GPU memory",
+                    t, r, "", 0, feed.describe()});
   }
   return rows;
 }

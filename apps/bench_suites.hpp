@@ -34,6 +34,9 @@ std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s);
 std::vector<BenchRow> cache_suite(const Dataset& ds, const BenchSettings& s);
 // The seed's Keras augmentation on the CPU per thread count, next to plain resize.
 std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s);
+// Warm epochs delivered into GPU memory through a GpuFeed (decoded cache → pinned → device), as
+// uint8 and through the CUDA augmentation executor (bf16 NCHW); a skipped row without a GPU.
+std::vector<BenchRow> gpu_suite(const Dataset& ds, const BenchSettings& s);
 // PyTorch DataLoader (workers = threads) and Keras flow_from_directory, plain and augmented,
 // where their Python packages are installed; skipped rows say why.
 std::vector<BenchRow> peers_suite(const BenchSettings& s);
