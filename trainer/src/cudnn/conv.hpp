@@ -1,0 +1,74 @@
+// Internal: the cuDNN convolution calls of the cuDNN backend, behind a small interface so that the
+// deprecated legacy API stays in one translation unit (conv.cpp) and no cuDNN type leaks out.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <stoker/pipeline/cuda.hpp>
+#include <stoker/pipeline/image.hpp>
+
+namespace stoker::trainer::cudnn::gpu {
+
+// A cuDNN handle (cudnnCreate / cudnnDestroy), move-only.
+class CudnnHandle {
+ public:
+  CudnnHandle();
+  ~CudnnHandle();
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+  void set_stream(StreamHandle stream);
+  void* get() const noexcept { return h_; }
+
+ private:
+  void* h_ = nullptr;
+};
+
+// cudnnGetVersion() as "9.19.0".
+std::string cudnn_version_string();
+
+// One convolution: x images × h × w × c (NHWC, storage type) with padding pad_h/pad_w on both sides,
+// weights KRSC, groups, output images × oh × ow × oc. `images` varies per call (≤ max_images).
+struct ConvGeometry {
+  int c = 0, h = 0, w = 0, oc = 0, oh = 0, ow = 0;
+  int kh = 1, kw = 1, pad_h = 0, pad_w = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
+  DType storage = DType::F16;
+};
+
+class Conv {
+ public:
+  // Creates the descriptors, checks cuDNN's output size against the plan's (a mismatch throws
+  // Error naming `name`) and picks the fastest algorithm by cuDNN's heuristics for max_images
+  // within workspace_limit bytes. fused_relu: run through cudnnConvolutionBiasActivationForward
+  // with a ReLU (the bias in the storage type).
+  Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
+       std::size_t workspace_limit);
+  ~Conv();
+  Conv(const Conv&) = delete;
+  Conv& operator=(const Conv&) = delete;
+
+  std::size_t workspace_bytes() const noexcept { return max_workspace_; }  // for max_images
+  bool fused() const noexcept { return fused_; }
+  std::string describe() const;
+
+  // y = conv(x) (alpha 1, beta 0), or with fused: y = relu(conv(x) + z_scale * z + bias), z may be
+  // null. Throws CudaError. The algorithm for `images` is chosen on its first use within
+  // workspace_size (the backend's buffer), cached after.
+  void run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
+           const void* bias, void* workspace, std::size_t workspace_size);
+  // The fused path once; false (and the conv switches to the plain path) when cuDNN refuses it.
+  bool try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
+                 void* workspace, std::size_t workspace_size);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string name_;
+  ConvGeometry g_;
+  bool fused_ = false;
+  std::size_t max_workspace_ = 0;
+};
+
+}  // namespace stoker::trainer::cudnn::gpu

@@ -1,0 +1,366 @@
+// The cuDNN backend: executes a lowered plan (plan.cpp) on the GPU. Convolutions (also depthwise as
+// grouped, Dense as 1×1) go through cuDNN (conv.cpp, the only file with cuDNN calls), everything else
+// through the small kernels in kernels.cu. Memory is allocated once, in the constructor, for
+// max_batch samples: weights, one arena holding the plan's activation buffers, the explicit-padding
+// scratch, the cuDNN workspace, an input buffer and float32 output buffers. Without CUDA (or
+// without cuDNN) make_cudnn_backend() throws CudaError.
+#include <stoker/trainer/cudnn_backend.hpp>
+
+#include <stoker/error.hpp>
+
+#include "plan.hpp"
+
+#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#include <cmath>
+#include <mutex>
+#include <sstream>
+
+#include <stoker/pipeline/convert.hpp>
+
+#include "conv.hpp"
+#include "kernels.hpp"
+#include "op_math.hpp"
+#endif
+
+namespace stoker::trainer {
+
+#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+namespace {
+
+using cudnn::Op;
+using cudnn::OpType;
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Makes `device` current for a scope and restores the caller's device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : previous_(current_device()) {
+    if (previous_ != device) set_device(device);
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) {
+      try {
+        set_device(previous_);
+      } catch (...) {  // never throw from a destructor; the caller's next CUDA call reports it
+      }
+    }
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+bool plain_relu(const ActivationSpec& a) {
+  return a.kind == ActKind::ReLU && a.threshold == 0.0f && a.negative_slope == 0.0f && std::isinf(a.max_value) &&
+         a.max_value > 0;
+}
+
+std::vector<std::uint16_t> to_storage_bits(const std::vector<float>& v, DType storage) {
+  std::vector<std::uint16_t> bits(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    bits[i] = storage == DType::BF16 ? convert::bf16_bits(v[i]) : convert::f16_bits(v[i]);
+  return bits;
+}
+
+class CudnnBackendImpl final : public CudnnBackend {
+ public:
+  // The device is chosen (device_) before the stream and the event are created on it.
+  CudnnBackendImpl(cudnn::Plan plan, const CudnnBackendOptions& opt)
+      : plan_(std::move(plan)), opt_(opt), device_(select_device(opt.device)) {
+    handle_ = std::make_unique<cudnn::gpu::CudnnHandle>();
+    handle_->set_stream(stream_.get());
+    allocate_and_upload();
+  }
+
+  std::string name() const override {
+    return std::string("cudnn ") + cudnn::gpu::cudnn_version_string() + " (" + to_string(opt_.storage) + ")";
+  }
+  int max_batch() const override { return opt_.max_batch; }
+  std::size_t device_bytes() const override { return bytes_; }
+
+  std::string describe() const override {
+    std::ostringstream s;
+    s << name() << ", max batch " << opt_.max_batch << ", " << bytes_ << " device bytes\n";
+    std::istringstream lines(plan_.describe());
+    std::string line;
+    for (std::size_t i = 0; i < gops_.size() && std::getline(lines, line); ++i) {
+      s << line;
+      if (gops_[i].conv) s << "  " << gops_[i].conv->describe();
+      s << "\n";
+    }
+    return s.str();
+  }
+
+  std::vector<Tensor> forward(const float* input, int batch) const override {
+    check_batch(batch, input);
+    std::vector<Tensor> outs;
+    for (const auto& shape : plan_.output_shapes) {
+      std::vector<int> s = shape;
+      s.insert(s.begin(), batch);
+      outs.emplace_back(s);
+    }
+    if (batch == 0) return outs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      DeviceGuard guard(device_);
+      const StreamHandle s = stream_.get();
+      stream_wait(s, done_.get());
+      copy_to_device_async(host_input_.get(), input, input_values(batch) * sizeof(float), s);
+      enqueue(host_input_.get(), DType::F32, batch, s);
+      for (std::size_t k = 0; k < outs.size(); ++k)
+        copy_to_host_async(outs[k].data.data(), outputs_[k].get(), outs[k].data.size() * sizeof(float), s);
+      done_.record(s);
+      stream_.synchronize();
+    }
+    return outs;
+  }
+
+  std::vector<DeviceTensor> forward_device(const void* device_input, DType dtype, int batch,
+                                           StreamHandle stream) const override {
+    check_batch(batch, device_input);
+    if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+      throw InvalidArgument(std::string("cudnn backend: forward_device input must be F32, F16 or BF16, received ") +
+                            to_string(dtype));
+    std::vector<DeviceTensor> views;
+    for (std::size_t k = 0; k < plan_.output_shapes.size(); ++k) {
+      DeviceTensor t;
+      t.data = outputs_[k].as<const float>();
+      t.shape = plan_.output_shapes[k];
+      t.shape.insert(t.shape.begin(), batch);
+      views.push_back(std::move(t));
+    }
+    if (batch == 0) return views;
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    stream_wait(stream, done_.get());  // the previous call's work (any stream) owns the buffers until then
+    enqueue(device_input, dtype, batch, stream);
+    done_.record(stream);
+    return views;
+  }
+
+ private:
+  struct GpuOp {
+    const Op* op = nullptr;
+    std::unique_ptr<cudnn::gpu::Conv> conv;
+    DeviceBuffer weights;   // storage type, KRSC
+    DeviceBuffer bias;      // float32 (own epilogue)
+    DeviceBuffer bias_st;   // storage type (cuDNN's fused call)
+    DeviceBuffer scale;     // float32 (Affine)
+    cudnn::ActParams act;
+  };
+
+  cudnn::Plan plan_;
+  CudnnBackendOptions opt_;
+  int device_ = 0;
+  mutable std::mutex mu_;
+  Stream stream_;  // host forward() calls and construction (uploads)
+  Event done_;     // recorded after each call's work: the next call's stream waits on it
+  std::unique_ptr<cudnn::gpu::CudnnHandle> handle_;
+  std::vector<GpuOp> gops_;
+  DeviceBuffer arena_, input_, host_input_, scratch_, workspace_;
+  std::vector<std::size_t> buffer_offset_;
+  std::vector<DeviceBuffer> outputs_;
+  std::size_t bytes_ = 0;
+
+  static int select_device(int device) {
+    if (device >= 0) set_device(device);
+    return current_device();
+  }
+
+  std::size_t input_values(int batch) const {
+    return plan_.slot_size[static_cast<std::size_t>(plan_.input_slot)] * static_cast<std::size_t>(batch);
+  }
+  std::size_t storage_bytes(std::size_t values) const { return values * dtype_size(opt_.storage); }
+
+  void check_batch(int batch, const void* input) const {
+    if (batch < 0 || batch > opt_.max_batch)
+      throw InvalidArgument("cudnn backend: batch " + std::to_string(batch) + " is outside 0.." +
+                            std::to_string(opt_.max_batch) + " (CudnnBackendOptions::max_batch)");
+    if (batch > 0 && !input) throw InvalidArgument("cudnn backend: input is null");
+  }
+
+  DeviceBuffer upload(const void* host, std::size_t bytes, const char* what) {
+    DeviceBuffer b(bytes, what);
+    bytes_ += bytes;
+    copy_to_device_async(b.get(), host, bytes, stream_.get());
+    stream_.synchronize();  // the host vector dies after this call (construction only)
+    return b;
+  }
+
+  void allocate_and_upload() {
+    const std::size_t nb = static_cast<std::size_t>(opt_.max_batch);
+    // Activation buffers: one arena, each buffer aligned.
+    std::size_t arena = 0;
+    for (std::size_t sz : plan_.buffer_size) {
+      buffer_offset_.push_back(arena);
+      arena += align_up(storage_bytes(sz * nb));
+    }
+    arena_ = DeviceBuffer(arena, "cudnn backend activations");
+    input_ = DeviceBuffer(storage_bytes(input_values(opt_.max_batch)), "cudnn backend input");
+    host_input_ = DeviceBuffer(input_values(opt_.max_batch) * sizeof(float), "cudnn backend host-input staging");
+    scratch_ = DeviceBuffer(storage_bytes(plan_.scratch_size * nb), "cudnn backend padding scratch");
+    bytes_ += arena + input_.bytes() + host_input_.bytes() + scratch_.bytes();
+    for (int s : plan_.outputs) {
+      outputs_.emplace_back(plan_.slot_size[static_cast<std::size_t>(s)] * nb * sizeof(float), "cudnn backend output");
+      bytes_ += outputs_.back().bytes();
+    }
+
+    std::size_t workspace = 0;
+    for (const Op& op : plan_.ops) {
+      GpuOp g;
+      g.op = &op;
+      g.act = cudnn::act_params(op.act);
+      if (!op.bias.empty()) g.bias = upload(op.bias.data(), op.bias.size() * sizeof(float), "bias");
+      if (!op.scale.empty()) g.scale = upload(op.scale.data(), op.scale.size() * sizeof(float), "scale");
+      if (op.type == OpType::Conv) {
+        const auto bits = to_storage_bits(op.weights, opt_.storage);
+        g.weights = upload(bits.data(), bits.size() * 2, "conv weights");
+        const bool fused = opt_.cudnn_fused_relu && plain_relu(op.act);
+        if (fused) {
+          std::vector<float> b = op.bias;
+          b.resize(static_cast<std::size_t>(op.oc), 0.0f);
+          const auto bb = to_storage_bits(b, opt_.storage);
+          g.bias_st = upload(bb.data(), bb.size() * 2, "conv bias (storage type)");
+        }
+        cudnn::gpu::ConvGeometry geo;
+        geo.c = op.c, geo.oc = op.oc, geo.oh = op.oh, geo.ow = op.ow;
+        geo.h = op.explicit_pad ? op.padded_h() : op.h;
+        geo.w = op.explicit_pad ? op.padded_w() : op.w;
+        geo.pad_h = op.explicit_pad ? 0 : op.pad_top;
+        geo.pad_w = op.explicit_pad ? 0 : op.pad_left;
+        geo.kh = op.kh, geo.kw = op.kw, geo.sh = op.sh, geo.sw = op.sw, geo.dh = op.dh, geo.dw = op.dw;
+        geo.groups = op.groups;
+        geo.storage = opt_.storage;
+        g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, geo, opt_.max_batch * op.rows, fused,
+                                                    opt_.workspace_limit);
+        workspace = std::max(workspace, g.conv->workspace_bytes());
+      }
+      gops_.push_back(std::move(g));
+    }
+    workspace_ = DeviceBuffer(workspace, "cudnn workspace");
+    bytes_ += workspace;
+
+    // Probe cuDNN's fused conv + bias + ReLU once per conv that would use it, at the largest batch
+    // on the real buffers (values do not matter); where cuDNN refuses, the conv uses the plain call
+    // and the own epilogue.
+    for (auto& g : gops_) {
+      if (!g.conv || !g.conv->fused()) continue;
+      const Op& op = *g.op;
+      const void* x = op.explicit_pad ? scratch_.get() : value(op.in[0], input_.get());
+      g.conv->try_fused(*handle_, opt_.max_batch * op.rows, x, g.weights.get(), value(op.out, nullptr),
+                        g.bias_st.get(), workspace_.get(), workspace_.bytes());
+    }
+    stream_.synchronize();
+    done_.record(stream_);
+  }
+
+  void* value(int slot, const void* input) const {
+    if (slot == plan_.input_slot) return const_cast<void*>(input);
+    const int b = plan_.slot_buffer[static_cast<std::size_t>(slot)];
+    return static_cast<char*>(arena_.get()) + buffer_offset_[static_cast<std::size_t>(b)];
+  }
+
+  // Enqueues the whole plan on `s`; the caller holds mu_.
+  void enqueue(const void* in, DType dtype, int batch, StreamHandle s) const {
+    const DType st = opt_.storage;
+    const std::size_t nb = static_cast<std::size_t>(batch);
+    handle_->set_stream(s);
+    const void* input = in;
+    if (dtype != st) {
+      cudnn::gpu::convert_input(in, dtype, input_.get(), st, input_values(batch), s);
+      input = input_.get();
+    }
+    for (const GpuOp& g : gops_) {
+      const Op& op = *g.op;
+      void* y = value(op.out, input);
+      const std::size_t total = plan_.slot_size[static_cast<std::size_t>(op.out)] * nb;
+      const float* bias = g.bias.as<const float>();
+      const float* scale = g.scale.as<const float>();
+      switch (op.type) {
+        case OpType::Conv: {
+          const void* x = value(op.in[0], input);
+          const std::size_t images = nb * static_cast<std::size_t>(op.rows);
+          if (op.explicit_pad) {
+            cudnn::gpu::pad(st, x, scratch_.get(), images, op.h, op.w, op.c, op.padded_h(), op.padded_w(), op.pad_top,
+                            op.pad_left, s);
+            x = scratch_.get();
+          }
+          const void* z = op.residual >= 0 ? value(op.residual, input) : nullptr;
+          g.conv->run(*handle_, static_cast<int>(images), x, g.weights.get(), y, g.conv->fused() ? z : nullptr,
+                      op.residual_scale, g.bias_st.get(), workspace_.get(), workspace_.bytes());
+          const bool epilogue = !g.conv->fused() && (bias || z || (!op.act.is_linear() && op.act.kind != ActKind::Softmax));
+          if (epilogue) cudnn::gpu::affine(st, y, z, y, total, op.oc, nullptr, bias, op.residual_scale, g.act, s);
+          break;
+        }
+        case OpType::Pad:
+          cudnn::gpu::pad(st, value(op.in[0], input), y, nb, op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left, s);
+          break;
+        case OpType::Affine:
+          cudnn::gpu::affine(st, value(op.in[0], input), op.in.size() > 1 ? value(op.in[1], input) : nullptr, y, total,
+                             op.c, scale, bias, op.residual_scale, g.act, s);
+          break;
+        case OpType::Concat: {
+          int offset = 0;
+          for (std::size_t k = 0; k < op.in.size(); ++k) {
+            cudnn::gpu::concat_part(st, value(op.in[k], input), y, nb * static_cast<std::size_t>(op.rows),
+                                    op.in_channels[k], op.oc, offset, s);
+            offset += op.in_channels[k];
+          }
+          break;
+        }
+        case OpType::MaxPool:
+        case OpType::AvgPool: {
+          const cudnn::gpu::PoolGeometry pg{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
+          cudnn::gpu::pool(st, op.type == OpType::MaxPool, value(op.in[0], input), y, nb, pg, s);
+          break;
+        }
+        case OpType::Gap:
+          cudnn::gpu::global_average(st, value(op.in[0], input), y, nb, op.h * op.w, op.c, g.act, s);
+          break;
+      }
+      if (op.act.kind == ActKind::Softmax)
+        cudnn::gpu::softmax_rows(st, y, total / static_cast<std::size_t>(op.oc), op.oc, s);
+    }
+    for (std::size_t k = 0; k < plan_.outputs.size(); ++k) {
+      const int slot = plan_.outputs[k];
+      cudnn::gpu::to_float(value(slot, input), st, outputs_[k].as<float>(),
+                           plan_.slot_size[static_cast<std::size_t>(slot)] * nb, s);
+    }
+  }
+};
+
+}  // namespace
+#endif
+
+std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const CudnnBackendOptions& options) {
+  if (options.max_batch < 1)
+    throw InvalidArgument("cudnn backend: max_batch must be at least 1, received " + std::to_string(options.max_batch));
+  if (options.storage != DType::F16 && options.storage != DType::BF16)
+    throw InvalidArgument(std::string("cudnn backend: storage must be F16 or BF16, received ") +
+                          to_string(options.storage));
+  cudnn::PlanOptions po;
+  po.fold_batch_norm = options.fold_batch_norm;
+  po.fuse_activations = options.fuse_activations;
+  po.fuse_residual_add = options.fuse_residual_add;
+  cudnn::Plan plan = cudnn::lower_graph(graph, po);  // unsupported layers fail here, GPU or not
+#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+  require_cuda_device("cudnn backend");
+  return std::make_shared<CudnnBackendImpl>(std::move(plan), options);
+#elif defined(STOKER_HAVE_CUDA)
+  (void)plan;
+  throw CudaError("cudnn backend: stoker was built without cuDNN (cudnn.h / libcudnn not found at configure time; "
+                  "see STOKER_CUDNN_ROOT); the CPU backend is still available",
+                  -1);
+#else
+  (void)plan;
+  throw CudaError("cudnn backend: stoker was built without CUDA (configure with a CUDA toolkit and cuDNN, "
+                  "STOKER_CUDA=ON); the CPU backend is still available",
+                  -1);
+#endif
+}
+
+}  // namespace stoker::trainer

@@ -1,0 +1,46 @@
+// Internal: the cuDNN backend's own CUDA kernels (everything that is not a convolution), one
+// launcher each: device pointers, the storage type (F16 or BF16) of the values, an explicit stream.
+// Launch failures throw CudaError. Declared for host code; defined in kernels.cu.
+#pragma once
+
+#include <cstddef>
+
+#include <stoker/pipeline/cuda.hpp>
+#include <stoker/pipeline/image.hpp>
+
+#include "op_math.hpp"
+
+namespace stoker::trainer::cudnn::gpu {
+
+// n values of in_type (F32, F16, BF16) -> storage type.
+void convert_input(const void* in, DType in_type, void* out, DType storage, std::size_t n, StreamHandle stream);
+// n storage values -> float32.
+void to_float(const void* in, DType storage, float* out, std::size_t n, StreamHandle stream);
+
+// y[e] = act(x[e] * scale[c] + bias[c] + z_scale * z[e]), c = e % channels; scale, bias, z may be
+// null; y may be x (in place).
+void affine(DType storage, const void* x, const void* z, void* y, std::size_t total, int channels, const float* scale,
+            const float* bias, float z_scale, ActParams act, StreamHandle stream);
+
+// Zero padding: images × h × w × c -> images × oh × ow × c with the input at (top, left).
+void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w, int c, int oh, int ow, int top,
+         int left, StreamHandle stream);
+
+// Max / average pooling (average over the window's pixels inside the input, like TensorFlow).
+struct PoolGeometry {
+  int h, w, c, oh, ow, kh, kw, sh, sw, top, left;
+};
+void pool(DType storage, bool max, const void* x, void* y, std::size_t images, PoolGeometry g, StreamHandle stream);
+
+// Global average pooling: images × hw × c -> images × c, then act.
+void global_average(DType storage, const void* x, void* y, std::size_t images, int hw, int c, ActParams act,
+                    StreamHandle stream);
+
+// Copies rows × ck values into columns [offset, offset + ck) of rows × oc.
+void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck, int oc, int offset,
+                 StreamHandle stream);
+
+// Softmax over each row of n values, in place (float32 math).
+void softmax_rows(DType storage, void* y, std::size_t rows, int n, StreamHandle stream);
+
+}  // namespace stoker::trainer::cudnn::gpu

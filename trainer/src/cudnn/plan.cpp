@@ -1,0 +1,371 @@
+// The cuDNN backend's plan: graph → GPU ops (host code, no CUDA). The folding and fusion rules are
+// the CPU backend's (cpu_backend.cpp), so both backends compute the same thing.
+#include "plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include <stoker/error.hpp>
+#include <stoker/trainer/tensor.hpp>
+
+#include "../import.hpp"
+
+namespace stoker::trainer::cudnn {
+
+const char* to_string(OpType t) {
+  switch (t) {
+    case OpType::Conv: return "Conv";
+    case OpType::Pad: return "Pad";
+    case OpType::Affine: return "Affine";
+    case OpType::Concat: return "Concat";
+    case OpType::MaxPool: return "MaxPool";
+    case OpType::AvgPool: return "AvgPool";
+    case OpType::Gap: return "Gap";
+  }
+  return "?";
+}
+
+std::size_t Plan::activation_values() const {
+  std::size_t n = 0;
+  for (auto b : buffer_size) n += b;
+  return n;
+}
+
+std::string Plan::describe() const {
+  std::ostringstream s;
+  for (const auto& op : ops) {
+    s << to_string(op.type) << " " << op.name << " in";
+    for (int i : op.in) s << " " << i;
+    s << " -> " << op.out << " (buffer " << slot_buffer[static_cast<std::size_t>(op.out)] << ")";
+    if (op.type == OpType::Conv) {
+      s << (op.dense ? " dense" : "") << " " << op.h << "x" << op.w << "x" << op.c << " -> " << op.oh << "x" << op.ow
+        << "x" << op.oc << " k" << op.kh << "x" << op.kw << " s" << op.sh << "x" << op.sw << " pad " << op.pad_top
+        << "," << op.pad_bottom << "," << op.pad_left << "," << op.pad_right << (op.explicit_pad ? " explicit" : "")
+        << " groups " << op.groups;
+      if (op.residual >= 0) s << " + slot " << op.residual;
+    }
+    if (!op.act.is_linear()) s << " act " << trainer::to_string(op.act);
+    s << "\n";
+  }
+  return s.str();
+}
+
+namespace {
+
+bool applies_activation(OpType t) { return t == OpType::Conv || t == OpType::Affine || t == OpType::Gap; }
+
+}  // namespace
+
+Plan lower_graph(const Graph& g, const PlanOptions& options) {
+  if (g.inputs.size() != 1)
+    throw InvalidArgument("cudnn backend: model '" + g.name + "' has " + std::to_string(g.inputs.size()) +
+                          " inputs; only single-input models are supported");
+  Plan plan;
+  const std::size_t n = g.nodes.size();
+  std::vector<int> consumers(n, 0);
+  std::vector<int> only_reader(n, -1);  // the reading node when there is exactly one
+  for (std::size_t id = 0; id < n; ++id)
+    for (int i : g.nodes[id].inputs) {
+      ++consumers[static_cast<std::size_t>(i)];
+      only_reader[static_cast<std::size_t>(i)] = static_cast<int>(id);
+    }
+  for (int o : g.outputs) ++consumers[static_cast<std::size_t>(o)];
+
+  std::vector<int> slot_of(n, -1), producer(n, -1), slot_readers(n, 0);
+  std::vector<bool> folded_pad(n, false);  // ZeroPadding2D folded into its reader's padding
+  plan.slot_size.assign(n, 0);
+  auto& ops = plan.ops;
+
+  auto add_op = [&](Op op, const LayerNode& node, int nid) {
+    op.name = node.name;
+    op.out = nid;
+    slot_of[static_cast<std::size_t>(nid)] = nid;
+    plan.slot_size[static_cast<std::size_t>(nid)] = Tensor::element_count(node.out_shape);
+    slot_readers[static_cast<std::size_t>(nid)] = consumers[static_cast<std::size_t>(nid)];
+    producer[static_cast<std::size_t>(nid)] = static_cast<int>(ops.size());
+    ops.push_back(std::move(op));
+  };
+
+  for (std::size_t id = 0; id < n; ++id) {
+    const LayerNode& node = g.nodes[id];
+    const int nid = static_cast<int>(id);
+    auto in_slot = [&](std::size_t k) { return slot_of[static_cast<std::size_t>(node.inputs.at(k))]; };
+    auto alias = [&](int slot) {
+      slot_of[id] = slot;
+      slot_readers[static_cast<std::size_t>(slot)] += consumers[id] - 1;
+    };
+    // The op producing `slot` when this node is its only reader and nothing is fused into it yet.
+    auto fusable_producer = [&](int slot) -> Op* {
+      const int p = producer[static_cast<std::size_t>(slot)];
+      if (p < 0 || slot_readers[static_cast<std::size_t>(slot)] != 1) return nullptr;
+      Op& op = ops[static_cast<std::size_t>(p)];
+      if (!op.act.is_linear()) return nullptr;
+      return &op;
+    };
+    const std::vector<int>& in_shape =
+        node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
+
+    switch (node.kind) {
+      case LayerKind::Input:
+        plan.input_slot = nid;
+        plan.input_shape = node.out_shape;
+        slot_of[id] = nid;
+        plan.slot_size[id] = Tensor::element_count(node.out_shape);
+        slot_readers[id] = consumers[id];
+        continue;
+      case LayerKind::Dropout:
+      case LayerKind::Flatten: alias(in_slot(0)); continue;
+      case LayerKind::ZeroPadding2D: {
+        const int reader = only_reader[id];
+        const bool into_conv = consumers[id] == 1 && reader >= 0 &&
+                               (g.nodes[static_cast<std::size_t>(reader)].kind == LayerKind::Conv2D ||
+                                g.nodes[static_cast<std::size_t>(reader)].kind == LayerKind::DepthwiseConv2D);
+        if (into_conv) {  // zeros are what convolution padding means
+          folded_pad[id] = true;
+          alias(in_slot(0));
+          continue;
+        }
+        Op op;
+        op.type = OpType::Pad;
+        op.in = {in_slot(0)};
+        op.h = in_shape[0], op.w = in_shape[1], op.c = in_shape[2];
+        op.oh = node.out_shape[0], op.ow = node.out_shape[1], op.oc = node.out_shape[2];
+        op.pad_top = node.pad_top, op.pad_bottom = node.pad_bottom, op.pad_left = node.pad_left,
+        op.pad_right = node.pad_right;
+        add_op(std::move(op), node, nid);
+        continue;
+      }
+      case LayerKind::BatchNormalization: {
+        const std::size_t c = static_cast<std::size_t>(in_shape.back());
+        // Keras: (x - mean) / sqrt(var + eps) * gamma + beta, constants in double, rounded once
+        // (exactly the CPU backend's folding).
+        std::vector<double> scale(c), shift(c);
+        const Weight* gamma = node.weight("gamma");
+        const Weight* beta = node.weight("beta");
+        const float* mean = node.weight("moving_mean")->ptr();
+        const float* var = node.weight("moving_variance")->ptr();
+        for (std::size_t i = 0; i < c; ++i) {
+          scale[i] = (gamma ? double(gamma->ptr()[i]) : 1.0) / std::sqrt(double(var[i]) + double(node.epsilon));
+          shift[i] = (beta ? double(beta->ptr()[i]) : 0.0) - double(mean[i]) * scale[i];
+        }
+        Op* p = options.fold_batch_norm ? fusable_producer(in_slot(0)) : nullptr;
+        if (p && p->type == OpType::Conv && p->residual < 0) {
+          // Weights are still in Keras order here: rows × output channels.
+          if (p->bias.empty()) p->bias.assign(c, 0.0f);
+          for (std::size_t r = 0; r < p->weights.size() / c; ++r)
+            for (std::size_t j = 0; j < c; ++j)
+              p->weights[r * c + j] = static_cast<float>(p->weights[r * c + j] * scale[j]);
+          for (std::size_t j = 0; j < c; ++j) p->bias[j] = static_cast<float>(p->bias[j] * scale[j] + shift[j]);
+          alias(in_slot(0));
+          continue;
+        }
+        Op op;
+        op.type = OpType::Affine;
+        op.in = {in_slot(0)};
+        op.c = op.oc = static_cast<int>(c);
+        op.scale.assign(scale.begin(), scale.end());
+        op.bias.assign(shift.begin(), shift.end());
+        add_op(std::move(op), node, nid);
+        continue;
+      }
+      case LayerKind::Activation: {
+        Op* p = options.fuse_activations ? fusable_producer(in_slot(0)) : nullptr;
+        if (p && applies_activation(p->type)) {
+          p->act = node.activation;
+          alias(in_slot(0));
+          continue;
+        }
+        Op op;
+        op.type = OpType::Affine;
+        op.in = {in_slot(0)};
+        op.c = op.oc = in_shape.back();
+        op.act = node.activation;
+        add_op(std::move(op), node, nid);
+        continue;
+      }
+      case LayerKind::Add:
+      case LayerKind::ScaledAdd: {
+        const bool scaled = node.kind == LayerKind::ScaledAdd;
+        bool fused = false;
+        if (!scaled && node.inputs.size() == 2 && options.fuse_residual_add) {
+          for (int k = 0; k < 2 && !fused; ++k) {
+            const int s = in_slot(static_cast<std::size_t>(k)), z = in_slot(static_cast<std::size_t>(1 - k));
+            if (s == z) break;
+            Op* p = fusable_producer(s);
+            if (p && p->type == OpType::Conv && p->residual < 0) {
+              p->residual = z;
+              p->residual_scale = 1.0f;
+              alias(s);
+              fused = true;
+            }
+          }
+        }
+        if (!fused) {
+          Op op;
+          op.type = OpType::Affine;
+          op.in = {in_slot(0), in_slot(1)};
+          op.c = op.oc = in_shape.back();
+          op.residual_scale = scaled ? node.residual_scale : 1.0f;
+          add_op(std::move(op), node, nid);
+          for (std::size_t k = 2; k < node.inputs.size(); ++k) {  // y += input k, in place
+            Op more;
+            more.type = OpType::Affine;
+            more.in = {nid, in_slot(k)};
+            more.c = more.oc = in_shape.back();
+            add_op(std::move(more), node, nid);
+          }
+        }
+        continue;
+      }
+      default: break;
+    }
+
+    Op op;
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) op.in.push_back(in_slot(k));
+    switch (node.kind) {
+      case LayerKind::Conv2D:
+      case LayerKind::DepthwiseConv2D: {
+        const bool depthwise = node.kind == LayerKind::DepthwiseConv2D;
+        op.type = OpType::Conv;
+        // A folded ZeroPadding2D: the conv reads the unpadded value and pads both ways at once.
+        const int src = node.inputs[0];
+        const LayerNode* zp = folded_pad[static_cast<std::size_t>(src)] ? &g.nodes[static_cast<std::size_t>(src)] : nullptr;
+        const std::vector<int>& real_in =
+            zp ? g.nodes[static_cast<std::size_t>(zp->inputs[0])].out_shape : in_shape;
+        op.h = real_in[0], op.w = real_in[1], op.c = real_in[2];
+        op.oh = node.out_shape[0], op.ow = node.out_shape[1], op.oc = node.out_shape[2];
+        op.kh = node.kernel_h, op.kw = node.kernel_w, op.sh = node.stride_h, op.sw = node.stride_w;
+        op.dh = node.dilation_h, op.dw = node.dilation_w;
+        const auto ph = detail::tf_padding(in_shape[0], op.kh, op.sh, op.dh, node.padding);
+        const auto pw = detail::tf_padding(in_shape[1], op.kw, op.sw, op.dw, node.padding);
+        op.pad_top = ph.pad_before + (zp ? zp->pad_top : 0);
+        op.pad_bottom = ph.pad_after + (zp ? zp->pad_bottom : 0);
+        op.pad_left = pw.pad_before + (zp ? zp->pad_left : 0);
+        op.pad_right = pw.pad_after + (zp ? zp->pad_right : 0);
+        // cuDNN pads symmetrically; padding as wide as the (dilated) kernel is left to the explicit
+        // path too, to stay inside what every cuDNN algorithm accepts.
+        const int eff_h = (op.kh - 1) * op.dh + 1, eff_w = (op.kw - 1) * op.dw + 1;
+        op.explicit_pad = !op.symmetric_pad() || op.pad_top >= eff_h || op.pad_left >= eff_w;
+        op.groups = depthwise ? op.c : 1;
+        op.weights = *node.weight(depthwise ? "depthwise_kernel" : "kernel")->data;  // Keras: rows × oc
+        if (node.use_bias) op.bias = *node.weight("bias")->data;
+        op.act = node.activation;
+        break;
+      }
+      case LayerKind::Dense:
+        op.type = OpType::Conv;
+        op.dense = true;
+        op.c = in_shape.back();
+        op.oc = node.filters;
+        op.rows = static_cast<int>(Tensor::element_count(in_shape) / static_cast<std::size_t>(op.c));
+        op.weights = *node.weight("kernel")->data;  // [c, oc]
+        if (node.use_bias) op.bias = *node.weight("bias")->data;
+        op.act = node.activation;
+        break;
+      case LayerKind::Concatenate:
+        op.type = OpType::Concat;
+        op.oc = node.out_shape.back();
+        for (int i : node.inputs) op.in_channels.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape.back());
+        op.rows = static_cast<int>(Tensor::element_count(node.out_shape) / static_cast<std::size_t>(op.oc));
+        break;
+      case LayerKind::MaxPooling2D:
+      case LayerKind::AveragePooling2D: {
+        op.type = node.kind == LayerKind::MaxPooling2D ? OpType::MaxPool : OpType::AvgPool;
+        op.h = in_shape[0], op.w = in_shape[1], op.c = in_shape[2];
+        op.oh = node.out_shape[0], op.ow = node.out_shape[1], op.oc = node.out_shape[2];
+        op.kh = node.kernel_h, op.kw = node.kernel_w, op.sh = node.stride_h, op.sw = node.stride_w;
+        const auto ph = detail::tf_padding(op.h, op.kh, op.sh, 1, node.padding);
+        const auto pw = detail::tf_padding(op.w, op.kw, op.sw, 1, node.padding);
+        op.pad_top = ph.pad_before, op.pad_bottom = ph.pad_after;
+        op.pad_left = pw.pad_before, op.pad_right = pw.pad_after;
+        break;
+      }
+      case LayerKind::GlobalAveragePooling2D:
+        op.type = OpType::Gap;
+        op.h = in_shape[0], op.w = in_shape[1], op.c = op.oc = in_shape[2];
+        break;
+      default:
+        throw InvalidArgument("cudnn backend: layer '" + node.name + "' (" +
+                              (node.keras_class.empty() ? std::string(trainer::to_string(node.kind)) : node.keras_class) +
+                              ") is not supported");
+    }
+    add_op(std::move(op), node, nid);
+  }
+
+  // Weights: Keras order (rows × output channels) → cuDNN's KRSC (output channel major). For a
+  // Conv2D the rows are (ky, kx, cin); for a depthwise conv (ky, kx) with the output channel
+  // c * multiplier + m, which is group c of a grouped conv with one input channel per group; for
+  // Dense the rows are the inputs of a 1×1 conv.
+  for (auto& op : ops) {
+    if (op.type != OpType::Conv) continue;
+    const std::size_t oc = static_cast<std::size_t>(op.oc);
+    const std::size_t k = op.weights.size() / oc;
+    std::vector<float> krsc(op.weights.size());
+    for (std::size_t r = 0; r < k; ++r)
+      for (std::size_t o = 0; o < oc; ++o) krsc[o * k + r] = op.weights[r * oc + o];
+    op.weights = std::move(krsc);
+  }
+
+  for (int o : g.outputs) {
+    plan.outputs.push_back(slot_of[static_cast<std::size_t>(o)]);
+    plan.output_shapes.push_back(g.nodes[static_cast<std::size_t>(o)].out_shape);
+  }
+
+  // Buffers: a value lives from its first write to its last read (graph outputs to the end); a
+  // released buffer is reused by the next value that fits (best fit), or grown.
+  constexpr int kForever = std::numeric_limits<int>::max();
+  std::vector<int> last_use(n, -1);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    for (int s : ops[i].in) last_use[static_cast<std::size_t>(s)] = static_cast<int>(i);
+    if (ops[i].residual >= 0) last_use[static_cast<std::size_t>(ops[i].residual)] = static_cast<int>(i);
+  }
+  for (int s : plan.outputs) last_use[static_cast<std::size_t>(s)] = kForever;
+  plan.slot_buffer.assign(n, -1);
+  std::vector<int> free_buffers;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const int s = ops[i].out;
+    if (s != plan.input_slot && plan.slot_buffer[static_cast<std::size_t>(s)] < 0) {
+      const std::size_t need = plan.slot_size[static_cast<std::size_t>(s)];
+      int pick = -1;
+      for (int b : free_buffers)  // smallest that fits
+        if (plan.buffer_size[static_cast<std::size_t>(b)] >= need &&
+            (pick < 0 || plan.buffer_size[static_cast<std::size_t>(b)] < plan.buffer_size[static_cast<std::size_t>(pick)]))
+          pick = b;
+      if (pick < 0)
+        for (int b : free_buffers)  // else the largest, grown
+          if (pick < 0 || plan.buffer_size[static_cast<std::size_t>(b)] > plan.buffer_size[static_cast<std::size_t>(pick)])
+            pick = b;
+      if (pick < 0) {
+        pick = static_cast<int>(plan.buffer_size.size());
+        plan.buffer_size.push_back(0);
+      } else {
+        free_buffers.erase(std::find(free_buffers.begin(), free_buffers.end(), pick));
+      }
+      plan.buffer_size[static_cast<std::size_t>(pick)] = std::max(plan.buffer_size[static_cast<std::size_t>(pick)], need);
+      plan.slot_buffer[static_cast<std::size_t>(s)] = pick;
+    }
+    // Release what this op read for the last time (and a value nobody reads).
+    auto release = [&](int slot) {
+      if (slot == plan.input_slot) return;
+      const int b = plan.slot_buffer[static_cast<std::size_t>(slot)];
+      if (b < 0 || last_use[static_cast<std::size_t>(slot)] > static_cast<int>(i)) return;
+      if (std::find(free_buffers.begin(), free_buffers.end(), b) == free_buffers.end()) free_buffers.push_back(b);
+    };
+    for (int r : ops[i].in) release(r);
+    if (ops[i].residual >= 0) release(ops[i].residual);
+    const bool written_later = [&] {
+      for (std::size_t j = i + 1; j < ops.size(); ++j)
+        if (ops[j].out == s) return true;
+      return false;
+    }();
+    if (!written_later) release(s);
+  }
+  for (const auto& op : ops)
+    if (op.type == OpType::Conv && op.explicit_pad)
+      plan.scratch_size = std::max(plan.scratch_size, static_cast<std::size_t>(op.rows) * op.padded_h() * op.padded_w() * op.c);
+  return plan;
+}
+
+}  // namespace stoker::trainer::cudnn

@@ -1,0 +1,101 @@
+// Internal: the cuDNN backend's execution plan, built on the host without CUDA so that it can be
+// tested anywhere. lower_graph() turns a layer graph into a list of GPU ops with the same rules as
+// the CPU backend (BatchNormalization folded into the conv/dense before it, an activation fused
+// into the op that produces its only input, Dropout/Flatten as aliases) plus what the GPU needs:
+//   - convolution weights in cuDNN's NHWC filter layout KRSC ([out][kh][kw][in/groups]),
+//     depthwise convolutions as grouped convolutions (groups = input channels), Dense as a 1×1
+//     convolution over the rows of its input;
+//   - TensorFlow padding resolved per side; a ZeroPadding2D whose only reader is a convolution is
+//     folded into that convolution's padding; cuDNN pads symmetrically, so a convolution whose
+//     padding is asymmetric (TensorFlow's 'same' with stride 2 on even sizes, Keras'
+//     ZeroPadding2D((0,1),(0,1)) before a 'valid' stride-2 conv) first copies its input into a
+//     zero-padded scratch tensor and then runs unpadded (explicit_pad);
+//   - a two-input Add whose input comes from a convolution with no other reader (and no activation
+//     yet) is added in that convolution's epilogue (y = act(conv + bias + z));
+//   - buffers: every value gets one of a few reusable activation buffers (sizes per sample), so
+//     memory is allocated once for a maximum batch.
+// run_plan_host() executes a plan with plain loops, optionally rounding every stored value and
+// weight to the storage precision (fp16/bf16), to test the lowering and the precision on the host.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <stoker/pipeline/image.hpp>
+#include <stoker/trainer/graph.hpp>
+
+namespace stoker::trainer::cudnn {
+
+enum class OpType {
+  Conv,     // cuDNN convolution (also depthwise as grouped, Dense as 1×1) + epilogue
+  Pad,      // ZeroPadding2D that could not be folded
+  Affine,   // y = act(x * scale[c] + bias[c] + residual_scale * z): unfolded BN, Activation, Add of 2
+  Concat,   // last axis
+  MaxPool,
+  AvgPool,
+  Gap,      // global average pooling (+ act)
+};
+const char* to_string(OpType t);
+
+struct Op {
+  OpType type = OpType::Affine;
+  std::string name;     // the layer (for messages)
+  std::vector<int> in;  // value slots read (in[0]: main input; Affine: in[1] = z; Concat: all)
+  int out = -1;         // value slot written (may equal in[0] for an in-place Affine)
+  // Geometry per sample, NHWC. For Dense, rows = values / channels of its input and h = w = 1.
+  int rows = 1;
+  int h = 1, w = 1, c = 0, oh = 1, ow = 1, oc = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int groups = 1;
+  bool explicit_pad = false;  // Conv: pad into scratch (pad_* sides), then convolve with padding 0
+  bool dense = false;         // Conv that came from a Dense layer
+  ActivationSpec act;         // applied last (Softmax: over the last axis, after everything else)
+  bool fusable = false;       // an activation / residual may still be fused into this op
+  std::vector<float> weights; // Conv: KRSC, float32 (BatchNormalization folded in)
+  std::vector<float> bias;    // per output channel, float32 (empty: none)
+  std::vector<float> scale;   // Affine: per channel (empty: 1)
+  float residual_scale = 1.0f;  // Affine with in[1]: z factor; Conv with residual: z factor
+  int residual = -1;          // Conv: slot added in the epilogue before the activation (-1: none)
+  std::vector<int> in_channels;  // Concat: last-axis width of each input
+
+  int padded_h() const { return h + pad_top + pad_bottom; }
+  int padded_w() const { return w + pad_left + pad_right; }
+  bool symmetric_pad() const { return pad_top == pad_bottom && pad_left == pad_right; }
+};
+
+struct PlanOptions {
+  bool fold_batch_norm = true;
+  bool fuse_activations = true;
+  bool fuse_residual_add = true;  // a 2-input Add into the epilogue of the conv producing one input
+};
+
+struct Plan {
+  std::vector<Op> ops;
+  int input_slot = -1;
+  std::vector<int> input_shape;          // per sample {H, W, C}
+  std::vector<int> outputs;              // slots of the graph outputs, in order
+  std::vector<std::vector<int>> output_shapes;  // per sample
+  std::vector<std::size_t> slot_size;    // values per sample of each slot (node-indexed)
+  // Buffers: slot -> buffer index (-1: none; the input slot has its own buffer), buffer sizes in
+  // values per sample (the largest slot it holds).
+  std::vector<int> slot_buffer;
+  std::vector<std::size_t> buffer_size;
+  std::size_t scratch_size = 0;          // values per sample of the explicit-padding scratch
+
+  std::size_t activation_values() const;  // sum of buffer_size (per sample)
+  std::string describe() const;           // one line per op (tests, debugging)
+};
+
+// Throws InvalidArgument naming the layer for what cannot run (multi-input models, unknown kinds).
+Plan lower_graph(const Graph& graph, const PlanOptions& options = {});
+
+// The plan's math on the host. `round_to`: F32 keeps float32 everywhere; F16/BF16 round weights,
+// biases and every stored value to that precision (accumulation stays float32), like the GPU.
+std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to = DType::F32);
+
+// Rounds v to the precision of dtype (F32: unchanged).
+float round_to_storage(float v, DType dtype);
+
+}  // namespace stoker::trainer::cudnn
