@@ -216,7 +216,14 @@ class CudnnBackendImpl final : public CudnnBackend {
       g.act = cudnn::act_params(op.act);
       if (!op.bias.empty()) g.bias = upload(op.bias.data(), op.bias.size() * sizeof(float), "bias");
       if (!op.scale.empty()) g.scale = upload(op.scale.data(), op.scale.size() * sizeof(float), "scale");
-      if (op.type == OpType::Conv) {
+      if (op.type == OpType::Conv && op.depthwise_kernel) {
+        // The own kernel reads float32 weights as [kh][kw][oc] (the plan holds KRSC: [oc][kh][kw]).
+        const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
+        std::vector<float> t(op.weights.size());
+        for (std::size_t o = 0; o < oc; ++o)
+          for (std::size_t k = 0; k < taps; ++k) t[k * oc + o] = op.weights[o * taps + k];
+        g.weights = upload(t.data(), t.size() * sizeof(float), "depthwise weights");
+      } else if (op.type == OpType::Conv) {
         const auto bits = to_storage_bits(op.weights, opt_.storage);
         g.weights = upload(bits.data(), bits.size() * 2, "conv weights");
         const bool fused = opt_.cudnn_fused_relu && plain_relu(op.act);
@@ -283,6 +290,15 @@ class CudnnBackendImpl final : public CudnnBackend {
       switch (op.type) {
         case OpType::Conv: {
           const void* x = value(op.in[0], input);
+          if (op.depthwise_kernel) {
+            const cudnn::gpu::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,
+                                                  op.kw, op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left,
+                                                  op.oc / op.c};
+            cudnn::gpu::depthwise(st, x, g.weights.as<const float>(), bias,
+                                  op.residual >= 0 ? value(op.residual, input) : nullptr, op.residual_scale, y, nb, dg,
+                                  g.act, s);
+            break;
+          }
           const std::size_t images = nb * static_cast<std::size_t>(op.rows);
           if (op.explicit_pad) {
             cudnn::gpu::pad(st, x, scratch_.get(), images, op.h, op.w, op.c, op.padded_h(), op.padded_w(), op.pad_top,
@@ -346,6 +362,7 @@ std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const Cudnn
   po.fold_batch_norm = options.fold_batch_norm;
   po.fuse_activations = options.fuse_activations;
   po.fuse_residual_add = options.fuse_residual_add;
+  po.cudnn_depthwise = options.cudnn_depthwise;
   cudnn::Plan plan = cudnn::lower_graph(graph, po);  // unsupported layers fail here, GPU or not
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
   require_cuda_device("cudnn backend");

@@ -50,6 +50,33 @@ __global__ void affine_kernel(const T* x, const T* z, T* y, std::size_t total, i
 }
 
 template <typename T>
+__global__ void depthwise_kernel(const T* x, const float* __restrict__ wt, const float* __restrict__ bias, const T* z,
+                                 float z_scale, T* y, std::size_t total, DepthwiseGeometry g, ActParams act) {
+  GRID_STRIDE(e, total) {  // e = ((image * oh + oy) * ow + ox) * oc + o: neighbours share the pixel
+    const int o = static_cast<int>(e % g.oc);
+    std::size_t r = e / g.oc;
+    const int ox = static_cast<int>(r % g.ow);
+    r /= g.ow;
+    const int oy = static_cast<int>(r % g.oh);
+    const std::size_t img = r / g.oh;
+    const int ci = o / g.mult;
+    float acc = 0.0f;
+    for (int ky = 0; ky < g.kh; ++ky) {
+      const int iy = oy * g.sh - g.top + ky * g.dh;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int kx = 0; kx < g.kw; ++kx) {
+        const int ix = ox * g.sw - g.left + kx * g.dw;
+        if (ix < 0 || ix >= g.w) continue;
+        acc += load(x, ((img * g.h + iy) * g.w + ix) * g.c + ci) * wt[(ky * g.kw + kx) * g.oc + o];
+      }
+    }
+    if (bias) acc += bias[o];
+    if (z) acc += z_scale * load(z, e);
+    store(y, e, apply_act(acc, act));
+  }
+}
+
+template <typename T>
 __global__ void pad_kernel(const T* x, T* y, std::size_t total, int h, int w, int c, int oh, int ow, int top, int left) {
   GRID_STRIDE(e, total) {
     const int ch = static_cast<int>(e % c);
@@ -176,6 +203,19 @@ void affine(DType storage, const void* x, const void* z, void* y, std::size_t to
                                                               z_scale, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_kernel");
+}
+
+void depthwise(DType storage, const void* x, const float* weights, const float* bias, const void* z, float z_scale,
+               void* y, std::size_t images, DepthwiseGeometry g, ActParams act, StreamHandle stream) {
+  const std::size_t total = images * g.oh * g.ow * g.oc;
+  if (total == 0) return;
+  dispatch(storage, "depthwise", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    depthwise_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), weights, bias,
+                                                                 static_cast<const T*>(z), z_scale, static_cast<T*>(y),
+                                                                 total, g, act);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
 
 void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w, int c, int oh, int ow, int top,

@@ -43,7 +43,7 @@ std::string Plan::describe() const {
       s << (op.dense ? " dense" : "") << " " << op.h << "x" << op.w << "x" << op.c << " -> " << op.oh << "x" << op.ow
         << "x" << op.oc << " k" << op.kh << "x" << op.kw << " s" << op.sh << "x" << op.sw << " pad " << op.pad_top
         << "," << op.pad_bottom << "," << op.pad_left << "," << op.pad_right << (op.explicit_pad ? " explicit" : "")
-        << " groups " << op.groups;
+        << " groups " << op.groups << (op.depthwise_kernel ? " (own depthwise kernel)" : "");
       if (op.residual >= 0) s << " + slot " << op.residual;
     }
     if (!op.act.is_linear()) s << " act " << trainer::to_string(op.act);
@@ -247,8 +247,9 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
         // cuDNN pads symmetrically; padding as wide as the (dilated) kernel is left to the explicit
         // path too, to stay inside what every cuDNN algorithm accepts.
         const int eff_h = (op.kh - 1) * op.dh + 1, eff_w = (op.kw - 1) * op.dw + 1;
-        op.explicit_pad = !op.symmetric_pad() || op.pad_top >= eff_h || op.pad_left >= eff_w;
         op.groups = depthwise ? op.c : 1;
+        op.depthwise_kernel = depthwise && !options.cudnn_depthwise;
+        op.explicit_pad = !op.depthwise_kernel && (!op.symmetric_pad() || op.pad_top >= eff_h || op.pad_left >= eff_w);
         op.weights = *node.weight(depthwise ? "depthwise_kernel" : "kernel")->data;  // Keras: rows × oc
         if (node.use_bias) op.bias = *node.weight("bias")->data;
         op.act = node.activation;

@@ -51,6 +51,11 @@ struct Op {
   int groups = 1;
   bool explicit_pad = false;  // Conv: pad into scratch (pad_* sides), then convolve with padding 0
   bool dense = false;         // Conv that came from a Dense layer
+  // Conv from a DepthwiseConv2D run by the backend's own kernel (not cuDNN): float32 weights, any
+  // padding read in place (never explicit_pad), bias/residual/activation in the same pass. Folded
+  // BatchNormalization makes depthwise weights ill-conditioned in fp16 (a large conv sum and bias
+  // cancel), so rounding them would cost about 1 % on MobileNetV2's features.
+  bool depthwise_kernel = false;
   ActivationSpec act;         // applied last (Softmax: over the last axis, after everything else)
   bool fusable = false;       // an activation / residual may still be fused into this op
   std::vector<float> weights; // Conv: KRSC, float32 (BatchNormalization folded in)
@@ -69,6 +74,7 @@ struct PlanOptions {
   bool fold_batch_norm = true;
   bool fuse_activations = true;
   bool fuse_residual_add = true;  // a 2-input Add into the epilogue of the conv producing one input
+  bool cudnn_depthwise = false;   // depthwise convs as cuDNN grouped convs (fp16 weights) instead
 };
 
 struct Plan {

@@ -81,8 +81,11 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
     switch (op.type) {
       case OpType::Conv: {
         const float* x = value(op.in[0]);
+        // cuDNN convs read weights in the storage type and store their sum in it before the
+        // epilogue; the own depthwise kernel keeps float32 weights and rounds once at the end.
+        const DType conv_round = op.depthwise_kernel ? DType::F32 : round_to;
         std::vector<float> w = op.weights;
-        round_all(w.data(), w.size(), round_to);
+        round_all(w.data(), w.size(), conv_round);
         int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
         const std::size_t imgs = nb * static_cast<std::size_t>(op.rows);
         if (op.explicit_pad) {  // like the GPU: copy into a zero-padded scratch, then no padding
@@ -116,7 +119,7 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
                   }
                 }
                 // cuDNN stores the convolution in the storage type; the epilogue reads it back.
-                acc = round_to_storage(acc, round_to);
+                acc = round_to_storage(acc, conv_round);
                 const std::size_t e = ((i * op.oh + oy) * op.ow + ox) * op.oc + o;
                 if (!op.bias.empty()) acc += op.bias[static_cast<std::size_t>(o)];
                 if (z) acc += op.residual_scale * z[e];

@@ -1,0 +1,756 @@
+// The cuDNN backend against the CPU backend.
+//
+// Host tests (run everywhere): the plan that the GPU executes (lowering, TensorFlow padding
+// decisions, BatchNormalization folding, fusion, buffer assignment) is run by the host executor of
+// the plan (run_plan_host) in float32 — it must match the CPU backend to float rounding — and with
+// fp16/bf16 rounding of every stored value and weight, which is the GPU's precision (< 1e-2
+// relative; Darknet's top-1 within ±0.01 of the reference). Construction without a GPU fails clearly.
+// GPU tests (skip without a device): every layer kind, the asymmetric padding, Darknet top-1,
+// MobileNetV2 features, device input, two streams, and no device-memory growth.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include <stoker/error.hpp>
+#include <stoker/pipeline/convert.hpp>
+#include <stoker/pipeline/cuda.hpp>
+#include <stoker/trainer/cudnn_backend.hpp>
+#include <stoker/trainer/model.hpp>
+
+#include "cudnn/plan.hpp"
+#include "import.hpp"
+#include "test_support.hpp"
+#include "vectors.hpp"
+
+namespace stoker::trainer {
+namespace {
+
+using test::max_rel_error;
+
+// ---- graphs built in code ------------------------------------------------------------------------
+
+class Builder {
+ public:
+  explicit Builder(std::vector<int> input_shape, unsigned seed = 1) : rng_(seed) {
+    LayerNode n;
+    n.name = "input";
+    n.kind = LayerKind::Input;
+    n.out_shape = std::move(input_shape);
+    g_.nodes.push_back(n);
+    g_.inputs = {0};
+    g_.name = "test";
+  }
+
+  // Adds `n` reading `inputs`, with random weights of the shapes its kind needs. Returns its index.
+  int add(LayerNode n, std::vector<int> inputs) {
+    n.name = n.name.empty() ? "l" + std::to_string(g_.nodes.size()) : n.name;
+    n.inputs = std::move(inputs);
+    std::vector<std::vector<int>> ins;
+    for (int i : n.inputs) ins.push_back(g_.nodes[static_cast<std::size_t>(i)].out_shape);
+    n.out_shape = detail::infer_shape(n, ins);
+    const int cin = ins.empty() ? 0 : ins[0].back();
+    int fan_in = cin * n.kernel_h * n.kernel_w;
+    if (n.kind == LayerKind::DepthwiseConv2D) fan_in = n.kernel_h * n.kernel_w;
+    for (const auto& [key, shape] : expected_weights(n, cin)) {
+      std::vector<float> v(Tensor::element_count(shape));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::uniform_real_distribution<float> uni(0.5f, 1.5f);
+      for (auto& x : v) {
+        if (key == "kernel" || key == "depthwise_kernel") x = normal(rng_) / std::sqrt(static_cast<float>(fan_in));
+        else if (key == "moving_variance" || key == "gamma") x = uni(rng_);
+        else x = 0.3f * normal(rng_);  // bias, beta, moving_mean
+      }
+      n.weights[key] = Weight{shape, std::make_shared<const std::vector<float>>(std::move(v))};
+    }
+    g_.nodes.push_back(std::move(n));
+    return static_cast<int>(g_.nodes.size()) - 1;
+  }
+
+  Graph done(std::vector<int> outputs) {
+    g_.outputs = std::move(outputs);
+    infer_shapes_and_check(g_);
+    return g_;
+  }
+  const std::vector<int>& shape(int node) const { return g_.nodes[static_cast<std::size_t>(node)].out_shape; }
+
+ private:
+  Graph g_;
+  std::mt19937 rng_;
+};
+
+LayerNode conv(int filters, int k, int stride, Padding pad, bool bias = true, ActivationSpec act = {}, int dilation = 1) {
+  LayerNode n;
+  n.kind = LayerKind::Conv2D;
+  n.keras_class = "Conv2D";
+  n.filters = filters;
+  n.kernel_h = n.kernel_w = k;
+  n.stride_h = n.stride_w = stride;
+  n.dilation_h = n.dilation_w = dilation;
+  n.padding = pad;
+  n.use_bias = bias;
+  n.activation = act;
+  return n;
+}
+LayerNode depthwise(int k, int stride, Padding pad, int mult = 1, bool bias = false) {
+  LayerNode n = conv(0, k, stride, pad, bias);
+  n.kind = LayerKind::DepthwiseConv2D;
+  n.keras_class = "DepthwiseConv2D";
+  n.depth_multiplier = mult;
+  return n;
+}
+LayerNode batch_norm(bool scale = true, bool center = true) {
+  LayerNode n;
+  n.kind = LayerKind::BatchNormalization;
+  n.keras_class = "BatchNormalization";
+  n.scale = scale;
+  n.use_bias = center;
+  return n;
+}
+LayerNode activation(ActivationSpec a) {
+  LayerNode n;
+  n.kind = LayerKind::Activation;
+  n.keras_class = "Activation";
+  n.activation = a;
+  return n;
+}
+ActivationSpec relu(float max = std::numeric_limits<float>::infinity(), float slope = 0.0f, float threshold = 0.0f) {
+  ActivationSpec a;
+  a.kind = ActKind::ReLU;
+  a.max_value = max;
+  a.negative_slope = slope;
+  a.threshold = threshold;
+  return a;
+}
+ActivationSpec act_of(ActKind k) {
+  ActivationSpec a;
+  a.kind = k;
+  return a;
+}
+LayerNode zero_pad(int top, int bottom, int left, int right) {
+  LayerNode n;
+  n.kind = LayerKind::ZeroPadding2D;
+  n.keras_class = "ZeroPadding2D";
+  n.pad_top = top, n.pad_bottom = bottom, n.pad_left = left, n.pad_right = right;
+  return n;
+}
+LayerNode pool(LayerKind kind, int k, int stride, Padding pad) {
+  LayerNode n;
+  n.kind = kind;
+  n.keras_class = kind == LayerKind::MaxPooling2D ? "MaxPooling2D" : "AveragePooling2D";
+  n.kernel_h = n.kernel_w = k;
+  n.stride_h = n.stride_w = stride;
+  n.padding = pad;
+  return n;
+}
+LayerNode simple(LayerKind kind) {
+  LayerNode n;
+  n.kind = kind;
+  n.keras_class = to_string(kind);
+  return n;
+}
+LayerNode dense(int units, ActivationSpec act = {}, bool bias = true) {
+  LayerNode n;
+  n.kind = LayerKind::Dense;
+  n.keras_class = "Dense";
+  n.filters = units;
+  n.use_bias = bias;
+  n.activation = act;
+  return n;
+}
+
+constexpr const char* kDiscontinuous = " (discontinuous: float32 only)";
+bool discontinuous(const std::string& name) { return name.find(kDiscontinuous) != std::string::npos; }
+
+// Every layer kind in a few small graphs (name, graph).
+std::vector<std::pair<std::string, Graph>> layer_cases() {
+  std::vector<std::pair<std::string, Graph>> cases;
+  {  // conv + bias + plain ReLU (cuDNN's fused call on the GPU), then a linear conv
+    Builder b({9, 11, 5});
+    int x = b.add(conv(8, 3, 1, Padding::Same, true, relu()), {0});
+    x = b.add(conv(6, 1, 1, Padding::Valid, false), {x});
+    cases.push_back({"conv_relu", b.done({x})});
+  }
+  {  // TensorFlow 'same' with stride 2 on even sizes: the odd pixel of padding at the bottom/right
+    Builder b({16, 12, 4});
+    int x = b.add(conv(8, 3, 2, Padding::Same, true), {0});
+    cases.push_back({"conv_same_stride2_even", b.done({x})});
+  }
+  {  // odd sizes: symmetric
+    Builder b({15, 13, 4});
+    int x = b.add(conv(8, 3, 2, Padding::Same, false, relu(6.0f)), {0});
+    cases.push_back({"conv_same_stride2_odd", b.done({x})});
+  }
+  {  // even kernel, 'same' stride 1 (asymmetric), dilation, 'valid'
+    Builder b({14, 14, 3});
+    int x = b.add(conv(5, 2, 1, Padding::Same, true), {0});
+    x = b.add(conv(7, 3, 1, Padding::Valid, true, {}, 2), {x});
+    x = b.add(conv(4, 5, 1, Padding::Same, true, act_of(ActKind::Tanh)), {x});
+    cases.push_back({"conv_even_kernel_dilation", b.done({x})});
+  }
+  {  // depthwise (multiplier 2, stride 2 'same') + BN folded + ReLU6; MobileNet's explicit pad
+    Builder b({16, 16, 6});
+    int x = b.add(depthwise(3, 2, Padding::Same, 2, true), {0});
+    x = b.add(batch_norm(), {x});
+    x = b.add(activation(relu(6.0f)), {x});
+    x = b.add(zero_pad(0, 1, 0, 1), {x});
+    x = b.add(depthwise(3, 2, Padding::Valid), {x});
+    x = b.add(batch_norm(false, true), {x});
+    cases.push_back({"depthwise_bn_pad", b.done({x})});
+  }
+  {  // symmetric ZeroPadding2D folded into a conv; one before a max pool kept as its own op
+    Builder b({10, 10, 3});
+    int x = b.add(zero_pad(2, 2, 1, 1), {0});
+    x = b.add(conv(4, 5, 1, Padding::Valid, true), {x});
+    x = b.add(zero_pad(1, 2, 3, 0), {x});
+    x = b.add(pool(LayerKind::MaxPooling2D, 2, 2, Padding::Valid), {x});
+    cases.push_back({"zero_padding", b.done({x})});
+  }
+  {  // BN unfolded (after the input), activations on their own
+    Builder b({6, 7, 5});
+    int x = b.add(batch_norm(), {0});
+    int l = b.add(activation(relu(std::numeric_limits<float>::infinity(), 0.1f)), {x});  // LeakyReLU
+    int r = b.add(activation(relu(4.0f, 0.2f)), {x});
+    int s = b.add(activation(act_of(ActKind::Sigmoid)), {x});
+    int w = b.add(activation(act_of(ActKind::Swish)), {x});
+    int t = b.add(activation(act_of(ActKind::Tanh)), {x});
+    LayerNode cat = simple(LayerKind::Concatenate);
+    int c = b.add(cat, {l, r, s, w, t});
+    cases.push_back({"activations_concat", b.done({c})});
+  }
+  {  // ReLU with a threshold jumps from `threshold` to 0 there: half-precision rounding of a value
+     // next to it moves it across, so only float32 is compared (kDiscontinuous)
+    Builder b({6, 7, 5});
+    int r = b.add(activation(relu(4.0f, 0.2f, 0.5f)), {0});
+    cases.push_back({"relu_threshold" + std::string(kDiscontinuous), b.done({r})});
+  }
+  {  // residual Add fused into a conv epilogue, Add of three, ScaledAdd, Add + ReLU
+    Builder b({8, 8, 6});
+    int a = b.add(conv(6, 3, 1, Padding::Same, true), {0});
+    int bn = b.add(batch_norm(), {a});
+    int add = b.add(simple(LayerKind::Add), {bn, 0});
+    int c2 = b.add(conv(6, 1, 1, Padding::Same, true), {add});
+    int add3 = b.add(simple(LayerKind::Add), {c2, add, 0});
+    LayerNode sc = simple(LayerKind::ScaledAdd);
+    sc.residual_scale = 0.17f;
+    int s = b.add(sc, {add3, c2});
+    int r = b.add(activation(relu()), {s});
+    cases.push_back({"add_residual", b.done({r})});
+  }
+  {  // pooling: max 3×3/2 'same' (asymmetric), average 2×2/2 'same' on odd sizes, 3×3/1 'same'
+    Builder b({13, 10, 4});
+    int m = b.add(pool(LayerKind::MaxPooling2D, 3, 2, Padding::Same), {0});
+    int a = b.add(pool(LayerKind::AveragePooling2D, 2, 2, Padding::Same), {m});
+    int a2 = b.add(pool(LayerKind::AveragePooling2D, 3, 1, Padding::Same), {a});
+    cases.push_back({"pooling", b.done({a2})});
+  }
+  {  // GAP (keepdims too), Flatten, Dense + softmax, Dense on rank 3, Dropout; two outputs
+    Builder b({7, 5, 6});
+    int d3 = b.add(dense(9, relu()), {0});
+    int dr = b.add(simple(LayerKind::Dropout), {d3});
+    LayerNode g = simple(LayerKind::GlobalAveragePooling2D);
+    int gap = b.add(g, {dr});
+    int hd = b.add(dense(5, act_of(ActKind::Softmax)), {gap});
+    LayerNode gk = simple(LayerKind::GlobalAveragePooling2D);
+    gk.keepdims = true;
+    int gapk = b.add(gk, {dr});
+    int fl = b.add(simple(LayerKind::Flatten), {gapk});
+    int d2 = b.add(dense(3, act_of(ActKind::Sigmoid)), {fl});
+    cases.push_back({"gap_dense_softmax", b.done({hd, d2})});
+  }
+  return cases;
+}
+
+std::vector<float> random_input(const Graph& g, int batch, unsigned seed) {
+  std::vector<float> x(Tensor::element_count(g.nodes[static_cast<std::size_t>(g.inputs[0])].out_shape) * batch);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& v : x) v = u(rng);
+  return x;
+}
+
+// ---- host: the plan -------------------------------------------------------------------------------
+
+TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
+  for (const auto& [name, g] : layer_cases()) {
+    for (bool fold : {true, false}) {
+      SCOPED_TRACE(name + (fold ? " (folded/fused)" : " (unfolded)"));
+      const int batch = 3;
+      auto x = random_input(g, batch, 7);
+      CpuBackendOptions co;
+      co.fold_batch_norm = co.fuse_activations = fold;
+      auto cpu = make_cpu_backend(g, co)->forward(x.data(), batch);
+      cudnn::PlanOptions po;
+      po.fold_batch_norm = po.fuse_activations = po.fuse_residual_add = fold;
+      const cudnn::Plan plan = cudnn::lower_graph(g, po);
+      auto f32 = cudnn::run_plan_host(plan, x.data(), batch, DType::F32);
+      auto f16 = cudnn::run_plan_host(plan, x.data(), batch, DType::F16);
+      auto bf16 = cudnn::run_plan_host(plan, x.data(), batch, DType::BF16);
+      ASSERT_EQ(f32.size(), cpu.size());
+      for (std::size_t k = 0; k < cpu.size(); ++k) {
+        ASSERT_EQ(f32[k].size(), cpu[k].data.size());
+        const double e32 = max_rel_error(f32[k], cpu[k].data), e16 = max_rel_error(f16[k], cpu[k].data),
+                     eb16 = max_rel_error(bf16[k], cpu[k].data);
+        std::printf("%-28s %s output %zu: f32 %.2g, f16 %.2g, bf16 %.2g\n", name.c_str(), fold ? "fused" : "plain", k, e32,
+                    e16, eb16);
+        EXPECT_LE(e32, 1e-5) << plan.describe();
+        if (discontinuous(name)) continue;
+        EXPECT_LT(e16, 1e-2) << plan.describe();
+        EXPECT_LT(eb16, 5e-2) << plan.describe();
+      }
+    }
+  }
+}
+
+TEST(CudnnPlan, TensorFlowPaddingDecisions) {
+  auto only_conv = [](const cudnn::Plan& p) -> const cudnn::Op& {
+    for (const auto& op : p.ops)
+      if (op.type == cudnn::OpType::Conv) return op;
+    throw Error("no conv");
+  };
+  {  // 'same', stride 2, even: total 1 → (0, 1): cuDNN cannot pad that, so explicitly
+    Builder b({224, 224, 3});
+    Graph g = b.done({b.add(conv(8, 3, 2, Padding::Same), {0})});
+    const auto& op = only_conv(cudnn::lower_graph(g));
+    EXPECT_EQ(op.oh, 112);
+    EXPECT_EQ(op.pad_top, 0);
+    EXPECT_EQ(op.pad_bottom, 1);
+    EXPECT_EQ(op.pad_left, 0);
+    EXPECT_EQ(op.pad_right, 1);
+    EXPECT_TRUE(op.explicit_pad);
+    EXPECT_EQ(op.padded_h(), 225);
+  }
+  {  // odd: total 2 → (1, 1): cuDNN's own symmetric padding
+    Builder b({225, 225, 3});
+    Graph g = b.done({b.add(conv(8, 3, 2, Padding::Same), {0})});
+    const auto& op = only_conv(cudnn::lower_graph(g));
+    EXPECT_EQ(op.oh, 113);
+    EXPECT_EQ(op.pad_top, 1);
+    EXPECT_EQ(op.pad_bottom, 1);
+    EXPECT_FALSE(op.explicit_pad);
+  }
+  {  // stride 1 'same' 3×3: symmetric
+    Builder b({20, 20, 3});
+    Graph g = b.done({b.add(conv(8, 3, 1, Padding::Same), {0})});
+    const auto& op = only_conv(cudnn::lower_graph(g));
+    EXPECT_EQ(op.pad_top, 1);
+    EXPECT_EQ(op.pad_right, 1);
+    EXPECT_FALSE(op.explicit_pad);
+  }
+  for (bool in_cudnn : {false, true}) {
+    // Keras MobileNetV2: ZeroPadding2D(((0, 1), (0, 1))) + 'valid' stride-2 depthwise: folded into
+    // the conv; the own depthwise kernel reads any padding in place, cuDNN's grouped conv needs the
+    // explicit copy
+    Builder b({112, 112, 16});
+    int p = b.add(zero_pad(0, 1, 0, 1), {0});
+    Graph g = b.done({b.add(depthwise(3, 2, Padding::Valid), {p})});
+    cudnn::PlanOptions po;
+    po.cudnn_depthwise = in_cudnn;
+    const cudnn::Plan plan = cudnn::lower_graph(g, po);
+    ASSERT_EQ(plan.ops.size(), 1u) << plan.describe();
+    const auto& op = plan.ops[0];
+    EXPECT_EQ(op.in[0], 0);
+    EXPECT_EQ(op.h, 112);
+    EXPECT_EQ(op.oh, 56);
+    EXPECT_EQ(op.groups, 16);
+    EXPECT_EQ(op.pad_top, 0);
+    EXPECT_EQ(op.pad_bottom, 1);
+    EXPECT_EQ(op.depthwise_kernel, !in_cudnn);
+    EXPECT_EQ(op.explicit_pad, in_cudnn);
+    EXPECT_EQ(plan.scratch_size, in_cudnn ? std::size_t{113} * 113 * 16 : 0u);
+  }
+  {  // symmetric ZeroPadding2D(3) + 7×7 'valid': folded into cuDNN's padding
+    Builder b({32, 32, 3});
+    int p = b.add(zero_pad(3, 3, 3, 3), {0});
+    Graph g = b.done({b.add(conv(8, 7, 2, Padding::Valid), {p})});
+    const cudnn::Plan plan = cudnn::lower_graph(g);
+    ASSERT_EQ(plan.ops.size(), 1u);
+    EXPECT_EQ(plan.ops[0].pad_top, 3);
+    EXPECT_FALSE(plan.ops[0].explicit_pad);
+    EXPECT_EQ(plan.ops[0].oh, 16);
+  }
+  {  // padding before a max pool is real data (zeros take part in the max): its own op
+    Builder b({8, 8, 3});
+    int p = b.add(zero_pad(1, 1, 1, 1), {0});
+    Graph g = b.done({b.add(pool(LayerKind::MaxPooling2D, 2, 2, Padding::Valid), {p})});
+    const cudnn::Plan plan = cudnn::lower_graph(g);
+    ASSERT_EQ(plan.ops.size(), 2u);
+    EXPECT_EQ(plan.ops[0].type, cudnn::OpType::Pad);
+  }
+  {  // max pool 'same' stride 2 on even sizes: (0, 1), the kernel handles the asymmetry itself
+    Builder b({8, 8, 3});
+    Graph g = b.done({b.add(pool(LayerKind::MaxPooling2D, 3, 2, Padding::Same), {0})});
+    const cudnn::Plan plan = cudnn::lower_graph(g);
+    EXPECT_EQ(plan.ops[0].pad_top, 0);
+    EXPECT_EQ(plan.ops[0].pad_bottom, 1);
+  }
+}
+
+TEST(CudnnPlan, FoldsBatchNormLikeTheCpuBackendAndUsesCudnnLayout) {
+  Builder b({5, 5, 3});
+  int c = b.add(conv(4, 3, 1, Padding::Same, true), {0});
+  int bn = b.add(batch_norm(), {c});
+  int r = b.add(activation(relu(6.0f)), {bn});
+  Graph g = b.done({r});
+  const cudnn::Plan plan = cudnn::lower_graph(g);
+  ASSERT_EQ(plan.ops.size(), 1u) << plan.describe();
+  const auto& op = plan.ops[0];
+  EXPECT_EQ(op.act.max_value, 6.0f);
+  const LayerNode& cn = g.nodes[static_cast<std::size_t>(c)];
+  const LayerNode& bnn = g.nodes[static_cast<std::size_t>(bn)];
+  const float* k = cn.weight("kernel")->ptr();
+  const float* bias = cn.weight("bias")->ptr();
+  for (int o = 0; o < 4; ++o) {
+    const double s = double(bnn.weight("gamma")->ptr()[o]) /
+                     std::sqrt(double(bnn.weight("moving_variance")->ptr()[o]) + double(bnn.epsilon));
+    const double shift = double(bnn.weight("beta")->ptr()[o]) - double(bnn.weight("moving_mean")->ptr()[o]) * s;
+    EXPECT_EQ(op.bias[static_cast<std::size_t>(o)], static_cast<float>(bias[o] * s + shift));
+    for (int ky = 0; ky < 3; ++ky)
+      for (int kx = 0; kx < 3; ++kx)
+        for (int ci = 0; ci < 3; ++ci) {
+          // Keras HWIO [ky][kx][ci][o] → cuDNN KRSC [o][ky][kx][ci], scaled in float like the CPU backend.
+          const float keras = k[((ky * 3 + kx) * 3 + ci) * 4 + o];
+          EXPECT_EQ(op.weights[static_cast<std::size_t>(((o * 3 + ky) * 3 + kx) * 3 + ci)], static_cast<float>(keras * s));
+        }
+  }
+  // The GPU stores the folded weights in half precision: round-to-nearest-even, as the host does.
+  EXPECT_EQ(cudnn::round_to_storage(1.0f + 1.0f / 4096.0f, DType::F16), 1.0f);
+  EXPECT_EQ(cudnn::round_to_storage(1.0f + 3.0f / 2048.0f, DType::F16), 1.0f + 2.0f / 1024.0f);
+  EXPECT_EQ(cudnn::round_to_storage(65520.0f, DType::F16), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(cudnn::round_to_storage(1.0f + 1.0f / 256.0f, DType::BF16), 1.0f);
+  EXPECT_EQ(cudnn::round_to_storage(6e-8f, DType::F16), std::ldexp(1.0f, -24));
+}
+
+TEST(CudnnPlan, FusesResidualAddAndActivationOnlyWhenSafe) {
+  {  // conv → BN → Add(·, input) → ReLU: one conv op with the input as residual and the ReLU
+    Builder b({6, 6, 4});
+    int c = b.add(conv(4, 3, 1, Padding::Same, false), {0});
+    int bn = b.add(batch_norm(), {c});
+    int a = b.add(simple(LayerKind::Add), {bn, 0});
+    int r = b.add(activation(relu()), {a});
+    const cudnn::Plan plan = cudnn::lower_graph(b.done({r}));
+    ASSERT_EQ(plan.ops.size(), 1u) << plan.describe();
+    EXPECT_EQ(plan.ops[0].residual, 0);
+    EXPECT_EQ(plan.ops[0].act.kind, ActKind::ReLU);
+  }
+  {  // the conv's value is also a graph output: nothing may be fused into it
+    Builder b({6, 6, 4});
+    int c = b.add(conv(4, 3, 1, Padding::Same, false), {0});
+    int a = b.add(simple(LayerKind::Add), {c, 0});
+    int r = b.add(activation(relu()), {a});
+    const cudnn::Plan plan = cudnn::lower_graph(b.done({r, c}));
+    ASSERT_EQ(plan.ops.size(), 2u) << plan.describe();
+    EXPECT_EQ(plan.ops[0].residual, -1);
+    EXPECT_TRUE(plan.ops[0].act.is_linear());
+    EXPECT_EQ(plan.ops[1].type, cudnn::OpType::Affine);
+    EXPECT_EQ(plan.ops[1].act.kind, ActKind::ReLU);
+  }
+  {  // an activation is not folded through BatchNormalization: BN after ReLU stays separate
+    Builder b({6, 6, 4});
+    int c = b.add(conv(4, 3, 1, Padding::Same, true, relu()), {0});
+    int bn = b.add(batch_norm(), {c});
+    const cudnn::Plan plan = cudnn::lower_graph(b.done({bn}));
+    ASSERT_EQ(plan.ops.size(), 2u) << plan.describe();
+  }
+}
+
+TEST(CudnnPlan, BuffersAreReusedAndNeverOverwriteLiveValues) {
+  // A long chain needs two buffers; the residual test graph's values stay correct (the host
+  // executor runs on the assigned buffers, poisoned with NaN, and matched the CPU above).
+  Builder b({8, 8, 4});
+  int x = 0;
+  for (int i = 0; i < 10; ++i) x = b.add(conv(4, 3, 1, Padding::Same, true, relu(6.0f)), {x});
+  const cudnn::Plan plan = cudnn::lower_graph(b.done({x}));
+  EXPECT_EQ(plan.buffer_size.size(), 2u) << plan.describe();
+  for (const auto& op : plan.ops)
+    for (int in : op.in)
+      if (in != plan.input_slot) {
+        EXPECT_NE(plan.slot_buffer[static_cast<std::size_t>(in)], plan.slot_buffer[static_cast<std::size_t>(op.out)]);
+      }
+}
+
+TEST(CudnnPlan, RejectsWhatItCannotRun) {
+  Builder b({4, 4, 3});
+  Graph g = b.done({0});
+  g.inputs = {0, 0};
+  EXPECT_THROW(cudnn::lower_graph(g), InvalidArgument);
+  Builder ok({4, 4, 3});
+  Graph g2 = ok.done({ok.add(conv(2, 1, 1, Padding::Valid), {0})});
+  CudnnBackendOptions o;
+  o.max_batch = 0;
+  EXPECT_THROW(make_cudnn_backend(g2, o), InvalidArgument);
+  o.max_batch = 4;
+  o.storage = DType::F32;
+  EXPECT_THROW(make_cudnn_backend(g2, o), InvalidArgument);
+}
+
+TEST(CudnnBackend, ConstructionWithoutGpuFailsClearly) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  Builder b({4, 4, 3});
+  Graph g = b.done({b.add(conv(2, 1, 1, Padding::Valid), {0})});
+  try {
+    make_cudnn_backend(g);
+    FAIL() << "expected CudaError";
+  } catch (const CudaError& e) {
+    const std::string what = e.what();
+    std::printf("without a GPU: %s\n", what.c_str());
+    EXPECT_NE(what.find("cudnn backend"), std::string::npos) << what;
+    EXPECT_TRUE(what.find("CUDA") != std::string::npos || what.find("GPU") != std::string::npos ||
+                what.find("cuDNN") != std::string::npos || what.find("driver") != std::string::npos)
+        << what;
+  }
+}
+
+// ---- the shared real models --------------------------------------------------------------------------
+
+std::filesystem::path shared_or_empty() {
+  auto d = test::shared_data_dir();
+  return d ? *d : std::filesystem::path();
+}
+#define REQUIRE_SHARED(dir)            \
+  const auto dir = shared_or_empty(); \
+  if (dir.empty()) {                  \
+    GTEST_SKIP() << "shared data (../shared/data) not present; skipped"; \
+  }
+
+std::vector<float> read_rgb(const std::filesystem::path& p, float scale, float offset) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> x;
+  for (auto v : raw) x.push_back(static_cast<float>(v) * scale + offset);
+  return x;
+}
+
+struct DarknetCase {
+  const char* file;
+  int top1;
+  float prob;
+};
+constexpr DarknetCase kDarknet[] = {{"bird.rgb", 394, 0.924f}, {"sunflower.rgb", 356, 0.33f}};
+
+std::vector<float> darknet_input(const std::filesystem::path& shared) {
+  std::vector<float> x;
+  for (const auto& c : kDarknet) {
+    auto v = read_rgb(shared / "images" / c.file, 1.0f / 255.0f, 0.0f);
+    EXPECT_EQ(v.size(), 224u * 224 * 3) << c.file;
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  return x;
+}
+
+void expect_darknet_top1(const std::vector<float>& logits, const char* who) {
+  for (int i = 0; i < 2; ++i) {
+    const float* z = logits.data() + static_cast<std::size_t>(i) * 1000;
+    const float m = *std::max_element(z, z + 1000);
+    double sum = 0;
+    for (int j = 0; j < 1000; ++j) sum += std::exp(double(z[j]) - m);
+    const int top = static_cast<int>(std::max_element(z, z + 1000) - z);
+    const double p = 1.0 / sum;
+    std::printf("%s darknet %s: top-1 %d p=%.4f (reference %d %.3f)\n", who, kDarknet[i].file, top, p, kDarknet[i].top1,
+                kDarknet[i].prob);
+    EXPECT_EQ(top, kDarknet[i].top1) << who << " " << kDarknet[i].file;
+    EXPECT_NEAR(p, kDarknet[i].prob, 0.01) << who << " " << kDarknet[i].file;
+  }
+}
+
+TEST(CudnnPlan, DarknetTinyTop1InHalfPrecisionOnTheHost) {
+  REQUIRE_SHARED(shared);
+  Model model = load_model(shared / "models" / "tfjs" / "darknet_tiny_imagenet" / "model.json");
+  const auto x = darknet_input(shared);
+  const cudnn::Plan plan = cudnn::lower_graph(model.graph());
+  for (DType d : {DType::F16, DType::BF16}) {
+    auto out = cudnn::run_plan_host(plan, x.data(), 2, d);
+    expect_darknet_top1(out[0], d == DType::F16 ? "host plan f16" : "host plan bf16");
+  }
+}
+
+Model mobilenet_backbone(const std::filesystem::path& shared) {
+  return load_model(shared / "models" / "keras" / "mobilenet_v2_0.35_224_3class.h5").cut_at("sequential_9");
+}
+
+std::vector<float> mobilenet_input(const std::filesystem::path& shared) {
+  std::vector<float> x;
+  for (const char* f : {"bird.rgb", "sunflower.rgb"}) {
+    auto v = read_rgb(shared / "images" / f, 1.0f / 127.5f, -1.0f);
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  return x;
+}
+
+TEST(CudnnPlan, MobileNetV2FeaturesInHalfPrecisionOnTheHost) {
+  REQUIRE_SHARED(shared);
+  Model backbone = mobilenet_backbone(shared);
+  const auto x = mobilenet_input(shared);
+  Tensor cpu = backbone.forward(x.data(), 2);
+  const cudnn::Plan plan = cudnn::lower_graph(backbone.graph());
+  std::size_t explicit_pads = 0, residuals = 0;
+  for (const auto& op : plan.ops) explicit_pads += op.explicit_pad, residuals += op.residual >= 0;
+  std::printf("mobilenet plan: %zu ops (graph %zu nodes), %zu buffers (%zu values per sample), %zu explicit pads, "
+              "%zu fused residual adds\n",
+              plan.ops.size(), backbone.graph().nodes.size(), plan.buffer_size.size(), plan.activation_values(),
+              explicit_pads, residuals);
+  EXPECT_EQ(residuals, 10u);     // MobileNetV2's ten block_N_add
+  EXPECT_EQ(explicit_pads, 1u);  // Conv1, 'same' stride 2 on 224 (the depthwise kernel pads in place)
+  EXPECT_LE(plan.buffer_size.size(), 5u);
+  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+    auto out = cudnn::run_plan_host(plan, x.data(), 2, d);
+    const double e = max_rel_error(out[0], cpu.data);
+    std::printf("mobilenet host plan %s vs cpu backend: %.3g\n", to_string(d), e);
+    EXPECT_LT(e, d == DType::F32 ? 1e-5 : (d == DType::F16 ? 1e-2 : 5e-2));
+  }
+  // Depthwise convs through cuDNN's grouped conv (weights in fp16): the folded depthwise weights
+  // are ill-conditioned, which is why the own kernel with float32 weights is the default.
+  cudnn::PlanOptions po;
+  po.cudnn_depthwise = true;
+  const cudnn::Plan grouped = cudnn::lower_graph(backbone.graph(), po);
+  const double eg = max_rel_error(cudnn::run_plan_host(grouped, x.data(), 2, DType::F16)[0], cpu.data);
+  std::printf("mobilenet host plan float16, depthwise as cuDNN grouped convs: %.3g\n", eg);
+  EXPECT_LT(eg, 2e-2);
+}
+
+// ---- GPU ------------------------------------------------------------------------------------------------
+
+#define REQUIRE_GPU()                                                          \
+  if (cuda_device_count() == 0) {                                              \
+    GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();           \
+  }
+
+TEST(CudnnBackend, EveryLayerKindMatchesCpuBackend) {
+  REQUIRE_GPU();
+  for (const auto& [name, g] : layer_cases()) {
+    for (DType st : {DType::F16, DType::BF16}) {
+      SCOPED_TRACE(name + " " + to_string(st));
+      const int batch = 3;
+      auto x = random_input(g, batch, 11);
+      auto cpu = make_cpu_backend(g)->forward(x.data(), batch);
+      CudnnBackendOptions o;
+      o.max_batch = 4;
+      o.storage = st;
+      auto gpu = make_cudnn_backend(g, o);
+      auto out = gpu->forward(x.data(), batch);
+      ASSERT_EQ(out.size(), cpu.size());
+      for (std::size_t k = 0; k < cpu.size(); ++k) {
+        ASSERT_EQ(out[k].shape, cpu[k].shape);
+        const double e = max_rel_error(out[k].data, cpu[k].data);
+        std::printf("gpu %-28s %s output %zu: %.3g\n", name.c_str(), to_string(st), k, e);
+        if (!discontinuous(name)) {
+          EXPECT_LT(e, st == DType::F16 ? 1e-2 : 5e-2) << gpu->describe();
+        }
+      }
+    }
+  }
+}
+
+TEST(CudnnBackend, AsymmetricSamePaddingStride2) {
+  REQUIRE_GPU();
+  for (int size : {224, 225, 16, 17}) {
+    Builder b({size, size, 3});
+    int c = b.add(conv(8, 3, 2, Padding::Same, true), {0});
+    int d = b.add(depthwise(3, 2, Padding::Same, 1, true), {c});
+    int p = b.add(zero_pad(0, 1, 0, 1), {d});
+    int e = b.add(depthwise(3, 2, Padding::Valid), {p});
+    Graph g = b.done({e});
+    auto x = random_input(g, 2, 3);
+    auto cpu = make_cpu_backend(g)->forward(x.data(), 2);
+    CudnnBackendOptions o;
+    o.max_batch = 2;
+    auto out = make_cudnn_backend(g, o)->forward(x.data(), 2);
+    const double err = max_rel_error(out[0].data, cpu[0].data);
+    std::printf("gpu asymmetric padding %d: %.3g\n", size, err);
+    EXPECT_LT(err, 1e-2) << size;
+  }
+}
+
+TEST(CudnnBackend, DarknetTinyTop1MatchesReference) {
+  REQUIRE_GPU();
+  REQUIRE_SHARED(shared);
+  Model model = load_model(shared / "models" / "tfjs" / "darknet_tiny_imagenet" / "model.json");
+  const auto x = darknet_input(shared);
+  for (DType st : {DType::F16, DType::BF16}) {
+    CudnnBackendOptions o;
+    o.max_batch = 8;
+    o.storage = st;
+    auto gpu = make_cudnn_backend(model.graph(), o);
+    auto out = gpu->forward(x.data(), 2);
+    expect_darknet_top1(out[0].data, st == DType::F16 ? "gpu f16" : "gpu bf16");
+  }
+}
+
+TEST(CudnnBackend, MobileNetV2FeaturesMatchCpuBackend) {
+  REQUIRE_GPU();
+  REQUIRE_SHARED(shared);
+  Model backbone = mobilenet_backbone(shared);
+  const auto x = mobilenet_input(shared);
+  Tensor cpu = backbone.forward(x.data(), 2);
+  CudnnBackendOptions o;
+  o.max_batch = 32;
+  auto gpu = make_cudnn_backend(backbone.graph(), o);
+  std::printf("%s", gpu->describe().c_str());
+  auto out = gpu->forward(x.data(), 2);
+  const double e = max_rel_error(out[0].data, cpu.data);
+  std::printf("mobilenet gpu f16 vs cpu: %.3g\n", e);
+  EXPECT_LT(e, 1e-2);
+  // Through Model::set_backend, and with a device input in fp16 read in place.
+  Model m = backbone;
+  m.set_backend(gpu);
+  EXPECT_LT(max_rel_error(m.forward(x.data(), 2).data, cpu.data), 1e-2);
+  std::vector<std::uint16_t> half(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) half[i] = convert::f16_bits(x[i]);
+  DeviceBuffer dx(half.size() * 2, "test input");
+  Stream s;
+  copy_to_device_async(dx.get(), half.data(), half.size() * 2, s.get());
+  auto views = gpu->forward_device(dx.get(), DType::F16, 2, s.get());
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(views[0].shape, (std::vector<int>{2, 1280}));
+  std::vector<float> back(2 * 1280);
+  copy_to_host_async(back.data(), views[0].data, back.size() * sizeof(float), s.get());
+  s.synchronize();
+  EXPECT_LT(max_rel_error(back, cpu.data), 1e-2);
+}
+
+TEST(CudnnBackend, NoDeviceMemoryGrowthAndTwoStreams) {
+  REQUIRE_GPU();
+  Builder b({32, 32, 3});
+  int x = b.add(conv(16, 3, 2, Padding::Same, true, relu(6.0f)), {0});
+  x = b.add(depthwise(3, 1, Padding::Same, 1, true), {x});
+  LayerNode g = simple(LayerKind::GlobalAveragePooling2D);
+  x = b.add(g, {x});
+  Graph graph = b.done({b.add(dense(10), {x})});
+  CudnnBackendOptions o;
+  o.max_batch = 16;
+  auto gpu = make_cudnn_backend(graph, o);
+  auto in = random_input(graph, 16, 5);
+  DeviceBuffer dx(in.size() * sizeof(float), "test input");
+  Stream s1, s2;
+  copy_to_device_async(dx.get(), in.data(), in.size() * sizeof(float), s1.get());
+  s1.synchronize();
+  // Warm every batch size once (per-batch cuDNN descriptors are host objects, made on first use).
+  for (int n = 1; n <= 16; ++n) gpu->forward_device(dx.get(), DType::F32, n, s1.get());
+  s1.synchronize();
+  const auto before = device_memory_info();
+  std::vector<float> a(10 * 16), c(10 * 16);
+  for (int i = 0; i < 200; ++i) {  // alternate streams; every third call is a full batch read back
+    const bool second = (i / 3) % 2 == 1;
+    const int n = i % 3 == 2 ? 16 : 1 + i % 16;
+    const StreamHandle s = second ? s2.get() : s1.get();
+    auto v = gpu->forward_device(dx.get(), DType::F32, n, s);
+    if (n == 16) copy_to_host_async(second ? c.data() : a.data(), v[0].data, a.size() * sizeof(float), s);
+  }
+  s1.synchronize();
+  s2.synchronize();
+  const auto after = device_memory_info();
+  std::printf("device free before %zu after %zu (backend holds %zu bytes)\n", before.free, after.free, gpu->device_bytes());
+  EXPECT_EQ(before.free, after.free);
+  auto cpu = make_cpu_backend(graph)->forward(in.data(), 16);
+  EXPECT_LT(max_rel_error(a, cpu[0].data), 1e-2);
+  EXPECT_LT(max_rel_error(c, cpu[0].data), 1e-2);
+  EXPECT_THROW(gpu->forward_device(dx.get(), DType::F32, 17, s1.get()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker::trainer
