@@ -13,6 +13,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -156,6 +157,33 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
                         std::to_string(workspace_limit) + " bytes",
                     static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
   max_workspace_ = pb.workspace;
+  max_images_ = max_images;
+}
+
+void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace, std::size_t workspace_size) {
+  // Runs and times every algorithm on the real buffers at the largest batch; the fastest that
+  // succeeds within the workspace wins. When cuDNN cannot measure, the heuristic choice stays.
+  auto& pb = impl_->per_batch.at(max_images_);
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int returned = 0;
+  const cudnnStatus_t s =
+      cudnnFindConvolutionForwardAlgorithmEx(H(handle), pb.x, x, impl_->w, w, impl_->conv, pb.y, y,
+                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, workspace, workspace_size);
+  if (s != CUDNN_STATUS_SUCCESS) return;
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    std::size_t bytes = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(H(handle), pb.x, impl_->w, impl_->conv, pb.y, perf[i].algo, &bytes) !=
+        CUDNN_STATUS_SUCCESS)
+      continue;
+    bytes = std::max(bytes, perf[i].memory);
+    if (bytes > workspace_size) continue;
+    pb.algo = perf[i].algo;
+    pb.workspace = bytes;
+    max_workspace_ = bytes;
+    measured_ms_ = perf[i].time;
+    return;
+  }
 }
 
 Conv::~Conv() = default;
@@ -163,8 +191,11 @@ Conv::~Conv() = default;
 std::string Conv::describe() const {
   std::ostringstream s;
   s << "cudnn";
-  for (const auto& [n, p] : impl_->per_batch)
-    s << " [" << n << " images: " << algo_name(p.algo) << ", workspace " << p.workspace << " B]";
+  for (const auto& [n, p] : impl_->per_batch) {
+    s << " [" << n << " images: " << algo_name(p.algo) << ", workspace " << p.workspace << " B";
+    if (n == max_images_ && measured_ms_ >= 0) s << ", " << measured_ms_ << " ms";
+    s << "]";
+  }
   if (fused_) s << " fused bias+relu";
   return s.str();
 }
@@ -182,11 +213,23 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
     auto& p = it->second;
     STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, dt, images, g_.c, g_.h, g_.w));
     STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NHWC, dt, images, g_.oc, g_.oh, g_.ow));
+    // The largest batch's algorithm (measured by find()) when its workspace for this size fits,
+    // else cuDNN's heuristics.
+    bool found = false;
+    const auto& big = impl_->per_batch.at(max_images_);
+    std::size_t bytes = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, big.algo, &bytes) ==
+            CUDNN_STATUS_SUCCESS &&
+        bytes <= workspace_size) {
+      p.algo = big.algo;
+      p.workspace = bytes;
+      found = true;
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
-                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-    bool found = false;
+    if (!found)
+      STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
+                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
     for (int i = 0; i < returned && !found; ++i) {
       std::size_t bytes = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS ||

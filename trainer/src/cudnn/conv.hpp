@@ -49,6 +49,11 @@ class Conv {
   Conv(const Conv&) = delete;
   Conv& operator=(const Conv&) = delete;
 
+  // Measures every algorithm on real buffers at max_images (cudnnFindConvolutionForwardAlgorithmEx)
+  // and keeps the fastest that fits workspace_size; keeps the heuristic choice when cuDNN cannot.
+  // x, y: buffers for max_images; their contents are overwritten / irrelevant.
+  void find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace, std::size_t workspace_size);
+
   std::size_t workspace_bytes() const noexcept { return max_workspace_; }  // for max_images
   bool fused() const noexcept { return fused_; }
   std::string describe() const;
@@ -69,6 +74,8 @@ class Conv {
   ConvGeometry g_;
   bool fused_ = false;
   std::size_t max_workspace_ = 0;
+  int max_images_ = 0;
+  float measured_ms_ = -1.0f;
 };
 
 }  // namespace stoker::trainer::cudnn::gpu

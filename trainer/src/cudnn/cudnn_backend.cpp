@@ -248,6 +248,21 @@ class CudnnBackendImpl final : public CudnnBackend {
       }
       gops_.push_back(std::move(g));
     }
+    // Measure the algorithms on the real buffers with a temporary workspace of the limit (or a
+    // quarter of the free memory), then keep only what the chosen ones need.
+    {
+      const std::size_t find_bytes = std::min(opt_.workspace_limit, device_memory_info().free / 4);
+      DeviceBuffer find_ws(find_bytes, "cudnn algorithm search workspace");
+      workspace = 0;
+      for (auto& g : gops_) {
+        if (!g.conv) continue;
+        const Op& op = *g.op;
+        const void* x = op.explicit_pad ? scratch_.get() : value(op.in[0], input_.get());
+        g.conv->find(*handle_, x, g.weights.get(), value(op.out, nullptr), find_ws.get(), find_ws.bytes());
+        workspace = std::max(workspace, g.conv->workspace_bytes());
+      }
+      stream_.synchronize();
+    }
     workspace_ = DeviceBuffer(workspace, "cudnn workspace");
     bytes_ += workspace;
 
