@@ -739,7 +739,11 @@ TEST(CudnnBackend, NoDeviceMemoryGrowthAndTwoStreams) {
     const int n = i % 3 == 2 ? 16 : 1 + i % 16;
     const StreamHandle s = second ? s2.get() : s1.get();
     auto v = gpu->forward_device(dx.get(), DType::F32, n, s);
-    if (n == 16) copy_to_host_async(second ? c.data() : a.data(), v[0].data, a.size() * sizeof(float), s);
+    if (n == 16) {  // the next call (maybe on the other stream) is ordered after the backend's
+                    // own work only: finish reading the views before it
+      copy_to_host_async(second ? c.data() : a.data(), v[0].data, a.size() * sizeof(float), s);
+      (second ? s2 : s1).synchronize();
+    }
   }
   s1.synchronize();
   s2.synchronize();

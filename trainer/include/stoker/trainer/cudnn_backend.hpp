@@ -57,8 +57,11 @@ class CudnnBackend : public Backend {
 
   // Device input already on the GPU: batch × H × W × C values of `dtype` (F32, F16 or BF16; when
   // it equals the storage type the input is read in place). Enqueued on `stream`, nothing waits on
-  // the host. The returned views point into the backend's own output buffers: read them on
-  // `stream` (or after an event recorded on it) before the next call on this backend.
+  // the host; the input must stay valid until that work is done. The returned views point into the
+  // backend's own output buffers, which the next call overwrites: that call is ordered after this
+  // call's own work, not after what the caller enqueues later. So read the views on `stream`
+  // before calling again on the same stream; before a call on another stream, make sure the reads
+  // are done (an event recorded after them that the next call's stream waits on, or a sync).
   virtual std::vector<DeviceTensor> forward_device(const void* device_input, DType dtype, int batch,
                                                    StreamHandle stream) const = 0;
 
