@@ -306,7 +306,7 @@ class CudnnBackendImpl final : public CudnnBackend {
         case OpType::Conv: {
           const void* x = value(op.in[0], input);
           if (op.depthwise_kernel) {
-            const cudnn::gpu::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,
+            const cudnn::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,
                                                   op.kw, op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left,
                                                   op.oc / op.c};
             cudnn::gpu::depthwise(st, x, g.weights.as<const float>(), bias,
@@ -345,7 +345,7 @@ class CudnnBackendImpl final : public CudnnBackend {
         }
         case OpType::MaxPool:
         case OpType::AvgPool: {
-          const cudnn::gpu::PoolGeometry pg{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
+          const cudnn::PoolGeometry pg{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
           cudnn::gpu::pool(st, op.type == OpType::MaxPool, value(op.in[0], input), y, nb, pg, s);
           break;
         }

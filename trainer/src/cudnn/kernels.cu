@@ -14,12 +14,19 @@
 namespace stoker::trainer::cudnn::gpu {
 namespace {
 
-__device__ __forceinline__ float load(const __half* p, std::size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float load(const __nv_bfloat16* p, std::size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float load(const float* p, std::size_t i) { return p[i]; }
-__device__ __forceinline__ void store(__half* p, std::size_t i, float v) { p[i] = __float2half_rn(v); }
-__device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store(float* p, std::size_t i, float v) { p[i] = v; }
+__host__ __device__ __forceinline__ float load(const __half* p, std::size_t i) { return __half2float(p[i]); }
+__host__ __device__ __forceinline__ float load(const __nv_bfloat16* p, std::size_t i) { return __bfloat162float(p[i]); }
+__host__ __device__ __forceinline__ float load(const float* p, std::size_t i) { return p[i]; }
+__host__ __device__ __forceinline__ void store(__half* p, std::size_t i, float v) { p[i] = __float2half_rn(v); }
+__host__ __device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__host__ __device__ __forceinline__ void store(float* p, std::size_t i, float v) { p[i] = v; }
+
+// Reads element i of a storage-typed array as float (the functor op_math.hpp's functions take).
+template <typename T>
+struct Loader {
+  const T* p;
+  __host__ __device__ float operator()(std::size_t i) const { return load(p, i); }
+};
 
 constexpr int kThreads = 256;
 
@@ -41,101 +48,41 @@ __global__ void affine_kernel(const T* x, const T* z, T* y, std::size_t total, i
                               const float* bias, float z_scale, ActParams act) {
   GRID_STRIDE(e, total) {
     const int c = static_cast<int>(e % static_cast<std::size_t>(channels));
-    float v = load(x, e);
-    if (scale) v = v * scale[c];
-    if (bias) v = v + bias[c];
-    if (z) v = v + z_scale * load(z, e);
-    store(y, e, apply_act(v, act));
+    store(y, e, affine_value(load(x, e), scale, bias, c, z != nullptr, z ? load(z, e) : 0.0f, z_scale, act));
   }
 }
 
 template <typename T>
 __global__ void depthwise_kernel(const T* x, const float* __restrict__ wt, const float* __restrict__ bias, const T* z,
                                  float z_scale, T* y, std::size_t total, DepthwiseGeometry g, ActParams act) {
-  GRID_STRIDE(e, total) {  // e = ((image * oh + oy) * ow + ox) * oc + o: neighbours share the pixel
-    const int o = static_cast<int>(e % g.oc);
-    std::size_t r = e / g.oc;
-    const int ox = static_cast<int>(r % g.ow);
-    r /= g.ow;
-    const int oy = static_cast<int>(r % g.oh);
-    const std::size_t img = r / g.oh;
-    const int ci = o / g.mult;
-    float acc = 0.0f;
-    for (int ky = 0; ky < g.kh; ++ky) {
-      const int iy = oy * g.sh - g.top + ky * g.dh;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int kx = 0; kx < g.kw; ++kx) {
-        const int ix = ox * g.sw - g.left + kx * g.dw;
-        if (ix < 0 || ix >= g.w) continue;
-        acc += load(x, ((img * g.h + iy) * g.w + ix) * g.c + ci) * wt[(ky * g.kw + kx) * g.oc + o];
-      }
-    }
-    if (bias) acc += bias[o];
-    if (z) acc += z_scale * load(z, e);
-    store(y, e, apply_act(acc, act));
+  GRID_STRIDE(e, total) {  // neighbouring threads: neighbouring channels of one pixel
+    const float acc = depthwise_sum(Loader<T>{x}, wt, g, e);
+    store(y, e, affine_value(acc, nullptr, bias, static_cast<int>(e % g.oc), z != nullptr, z ? load(z, e) : 0.0f,
+                             z_scale, act));
   }
 }
 
 template <typename T>
-__global__ void pad_kernel(const T* x, T* y, std::size_t total, int h, int w, int c, int oh, int ow, int top, int left) {
+__global__ void pad_kernel(const T* x, T* y, std::size_t total, PadGeometry g) {
   GRID_STRIDE(e, total) {
-    const int ch = static_cast<int>(e % c);
-    std::size_t r = e / c;
-    const int ox = static_cast<int>(r % ow);
-    r /= ow;
-    const int oy = static_cast<int>(r % oh);
-    const std::size_t img = r / oh;
-    const int iy = oy - top, ix = ox - left;
-    if (iy < 0 || iy >= h || ix < 0 || ix >= w) y[e] = T(0.0f);
-    else y[e] = x[((img * h + iy) * w + ix) * c + ch];
+    const long long src = pad_source(g, e);
+    y[e] = src < 0 ? T(0.0f) : x[src];
   }
 }
 
 template <typename T>
 __global__ void pool_kernel(const T* x, T* y, std::size_t total, PoolGeometry g, bool is_max) {
-  GRID_STRIDE(e, total) {
-    const int ch = static_cast<int>(e % g.c);
-    std::size_t r = e / g.c;
-    const int ox = static_cast<int>(r % g.ow);
-    r /= g.ow;
-    const int oy = static_cast<int>(r % g.oh);
-    const std::size_t img = r / g.oh;
-    float acc = is_max ? -INFINITY : 0.0f;
-    int count = 0;
-    for (int ky = 0; ky < g.kh; ++ky) {
-      const int iy = oy * g.sh - g.top + ky;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int kx = 0; kx < g.kw; ++kx) {
-        const int ix = ox * g.sw - g.left + kx;
-        if (ix < 0 || ix >= g.w) continue;
-        const float v = load(x, ((img * g.h + iy) * g.w + ix) * g.c + ch);
-        acc = is_max ? fmaxf(acc, v) : acc + v;
-        ++count;
-      }
-    }
-    if (!is_max && count > 0) acc /= static_cast<float>(count);
-    store(y, e, acc);
-  }
+  GRID_STRIDE(e, total) store(y, e, pool_value(Loader<T>{x}, g, is_max, e));
 }
 
 template <typename T>
 __global__ void gap_kernel(const T* x, T* y, std::size_t total, int hw, int c, ActParams act) {
-  GRID_STRIDE(e, total) {  // e = image * c + channel: neighbouring threads read neighbouring channels
-    const std::size_t img = e / c;
-    const int ch = static_cast<int>(e % c);
-    const T* xs = x + img * static_cast<std::size_t>(hw) * c + ch;
-    float acc = 0.0f;
-    for (int p = 0; p < hw; ++p) acc += load(xs, static_cast<std::size_t>(p) * c);
-    store(y, e, apply_act(acc / static_cast<float>(hw), act));
-  }
+  GRID_STRIDE(e, total) store(y, e, apply_act(gap_value(Loader<T>{x}, hw, c, e), act));
 }
 
 template <typename T>
 __global__ void concat_kernel(const T* x, T* y, std::size_t total, int ck, int oc, int offset) {
-  GRID_STRIDE(e, total) {
-    const std::size_t row = e / ck;
-    y[row * oc + offset + e % ck] = x[e];
-  }
+  GRID_STRIDE(e, total) y[concat_destination(e, ck, oc, offset)] = x[e];
 }
 
 template <typename T>
@@ -224,8 +171,8 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
   if (total == 0) return;
   dispatch(storage, "pad", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    pad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total, h, w,
-                                                           c, oh, ow, top, left);
+    pad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total,
+                                                           PadGeometry{h, w, c, oh, ow, top, left});
   });
   STOKER_CUDA_CHECK_LAUNCH("pad_kernel");
 }

@@ -22,12 +22,8 @@ void to_float(const void* in, DType storage, float* out, std::size_t n, StreamHa
 void affine(DType storage, const void* x, const void* z, void* y, std::size_t total, int channels, const float* scale,
             const float* bias, float z_scale, ActParams act, StreamHandle stream);
 
-// Depthwise convolution (multiplier m: output channel o reads input channel o / m), NHWC, float32
-// weights [kh][kw][oc], float32 accumulation; TensorFlow padding given by its top/left offsets (the
-// bottom/right is implied by the bounds). y = act(conv + bias[o] + z_scale * z), rounded once.
-struct DepthwiseGeometry {
-  int h, w, c, oh, ow, oc, kh, kw, sh, sw, dh, dw, top, left, mult;
-};
+// Depthwise convolution (op_math.hpp's depthwise_sum), float32 weights [kh][kw][oc] and
+// accumulation; y = act(conv + bias[o] + z_scale * z), rounded once.
 void depthwise(DType storage, const void* x, const float* weights, const float* bias, const void* z, float z_scale,
                void* y, std::size_t images, DepthwiseGeometry g, ActParams act, StreamHandle stream);
 
@@ -36,9 +32,6 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
          int left, StreamHandle stream);
 
 // Max / average pooling (average over the window's pixels inside the input, like TensorFlow).
-struct PoolGeometry {
-  int h, w, c, oh, ow, kh, kw, sh, sw, top, left;
-};
 void pool(DType storage, bool max, const void* x, void* y, std::size_t images, PoolGeometry g, StreamHandle stream);
 
 // Global average pooling: images × hw × c -> images × c, then act.

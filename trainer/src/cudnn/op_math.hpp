@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 
 #include <stoker/pipeline/convert.hpp>  // STOKER_HOST_DEVICE
 #include <stoker/trainer/graph.hpp>
@@ -42,6 +43,111 @@ STOKER_HOST_DEVICE inline float apply_act(float x, const ActParams& a) {
     case ActKind::Softmax: return x;
   }
   return x;
+}
+
+// ---- per-element math of the kernels (kernels.cu) and of run_plan_host -----------------------------
+// Each function computes output element `e` (NHWC, flat) from an input read through `x(i)`, a
+// functor returning element i as float. The GPU calls them once per thread; the host executor of
+// the plan calls the same functions in loops, so the host tests check the kernels' index math.
+
+// e = ((image * oh + oy) * ow + ox) * oc + o
+struct Pixel {
+  std::size_t image;
+  int oy, ox, o;
+};
+STOKER_HOST_DEVICE inline Pixel unflatten(std::size_t e, int oh, int ow, int oc) {
+  Pixel p;
+  p.o = static_cast<int>(e % static_cast<std::size_t>(oc));
+  std::size_t r = e / static_cast<std::size_t>(oc);
+  p.ox = static_cast<int>(r % static_cast<std::size_t>(ow));
+  r /= static_cast<std::size_t>(ow);
+  p.oy = static_cast<int>(r % static_cast<std::size_t>(oh));
+  p.image = r / static_cast<std::size_t>(oh);
+  return p;
+}
+
+// Depthwise convolution, multiplier m = oc / c: output channel o reads input channel o / m.
+// Weights float32 [kh][kw][oc]. TensorFlow padding: top/left offsets, bottom/right by bounds.
+struct DepthwiseGeometry {
+  int h, w, c, oh, ow, oc, kh, kw, sh, sw, dh, dw, top, left, mult;
+};
+template <typename Load>
+STOKER_HOST_DEVICE inline float depthwise_sum(const Load& x, const float* wt, const DepthwiseGeometry& g, std::size_t e) {
+  const Pixel p = unflatten(e, g.oh, g.ow, g.oc);
+  const int ci = p.o / g.mult;
+  float acc = 0.0f;
+  for (int ky = 0; ky < g.kh; ++ky) {
+    const int iy = p.oy * g.sh - g.top + ky * g.dh;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int kx = 0; kx < g.kw; ++kx) {
+      const int ix = p.ox * g.sw - g.left + kx * g.dw;
+      if (ix < 0 || ix >= g.w) continue;
+      acc += x(((p.image * g.h + iy) * g.w + ix) * g.c + ci) * wt[(ky * g.kw + kx) * g.oc + p.o];
+    }
+  }
+  return acc;
+}
+
+// Max / average pooling; the average counts only the window's pixels inside the input (TensorFlow).
+struct PoolGeometry {
+  int h, w, c, oh, ow, kh, kw, sh, sw, top, left;
+};
+template <typename Load>
+STOKER_HOST_DEVICE inline float pool_value(const Load& x, const PoolGeometry& g, bool is_max, std::size_t e) {
+  const Pixel p = unflatten(e, g.oh, g.ow, g.c);
+  float acc = is_max ? -INFINITY : 0.0f;
+  int count = 0;
+  for (int ky = 0; ky < g.kh; ++ky) {
+    const int iy = p.oy * g.sh - g.top + ky;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int kx = 0; kx < g.kw; ++kx) {
+      const int ix = p.ox * g.sw - g.left + kx;
+      if (ix < 0 || ix >= g.w) continue;
+      const float v = x(((p.image * g.h + iy) * g.w + ix) * g.c + p.o);
+      acc = is_max ? fmaxf(acc, v) : acc + v;
+      ++count;
+    }
+  }
+  if (!is_max && count > 0) acc /= static_cast<float>(count);
+  return acc;
+}
+
+// Zero padding: the input element that output element e copies, or -1 for a zero.
+struct PadGeometry {
+  int h, w, c, oh, ow, top, left;
+};
+STOKER_HOST_DEVICE inline long long pad_source(const PadGeometry& g, std::size_t e) {
+  const Pixel p = unflatten(e, g.oh, g.ow, g.c);
+  const int iy = p.oy - g.top, ix = p.ox - g.left;
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return -1;
+  return static_cast<long long>(((p.image * g.h + iy) * g.w + ix) * g.c + p.o);
+}
+
+// Global average pooling: e = image * c + channel.
+template <typename Load>
+STOKER_HOST_DEVICE inline float gap_value(const Load& x, int hw, int c, std::size_t e) {
+  const std::size_t image = e / static_cast<std::size_t>(c);
+  const std::size_t base = image * static_cast<std::size_t>(hw) * c + e % static_cast<std::size_t>(c);
+  float acc = 0.0f;
+  for (int p = 0; p < hw; ++p) acc += x(base + static_cast<std::size_t>(p) * c);
+  return acc / static_cast<float>(hw);
+}
+
+// Concatenation: element e of an input with ck channels lands here in the output of oc channels.
+STOKER_HOST_DEVICE inline std::size_t concat_destination(std::size_t e, int ck, int oc, int offset) {
+  return e / static_cast<std::size_t>(ck) * static_cast<std::size_t>(oc) + static_cast<std::size_t>(offset) +
+         e % static_cast<std::size_t>(ck);
+}
+
+// The conv epilogue and the element-wise ops: act(x * scale + bias + z_scale * z); scale/bias may
+// be null (1 / 0), has_z says whether z counts.
+STOKER_HOST_DEVICE inline float affine_value(float x, const float* scale, const float* bias, int channel, bool has_z,
+                                             float z, float z_scale, const ActParams& act) {
+  float v = x;
+  if (scale) v = v * scale[channel];
+  if (bias) v = v + bias[channel];
+  if (has_z) v = v + z_scale * z;
+  return apply_act(v, act);
 }
 
 }  // namespace stoker::trainer::cudnn

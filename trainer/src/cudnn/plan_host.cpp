@@ -1,6 +1,7 @@
-// run_plan_host(): the cuDNN backend's plan executed with plain loops on the host, through the same
-// buffer assignment and the same explicit-padding path as the GPU, optionally rounding every stored
-// value and weight to fp16/bf16 like the GPU's storage. Slow; for tests.
+// run_plan_host(): the cuDNN backend's plan executed on the host, through the same buffer assignment
+// and explicit-padding path as the GPU and, for everything but cuDNN's convolutions, through the
+// kernels' own per-element functions (op_math.hpp), optionally rounding every stored value and
+// weight to fp16/bf16 like the GPU's storage. Slow; for tests.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,6 +58,19 @@ void softmax_rows(float* x, std::size_t rows, int n) {
   }
 }
 
+struct HostLoad {
+  const float* p;
+  float operator()(std::size_t i) const { return p[i]; }
+};
+
+void pad_host(const float* x, float* y, std::size_t images, const PadGeometry& g) {
+  const std::size_t total = images * g.oh * g.ow * g.c;
+  for (std::size_t e = 0; e < total; ++e) {
+    const long long src = pad_source(g, e);
+    y[e] = src < 0 ? 0.0f : x[src];
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to) {
@@ -81,26 +95,37 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
     switch (op.type) {
       case OpType::Conv: {
         const float* x = value(op.in[0]);
-        // cuDNN convs read weights in the storage type and store their sum in it before the
-        // epilogue; the own depthwise kernel keeps float32 weights and rounds once at the end.
-        const DType conv_round = op.depthwise_kernel ? DType::F32 : round_to;
-        std::vector<float> w = op.weights;
-        round_all(w.data(), w.size(), conv_round);
-        int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
         const std::size_t imgs = nb * static_cast<std::size_t>(op.rows);
+        const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
+        if (op.depthwise_kernel) {  // the own kernel's math: float32 weights [kh][kw][oc], one rounding
+          const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
+          std::vector<float> wt(op.weights.size());
+          for (std::size_t o = 0; o < oc; ++o)
+            for (std::size_t k = 0; k < taps; ++k) wt[k * oc + o] = op.weights[o * taps + k];
+          const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh,      op.ow,       op.oc, op.kh, op.kw,
+                                    op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
+          const std::size_t total = imgs * op.oh * op.ow * oc;
+          for (std::size_t e = 0; e < total; ++e) {
+            const float acc = depthwise_sum(HostLoad{x}, wt.data(), g, e);
+            y[e] = round_to_storage(affine_value(acc, nullptr, op.bias.empty() ? nullptr : op.bias.data(),
+                                                 static_cast<int>(e % oc), z != nullptr, z ? z[e] : 0.0f,
+                                                 op.residual_scale, act),
+                                    round_to);
+          }
+          break;
+        }
+        // cuDNN's part: weights in the storage type, the sum stored in it before the epilogue.
+        std::vector<float> w = op.weights;
+        round_all(w.data(), w.size(), round_to);
+        int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
         if (op.explicit_pad) {  // like the GPU: copy into a zero-padded scratch, then no padding
           const int ph = op.padded_h(), pw = op.padded_w();
           scratch.assign(imgs * ph * pw * op.c, 0.0f);
-          for (std::size_t i = 0; i < imgs; ++i)
-            for (int yy = 0; yy < h; ++yy)
-              std::memcpy(&scratch[((i * ph + yy + op.pad_top) * pw + op.pad_left) * op.c],
-                          x + ((i * h + yy) * wd) * op.c, sizeof(float) * static_cast<std::size_t>(wd) * op.c);
+          pad_host(x, scratch.data(), imgs, PadGeometry{h, wd, op.c, ph, pw, op.pad_top, op.pad_left});
           x = scratch.data();
           h = ph, wd = pw, pt = 0, pl = 0;
         }
         const int cg = op.c / op.groups, og = op.oc / op.groups;
-        std::vector<float> res;
-        const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
         for (std::size_t i = 0; i < imgs; ++i)
           for (int oy = 0; oy < op.oh; ++oy)
             for (int ox = 0; ox < op.ow; ++ox)
@@ -118,84 +143,52 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
                     for (int ci = 0; ci < cg; ++ci) acc += xs[ci] * ws[ci];
                   }
                 }
-                // cuDNN stores the convolution in the storage type; the epilogue reads it back.
-                acc = round_to_storage(acc, conv_round);
+                acc = round_to_storage(acc, round_to);
                 const std::size_t e = ((i * op.oh + oy) * op.ow + ox) * op.oc + o;
-                if (!op.bias.empty()) acc += op.bias[static_cast<std::size_t>(o)];
-                if (z) acc += op.residual_scale * z[e];
-                y[e] = round_to_storage(apply_act(acc, act), round_to);
+                y[e] = round_to_storage(affine_value(acc, nullptr, op.bias.empty() ? nullptr : op.bias.data(), o,
+                                                     z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act),
+                                        round_to);
               }
         break;
       }
-      case OpType::Pad: {
-        const float* x = value(op.in[0]);
-        std::fill(y, y + out_per * nb, 0.0f);
-        for (std::size_t i = 0; i < nb; ++i)
-          for (int yy = 0; yy < op.h; ++yy)
-            std::memcpy(y + ((i * op.oh + yy + op.pad_top) * op.ow + op.pad_left) * op.c,
-                        x + ((i * op.h + yy) * op.w) * op.c, sizeof(float) * static_cast<std::size_t>(op.w) * op.c);
+      case OpType::Pad:
+        pad_host(value(op.in[0]), y, nb, PadGeometry{op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left});
         break;
-      }
       case OpType::Affine: {
         const float* x = value(op.in[0]);
         const float* z = op.in.size() > 1 ? value(op.in[1]) : nullptr;
         const std::size_t total = out_per * nb;
-        for (std::size_t e = 0; e < total; ++e) {
-          const std::size_t c = e % static_cast<std::size_t>(op.c);
-          float v = x[e];
-          if (!op.scale.empty()) v = v * op.scale[c];
-          if (!op.bias.empty()) v = v + op.bias[c];
-          if (z) v = v + op.residual_scale * z[e];
-          y[e] = round_to_storage(apply_act(v, act), round_to);
-        }
+        for (std::size_t e = 0; e < total; ++e)
+          y[e] = round_to_storage(affine_value(x[e], op.scale.empty() ? nullptr : op.scale.data(),
+                                               op.bias.empty() ? nullptr : op.bias.data(),
+                                               static_cast<int>(e % static_cast<std::size_t>(op.c)), z != nullptr,
+                                               z ? z[e] : 0.0f, op.residual_scale, act),
+                                  round_to);
         break;
       }
       case OpType::Concat: {
         const std::size_t rows = static_cast<std::size_t>(op.rows) * nb;
-        std::size_t off = 0;
+        int off = 0;
         for (std::size_t k = 0; k < op.in.size(); ++k) {
           const float* x = value(op.in[k]);
-          const std::size_t ck = static_cast<std::size_t>(op.in_channels[k]);
-          for (std::size_t r = 0; r < rows; ++r) std::memcpy(y + r * op.oc + off, x + r * ck, ck * sizeof(float));
-          off += ck;
+          const std::size_t n = rows * static_cast<std::size_t>(op.in_channels[k]);
+          for (std::size_t e = 0; e < n; ++e) y[concat_destination(e, op.in_channels[k], op.oc, off)] = x[e];
+          off += op.in_channels[k];
         }
         break;
       }
       case OpType::MaxPool:
       case OpType::AvgPool: {
-        const float* x = value(op.in[0]);
-        const bool is_max = op.type == OpType::MaxPool;
-        for (std::size_t i = 0; i < nb; ++i)
-          for (int oy = 0; oy < op.oh; ++oy)
-            for (int ox = 0; ox < op.ow; ++ox)
-              for (int c = 0; c < op.c; ++c) {
-                float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-                int count = 0;
-                for (int ky = 0; ky < op.kh; ++ky) {
-                  const int iy = oy * op.sh - op.pad_top + ky;
-                  if (iy < 0 || iy >= op.h) continue;
-                  for (int kx = 0; kx < op.kw; ++kx) {
-                    const int ix = ox * op.sw - op.pad_left + kx;
-                    if (ix < 0 || ix >= op.w) continue;
-                    const float v = x[((i * op.h + iy) * op.w + ix) * op.c + c];
-                    acc = is_max ? std::max(acc, v) : acc + v;
-                    ++count;
-                  }
-                }
-                if (!is_max && count > 0) acc /= static_cast<float>(count);
-                y[((i * op.oh + oy) * op.ow + ox) * op.c + c] = round_to_storage(acc, round_to);
-              }
+        const PoolGeometry g{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
+        const std::size_t total = out_per * nb;
+        for (std::size_t e = 0; e < total; ++e)
+          y[e] = round_to_storage(pool_value(HostLoad{value(op.in[0])}, g, op.type == OpType::MaxPool, e), round_to);
         break;
       }
       case OpType::Gap: {
-        const float* x = value(op.in[0]);
-        const std::size_t hw = static_cast<std::size_t>(op.h) * op.w;
-        for (std::size_t i = 0; i < nb; ++i)
-          for (int c = 0; c < op.c; ++c) {
-            float acc = 0.0f;
-            for (std::size_t p = 0; p < hw; ++p) acc += x[(i * hw + p) * op.c + c];
-            y[i * op.c + c] = round_to_storage(apply_act(acc / static_cast<float>(hw), act), round_to);
-          }
+        const std::size_t total = out_per * nb;
+        for (std::size_t e = 0; e < total; ++e)
+          y[e] = round_to_storage(apply_act(gap_value(HostLoad{value(op.in[0])}, op.h * op.w, op.c, e), act), round_to);
         break;
       }
     }
