@@ -754,6 +754,12 @@ TEST(CudnnBackend, NoDeviceMemoryGrowthAndTwoStreams) {
   EXPECT_LT(max_rel_error(a, cpu[0].data), 1e-2);
   EXPECT_LT(max_rel_error(c, cpu[0].data), 1e-2);
   EXPECT_THROW(gpu->forward_device(dx.get(), DType::F32, 17, s1.get()), InvalidArgument);
+  // The host path runs larger batches in chunks of max_batch.
+  std::vector<float> in40 = random_input(graph, 40, 6);
+  auto big = gpu->forward(in40.data(), 40);
+  auto cpu40 = make_cpu_backend(graph)->forward(in40.data(), 40);
+  EXPECT_EQ(big[0].shape, cpu40[0].shape);
+  EXPECT_LT(max_rel_error(big[0].data, cpu40[0].data), 1e-2);
 }
 
 }  // namespace

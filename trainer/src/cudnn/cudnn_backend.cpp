@@ -11,6 +11,7 @@
 #include "plan.hpp"
 
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -96,23 +97,29 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
 
   std::vector<Tensor> forward(const float* input, int batch) const override {
-    check_batch(batch, input);
+    if (batch < 0) check_batch(batch, input);
+    if (batch > 0 && !input) throw InvalidArgument("cudnn backend: input is null");
     std::vector<Tensor> outs;
     for (const auto& shape : plan_.output_shapes) {
       std::vector<int> s = shape;
       s.insert(s.begin(), batch);
       outs.emplace_back(s);
     }
-    if (batch == 0) return outs;
-    {
+    // Host batches larger than max_batch run in chunks of max_batch.
+    for (int b0 = 0; b0 < batch; b0 += opt_.max_batch) {
+      const int nb = std::min(opt_.max_batch, batch - b0);
       std::lock_guard<std::mutex> lock(mu_);
       DeviceGuard guard(device_);
       const StreamHandle s = stream_.get();
       stream_wait(s, done_.get());
-      copy_to_device_async(host_input_.get(), input, input_values(batch) * sizeof(float), s);
-      enqueue(host_input_.get(), DType::F32, batch, s);
-      for (std::size_t k = 0; k < outs.size(); ++k)
-        copy_to_host_async(outs[k].data.data(), outputs_[k].get(), outs[k].data.size() * sizeof(float), s);
+      copy_to_device_async(host_input_.get(), input + static_cast<std::size_t>(b0) * input_values(1),
+                           input_values(nb) * sizeof(float), s);
+      enqueue(host_input_.get(), DType::F32, nb, s);
+      for (std::size_t k = 0; k < outs.size(); ++k) {
+        const std::size_t per = plan_.slot_size[static_cast<std::size_t>(plan_.outputs[k])];
+        copy_to_host_async(outs[k].data.data() + static_cast<std::size_t>(b0) * per, outputs_[k].get(),
+                           per * static_cast<std::size_t>(nb) * sizeof(float), s);
+      }
       done_.record(s);
       stream_.synchronize();
     }

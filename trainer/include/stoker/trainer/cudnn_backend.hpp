@@ -52,7 +52,7 @@ struct DeviceTensor {
 class CudnnBackend : public Backend {
  public:
   // Host floats in (NHWC, the graph's input shape), host tensors out; synchronous (it waits for
-  // its own stream). batch ≤ max_batch.
+  // its own stream). Batches larger than max_batch run in chunks of max_batch.
   std::vector<Tensor> forward(const float* input, int batch) const override = 0;
 
   // Device input already on the GPU: batch × H × W × C values of `dtype` (F32, F16 or BF16; when
