@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include <stoker/error.hpp>
 
@@ -35,59 +36,63 @@ unsigned blocks_for(std::size_t n) {
   return static_cast<unsigned>(std::min<std::size_t>(std::max<std::size_t>(b, 1), 65535u * 8u));
 }
 
-#define GRID_STRIDE(i, n) \
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); i += std::size_t(gridDim.x) * blockDim.x)
+// True when every index an op touches fits 32 bits (then its kernel divides in 32 bits).
+bool fits32(std::size_t a, std::size_t b = 0) { return a < (std::size_t{1} << 31) && b < (std::size_t{1} << 31); }
+
+#define GRID_STRIDE(I, i, n)                                                                     \
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < (n); \
+       i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
 template <typename In, typename Out>
 __global__ void convert_kernel(const In* in, Out* out, std::size_t n) {
-  GRID_STRIDE(i, n) store(out, i, load(in, i));
+  GRID_STRIDE(std::size_t, i, n) store(out, i, load(in, i));
 }
 
-template <typename T>
-__global__ void affine_kernel(const T* x, const T* z, T* y, std::size_t total, int channels, const float* scale,
+template <typename T, typename I>
+__global__ void affine_kernel(const T* x, const T* z, T* y, I total, int channels, const float* scale,
                               const float* bias, float z_scale, ActParams act) {
-  GRID_STRIDE(e, total) {
-    const int c = static_cast<int>(e % static_cast<std::size_t>(channels));
+  GRID_STRIDE(I, e, total) {
+    const int c = static_cast<int>(e % static_cast<I>(channels));
     store(y, e, affine_value(load(x, e), scale, bias, c, z != nullptr, z ? load(z, e) : 0.0f, z_scale, act));
   }
 }
 
-template <typename T>
+template <typename T, typename I>
 __global__ void depthwise_kernel(const T* x, const float* __restrict__ wt, const float* __restrict__ bias, const T* z,
-                                 float z_scale, T* y, std::size_t total, DepthwiseGeometry g, ActParams act) {
-  GRID_STRIDE(e, total) {  // neighbouring threads: neighbouring channels of one pixel
+                                 float z_scale, T* y, I total, DepthwiseGeometry g, ActParams act) {
+  GRID_STRIDE(I, e, total) {  // neighbouring threads: neighbouring channels of one pixel
     const float acc = depthwise_sum(Loader<T>{x}, wt, g, e);
-    store(y, e, affine_value(acc, nullptr, bias, static_cast<int>(e % g.oc), z != nullptr, z ? load(z, e) : 0.0f,
-                             z_scale, act));
+    store(y, e, affine_value(acc, nullptr, bias, static_cast<int>(e % static_cast<I>(g.oc)), z != nullptr,
+                             z ? load(z, e) : 0.0f, z_scale, act));
   }
 }
 
-template <typename T>
-__global__ void pad_kernel(const T* x, T* y, std::size_t total, PadGeometry g) {
-  GRID_STRIDE(e, total) {
-    const long long src = pad_source(g, e);
-    y[e] = src < 0 ? T(0.0f) : x[src];
+template <typename T, typename I>
+__global__ void pad_kernel(const T* x, T* y, I total, PadGeometry g) {
+  GRID_STRIDE(I, e, total) {
+    I src = 0;
+    y[e] = pad_source(g, e, &src) ? x[src] : T(0.0f);
   }
 }
 
-template <typename T>
-__global__ void pool_kernel(const T* x, T* y, std::size_t total, PoolGeometry g, bool is_max) {
-  GRID_STRIDE(e, total) store(y, e, pool_value(Loader<T>{x}, g, is_max, e));
+template <typename T, typename I>
+__global__ void pool_kernel(const T* x, T* y, I total, PoolGeometry g, bool is_max) {
+  GRID_STRIDE(I, e, total) store(y, e, pool_value(Loader<T>{x}, g, is_max, e));
 }
 
-template <typename T>
-__global__ void gap_kernel(const T* x, T* y, std::size_t total, int hw, int c, ActParams act) {
-  GRID_STRIDE(e, total) store(y, e, apply_act(gap_value(Loader<T>{x}, hw, c, e), act));
+template <typename T, typename I>
+__global__ void gap_kernel(const T* x, T* y, I total, int hw, int c, ActParams act) {
+  GRID_STRIDE(I, e, total) store(y, e, apply_act(gap_value(Loader<T>{x}, hw, c, e), act));
 }
 
-template <typename T>
-__global__ void concat_kernel(const T* x, T* y, std::size_t total, int ck, int oc, int offset) {
-  GRID_STRIDE(e, total) y[concat_destination(e, ck, oc, offset)] = x[e];
+template <typename T, typename I>
+__global__ void concat_kernel(const T* x, T* y, I total, int ck, int oc, int offset) {
+  GRID_STRIDE(I, e, total) y[concat_destination(e, ck, oc, offset)] = x[e];
 }
 
 template <typename T>
 __global__ void softmax_kernel(T* y, std::size_t rows, int n) {
-  GRID_STRIDE(r, rows) {  // one thread per row: heads are small
+  GRID_STRIDE(std::size_t, r, rows) {  // one thread per row: heads are small
     T* row = y + r * n;
     float m = -INFINITY;
     for (int j = 0; j < n; ++j) m = fmaxf(m, load(row, j));
@@ -145,9 +150,15 @@ void affine(DType storage, const void* x, const void* z, void* y, std::size_t to
   if (total == 0) return;
   dispatch(storage, "affine", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    affine_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(z),
-                                                              static_cast<T*>(y), total, channels, scale, bias,
-                                                              z_scale, act);
+    const T* xx = static_cast<const T*>(x);
+    const T* zz = static_cast<const T*>(z);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total))
+      affine_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          xx, zz, yy, static_cast<std::uint32_t>(total), channels, scale, bias, z_scale, act);
+    else
+      affine_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, zz, yy, total, channels, scale,
+                                                                                 bias, z_scale, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_kernel");
 }
@@ -156,11 +167,18 @@ void depthwise(DType storage, const void* x, const float* weights, const float* 
                void* y, std::size_t images, DepthwiseGeometry g, ActParams act, StreamHandle stream) {
   const std::size_t total = images * g.oh * g.ow * g.oc;
   if (total == 0) return;
+  const std::size_t in_total = images * g.h * g.w * g.c;
   dispatch(storage, "depthwise", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    depthwise_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), weights, bias,
-                                                                 static_cast<const T*>(z), z_scale, static_cast<T*>(y),
-                                                                 total, g, act);
+    const T* xx = static_cast<const T*>(x);
+    const T* zz = static_cast<const T*>(z);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total, in_total))
+      depthwise_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          xx, weights, bias, zz, z_scale, yy, static_cast<std::uint32_t>(total), g, act);
+    else
+      depthwise_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, weights, bias, zz, z_scale, yy,
+                                                                                    total, g, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
@@ -169,10 +187,15 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
          int left, StreamHandle stream) {
   const std::size_t total = images * oh * ow * c;
   if (total == 0) return;
+  const PadGeometry g{h, w, c, oh, ow, top, left};
   dispatch(storage, "pad", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    pad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total,
-                                                           PadGeometry{h, w, c, oh, ow, top, left});
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total, images * h * w * c))
+      pad_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g);
+    else
+      pad_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g);
   });
   STOKER_CUDA_CHECK_LAUNCH("pad_kernel");
 }
@@ -182,7 +205,12 @@ void pool(DType storage, bool max, const void* x, void* y, std::size_t images, P
   if (total == 0) return;
   dispatch(storage, "pool", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    pool_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total, g, max);
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total, images * g.h * g.w * g.c))
+      pool_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g, max);
+    else
+      pool_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g, max);
   });
   STOKER_CUDA_CHECK_LAUNCH("pool_kernel");
 }
@@ -193,7 +221,12 @@ void global_average(DType storage, const void* x, void* y, std::size_t images, i
   if (total == 0) return;
   dispatch(storage, "global_average", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    gap_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total, hw, c, act);
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(images * hw * c))
+      gap_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
+    else
+      gap_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("gap_kernel");
 }
@@ -204,8 +237,12 @@ void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck
   if (total == 0) return;
   dispatch(storage, "concat_part", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    concat_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), total, ck,
-                                                              oc, offset);
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(rows * oc))
+      concat_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), ck, oc, offset);
+    else
+      concat_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, ck, oc, offset);
   });
   STOKER_CUDA_CHECK_LAUNCH("concat_kernel");
 }

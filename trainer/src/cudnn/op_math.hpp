@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include <stoker/pipeline/convert.hpp>  // STOKER_HOST_DEVICE
 #include <stoker/trainer/graph.hpp>
@@ -50,20 +51,30 @@ STOKER_HOST_DEVICE inline float apply_act(float x, const ActParams& a) {
 // functor returning element i as float. The GPU calls them once per thread; the host executor of
 // the plan calls the same functions in loops, so the host tests check the kernels' index math.
 
+// The index type I is std::size_t, or std::uint32_t on the GPU when every index of the op fits
+// (32-bit division is several times cheaper than 64-bit there).
 // e = ((image * oh + oy) * ow + ox) * oc + o
+template <typename I>
 struct Pixel {
-  std::size_t image;
+  I image;
   int oy, ox, o;
 };
-STOKER_HOST_DEVICE inline Pixel unflatten(std::size_t e, int oh, int ow, int oc) {
-  Pixel p;
-  p.o = static_cast<int>(e % static_cast<std::size_t>(oc));
-  std::size_t r = e / static_cast<std::size_t>(oc);
-  p.ox = static_cast<int>(r % static_cast<std::size_t>(ow));
-  r /= static_cast<std::size_t>(ow);
-  p.oy = static_cast<int>(r % static_cast<std::size_t>(oh));
-  p.image = r / static_cast<std::size_t>(oh);
+template <typename I>
+STOKER_HOST_DEVICE inline Pixel<I> unflatten(I e, int oh, int ow, int oc) {
+  Pixel<I> p;
+  p.o = static_cast<int>(e % static_cast<I>(oc));
+  I r = e / static_cast<I>(oc);
+  p.ox = static_cast<int>(r % static_cast<I>(ow));
+  r /= static_cast<I>(ow);
+  p.oy = static_cast<int>(r % static_cast<I>(oh));
+  p.image = r / static_cast<I>(oh);
   return p;
+}
+// Element (image, y, x, channel) of an NHWC tensor of h × w × c per image.
+template <typename I>
+STOKER_HOST_DEVICE inline I nhwc_index(I image, int y, int x, int channel, int h, int w, int c) {
+  return ((image * static_cast<I>(h) + static_cast<I>(y)) * static_cast<I>(w) + static_cast<I>(x)) * static_cast<I>(c) +
+         static_cast<I>(channel);
 }
 
 // Depthwise convolution, multiplier m = oc / c: output channel o reads input channel o / m.
@@ -71,9 +82,9 @@ STOKER_HOST_DEVICE inline Pixel unflatten(std::size_t e, int oh, int ow, int oc)
 struct DepthwiseGeometry {
   int h, w, c, oh, ow, oc, kh, kw, sh, sw, dh, dw, top, left, mult;
 };
-template <typename Load>
-STOKER_HOST_DEVICE inline float depthwise_sum(const Load& x, const float* wt, const DepthwiseGeometry& g, std::size_t e) {
-  const Pixel p = unflatten(e, g.oh, g.ow, g.oc);
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline float depthwise_sum(const Load& x, const float* wt, const DepthwiseGeometry& g, I e) {
+  const Pixel<I> p = unflatten(e, g.oh, g.ow, g.oc);
   const int ci = p.o / g.mult;
   float acc = 0.0f;
   for (int ky = 0; ky < g.kh; ++ky) {
@@ -82,7 +93,7 @@ STOKER_HOST_DEVICE inline float depthwise_sum(const Load& x, const float* wt, co
     for (int kx = 0; kx < g.kw; ++kx) {
       const int ix = p.ox * g.sw - g.left + kx * g.dw;
       if (ix < 0 || ix >= g.w) continue;
-      acc += x(((p.image * g.h + iy) * g.w + ix) * g.c + ci) * wt[(ky * g.kw + kx) * g.oc + p.o];
+      acc += x(nhwc_index(p.image, iy, ix, ci, g.h, g.w, g.c)) * wt[(ky * g.kw + kx) * g.oc + p.o];
     }
   }
   return acc;
@@ -92,9 +103,9 @@ STOKER_HOST_DEVICE inline float depthwise_sum(const Load& x, const float* wt, co
 struct PoolGeometry {
   int h, w, c, oh, ow, kh, kw, sh, sw, top, left;
 };
-template <typename Load>
-STOKER_HOST_DEVICE inline float pool_value(const Load& x, const PoolGeometry& g, bool is_max, std::size_t e) {
-  const Pixel p = unflatten(e, g.oh, g.ow, g.c);
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline float pool_value(const Load& x, const PoolGeometry& g, bool is_max, I e) {
+  const Pixel<I> p = unflatten(e, g.oh, g.ow, g.c);
   float acc = is_max ? -INFINITY : 0.0f;
   int count = 0;
   for (int ky = 0; ky < g.kh; ++ky) {
@@ -103,7 +114,7 @@ STOKER_HOST_DEVICE inline float pool_value(const Load& x, const PoolGeometry& g,
     for (int kx = 0; kx < g.kw; ++kx) {
       const int ix = p.ox * g.sw - g.left + kx;
       if (ix < 0 || ix >= g.w) continue;
-      const float v = x(((p.image * g.h + iy) * g.w + ix) * g.c + p.o);
+      const float v = x(nhwc_index(p.image, iy, ix, p.o, g.h, g.w, g.c));
       acc = is_max ? fmaxf(acc, v) : acc + v;
       ++count;
     }
@@ -112,31 +123,33 @@ STOKER_HOST_DEVICE inline float pool_value(const Load& x, const PoolGeometry& g,
   return acc;
 }
 
-// Zero padding: the input element that output element e copies, or -1 for a zero.
+// Zero padding: whether output element e copies an input element (then *src is its index) or is 0.
 struct PadGeometry {
   int h, w, c, oh, ow, top, left;
 };
-STOKER_HOST_DEVICE inline long long pad_source(const PadGeometry& g, std::size_t e) {
-  const Pixel p = unflatten(e, g.oh, g.ow, g.c);
+template <typename I>
+STOKER_HOST_DEVICE inline bool pad_source(const PadGeometry& g, I e, I* src) {
+  const Pixel<I> p = unflatten(e, g.oh, g.ow, g.c);
   const int iy = p.oy - g.top, ix = p.ox - g.left;
-  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return -1;
-  return static_cast<long long>(((p.image * g.h + iy) * g.w + ix) * g.c + p.o);
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return false;
+  *src = nhwc_index(p.image, iy, ix, p.o, g.h, g.w, g.c);
+  return true;
 }
 
 // Global average pooling: e = image * c + channel.
-template <typename Load>
-STOKER_HOST_DEVICE inline float gap_value(const Load& x, int hw, int c, std::size_t e) {
-  const std::size_t image = e / static_cast<std::size_t>(c);
-  const std::size_t base = image * static_cast<std::size_t>(hw) * c + e % static_cast<std::size_t>(c);
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline float gap_value(const Load& x, int hw, int c, I e) {
+  const I image = e / static_cast<I>(c);
+  const I base = image * static_cast<I>(hw) * static_cast<I>(c) + e % static_cast<I>(c);
   float acc = 0.0f;
-  for (int p = 0; p < hw; ++p) acc += x(base + static_cast<std::size_t>(p) * c);
+  for (int p = 0; p < hw; ++p) acc += x(base + static_cast<I>(p) * static_cast<I>(c));
   return acc / static_cast<float>(hw);
 }
 
 // Concatenation: element e of an input with ck channels lands here in the output of oc channels.
-STOKER_HOST_DEVICE inline std::size_t concat_destination(std::size_t e, int ck, int oc, int offset) {
-  return e / static_cast<std::size_t>(ck) * static_cast<std::size_t>(oc) + static_cast<std::size_t>(offset) +
-         e % static_cast<std::size_t>(ck);
+template <typename I>
+STOKER_HOST_DEVICE inline I concat_destination(I e, int ck, int oc, int offset) {
+  return e / static_cast<I>(ck) * static_cast<I>(oc) + static_cast<I>(offset) + e % static_cast<I>(ck);
 }
 
 // The conv epilogue and the element-wise ops: act(x * scale + bias + z_scale * z); scale/bias may

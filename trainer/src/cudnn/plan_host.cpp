@@ -66,8 +66,8 @@ struct HostLoad {
 void pad_host(const float* x, float* y, std::size_t images, const PadGeometry& g) {
   const std::size_t total = images * g.oh * g.ow * g.c;
   for (std::size_t e = 0; e < total; ++e) {
-    const long long src = pad_source(g, e);
-    y[e] = src < 0 ? 0.0f : x[src];
+    std::size_t src = 0;
+    y[e] = pad_source(g, e, &src) ? x[src] : 0.0f;
   }
 }
 
