@@ -23,6 +23,7 @@
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 
+#include "cudnn/op_math.hpp"
 #include "cudnn/plan.hpp"
 #include "import.hpp"
 #include "test_support.hpp"
@@ -472,6 +473,31 @@ TEST(CudnnPlan, BuffersAreReusedAndNeverOverwriteLiveValues) {
       if (in != plan.input_slot) {
         EXPECT_NE(plan.slot_buffer[static_cast<std::size_t>(in)], plan.slot_buffer[static_cast<std::size_t>(op.out)]);
       }
+}
+
+TEST(CudnnPlan, KernelMathIsTheSameWith32And64BitIndices) {
+  // The GPU kernels index in 32 bits when an op fits; the host executor (tested above) in 64.
+  std::vector<float> x(2 * 9 * 7 * 6);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  auto load = [&](std::size_t i) { return x.at(i); };
+  std::vector<float> wt(3 * 3 * 12);
+  for (std::size_t i = 0; i < wt.size(); ++i) wt[i] = std::cos(0.11f * static_cast<float>(i));
+  const cudnn::DepthwiseGeometry dg{9, 7, 6, 5, 4, 12, 3, 3, 2, 2, 1, 1, 0, 1, 2};  // 'same' stride 2, multiplier 2
+  for (std::uint32_t e = 0; e < 2u * 5 * 4 * 12; ++e)
+    ASSERT_EQ(cudnn::depthwise_sum(load, wt.data(), dg, e), cudnn::depthwise_sum(load, wt.data(), dg, std::size_t{e}));
+  const cudnn::PoolGeometry pg{9, 7, 6, 5, 4, 3, 3, 2, 2, 1, 1};
+  for (std::uint32_t e = 0; e < 2u * 5 * 4 * 6; ++e)
+    for (bool mx : {true, false})
+      ASSERT_EQ(cudnn::pool_value(load, pg, mx, e), cudnn::pool_value(load, pg, mx, std::size_t{e}));
+  const cudnn::PadGeometry zg{9, 7, 6, 12, 8, 1, 0};
+  for (std::uint32_t e = 0; e < 2u * 12 * 8 * 6; ++e) {
+    std::uint32_t a = 0;
+    std::size_t b = 0;
+    ASSERT_EQ(cudnn::pad_source(zg, e, &a), cudnn::pad_source(zg, std::size_t{e}, &b));
+    ASSERT_EQ(std::size_t{a}, b);
+  }
+  for (std::uint32_t e = 0; e < 2u * 6; ++e) ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
+  for (std::uint32_t e = 0; e < 100; ++e) ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
 }
 
 TEST(CudnnPlan, RejectsWhatItCannotRun) {
