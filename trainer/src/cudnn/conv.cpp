@@ -204,52 +204,8 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
                const void* bias, void* workspace, std::size_t workspace_size) {
   auto it = impl_->per_batch.find(images);
   if (it == impl_->per_batch.end()) {
-    // A batch size met for the first time: descriptors and an algorithm that fits the workspace.
-    const cudnnDataType_t dt = data_type(g_.storage);
-    Impl::PerBatch pb;
-    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&pb.x));
-    it = impl_->per_batch.emplace(images, pb).first;  // owned (destroyed) from here on
-    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&it->second.y));
-    auto& p = it->second;
-    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, dt, images, g_.c, g_.h, g_.w));
-    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NHWC, dt, images, g_.oc, g_.oh, g_.ow));
-    // The largest batch's algorithm (measured by find()) when its workspace for this size fits,
-    // else cuDNN's heuristics.
-    bool found = false;
-    const auto& big = impl_->per_batch.at(max_images_);
-    std::size_t bytes = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, big.algo, &bytes) ==
-            CUDNN_STATUS_SUCCESS &&
-        bytes <= workspace_size) {
-      p.algo = big.algo;
-      p.workspace = bytes;
-      found = true;
-    }
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    if (!found)
-      STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
-                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-    for (int i = 0; i < returned && !found; ++i) {
-      std::size_t bytes = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS ||
-          cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, perf[i].algo, &bytes) !=
-              CUDNN_STATUS_SUCCESS ||
-          bytes > workspace_size)
-        continue;
-      p.algo = perf[i].algo;
-      p.workspace = bytes;
-      found = true;
-    }
-    if (!found) {
-      cudnnDestroyTensorDescriptor(p.x);
-      cudnnDestroyTensorDescriptor(p.y);
-      impl_->per_batch.erase(it);
-      throw CudaError("cudnn backend: layer '" + name_ + "': no cuDNN algorithm for a batch of " +
-                          std::to_string(images) + " fits the workspace of " + std::to_string(workspace_size) +
-                          " bytes",
-                      static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
-    }
+    prepare_batch(handle, images, workspace_size);
+    it = impl_->per_batch.find(images);
   }
   const auto& p = it->second;
   const float one = 1.0f, zero = 0.0f;
@@ -261,6 +217,53 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
   } else {
     STOKER_CUDNN_CHECK(cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, p.algo, workspace,
                                                workspace_size, &zero, p.y, y));
+  }
+}
+
+void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size) {
+  // A batch size met for the first time: descriptors and an algorithm that fits the workspace.
+  const cudnnDataType_t dt = data_type(g_.storage);
+  Impl::PerBatch fresh;
+  auto it = impl_->per_batch.emplace(images, fresh).first;
+  auto& p = it->second;
+  try {
+    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.x));
+    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.y));
+    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, dt, images, g_.c, g_.h, g_.w));
+    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NHWC, dt, images, g_.oc, g_.oh, g_.ow));
+    // The largest batch's algorithm (measured by find()) when its workspace for this size fits,
+    // else cuDNN's heuristics.
+    const auto& big = impl_->per_batch.at(max_images_);
+    std::size_t bytes = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, big.algo, &bytes) ==
+            CUDNN_STATUS_SUCCESS &&
+        bytes <= workspace_size) {
+      p.algo = big.algo;
+      p.workspace = bytes;
+      return;
+    }
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
+                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+    for (int i = 0; i < returned; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS ||
+          cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, perf[i].algo, &bytes) !=
+              CUDNN_STATUS_SUCCESS ||
+          bytes > workspace_size)
+        continue;
+      p.algo = perf[i].algo;
+      p.workspace = bytes;
+      return;
+    }
+    throw CudaError("cudnn backend: layer '" + name_ + "': no cuDNN algorithm for a batch of " +
+                        std::to_string(images) + " fits the workspace of " + std::to_string(workspace_size) + " bytes",
+                    static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
+  } catch (...) {
+    if (p.x) cudnnDestroyTensorDescriptor(p.x);
+    if (p.y) cudnnDestroyTensorDescriptor(p.y);
+    impl_->per_batch.erase(it);
+    throw;
   }
 }
 

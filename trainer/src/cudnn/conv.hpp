@@ -68,6 +68,9 @@ class Conv {
                  void* workspace, std::size_t workspace_size);
 
  private:
+  // Descriptors and an algorithm for a batch size met for the first time (nothing kept on failure).
+  void prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;
