@@ -292,6 +292,10 @@ TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
       auto f32 = cudnn::run_plan_host(plan, x.data(), batch, DType::F32);
       auto f16 = cudnn::run_plan_host(plan, x.data(), batch, DType::F16);
       auto bf16 = cudnn::run_plan_host(plan, x.data(), batch, DType::BF16);
+      po.cudnn_depthwise = true;  // depthwise as cuDNN grouped convs
+      const cudnn::Plan grouped = cudnn::lower_graph(g, po);
+      auto g32 = cudnn::run_plan_host(grouped, x.data(), batch, DType::F32);
+      auto g16 = cudnn::run_plan_host(grouped, x.data(), batch, DType::F16);
       ASSERT_EQ(f32.size(), cpu.size());
       for (std::size_t k = 0; k < cpu.size(); ++k) {
         ASSERT_EQ(f32[k].size(), cpu[k].data.size());
@@ -300,9 +304,11 @@ TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
         std::printf("%-28s %s output %zu: f32 %.2g, f16 %.2g, bf16 %.2g\n", name.c_str(), fold ? "fused" : "plain", k, e32,
                     e16, eb16);
         EXPECT_LE(e32, 1e-5) << plan.describe();
+        EXPECT_LE(max_rel_error(g32[k], cpu[k].data), 1e-5) << grouped.describe();
         if (discontinuous(name)) continue;
         EXPECT_LT(e16, 1e-2) << plan.describe();
         EXPECT_LT(eb16, 5e-2) << plan.describe();
+        EXPECT_LT(max_rel_error(g16[k], cpu[k].data), 1e-2) << grouped.describe();
       }
     }
   }
@@ -648,22 +654,34 @@ TEST(CudnnPlan, MobileNetV2FeaturesInHalfPrecisionOnTheHost) {
 
 TEST(CudnnBackend, EveryLayerKindMatchesCpuBackend) {
   REQUIRE_GPU();
+  struct Variant {
+    const char* name;
+    DType storage;
+    bool fuse;             // folding and fusion (off: every layer its own op)
+    bool cudnn_depthwise;  // depthwise as cuDNN grouped convs
+  } variants[] = {{"f16", DType::F16, true, false},
+                  {"bf16", DType::BF16, true, false},
+                  {"f16 unfused", DType::F16, false, false},
+                  {"f16 cudnn-depthwise", DType::F16, true, true}};
   for (const auto& [name, g] : layer_cases()) {
-    for (DType st : {DType::F16, DType::BF16}) {
-      SCOPED_TRACE(name + " " + to_string(st));
+    for (const Variant& v : variants) {
+      const DType st = v.storage;
+      SCOPED_TRACE(name + " " + v.name);
       const int batch = 3;
       auto x = random_input(g, batch, 11);
       auto cpu = make_cpu_backend(g)->forward(x.data(), batch);
       CudnnBackendOptions o;
       o.max_batch = 4;
       o.storage = st;
+      o.fold_batch_norm = o.fuse_activations = o.fuse_residual_add = v.fuse;
+      o.cudnn_depthwise = v.cudnn_depthwise;
       auto gpu = make_cudnn_backend(g, o);
       auto out = gpu->forward(x.data(), batch);
       ASSERT_EQ(out.size(), cpu.size());
       for (std::size_t k = 0; k < cpu.size(); ++k) {
         ASSERT_EQ(out[k].shape, cpu[k].shape);
         const double e = max_rel_error(out[k].data, cpu[k].data);
-        std::printf("gpu %-28s %s output %zu: %.3g\n", name.c_str(), to_string(st), k, e);
+        std::printf("gpu %-28s %s output %zu: %.3g\n", name.c_str(), v.name, k, e);
         if (!discontinuous(name)) {
           EXPECT_LT(e, st == DType::F16 ? 1e-2 : 5e-2) << gpu->describe();
         }
