@@ -4,8 +4,11 @@
 //   CudnnBackendOptions opt;  opt.max_batch = 256;
 //   auto gpu = make_cudnn_backend(backbone.graph(), opt);        // plans, uploads, allocates once
 //   backbone.set_backend(gpu);                                   // host floats in, host Tensor out
-//   auto out = gpu->forward_device(batch_on_device, DType::F16, n, stream);  // the GPU feed's batches
+//   auto out = gpu->forward_device(batch_on_device, DType::F16, n, stream);  // device input
 //   // out[0].data: n × 1280 floats on the device, valid until the next call on this backend
+//
+// With the GPU feed (its stage must produce NHWC F32/F16/BF16 with the model's preprocessing):
+//   b->wait_on(stream);  auto out = gpu->forward_device(b->data(), b->dtype(), b->size(), stream);
 //
 // Everything (weights, activation buffers, cuDNN workspace, output buffers) is allocated when the
 // backend is made, for options.max_batch samples; forward calls allocate no device memory.
