@@ -81,6 +81,13 @@ void ensure_tbb_workers(int workers) {
 
 namespace detail {
 
+// Returns a block of batch memory to the allocator that made it.
+struct BlockDeleter {
+  std::shared_ptr<HostAllocator> allocator;
+  std::size_t bytes = 0;
+  void operator()(std::byte* p) const noexcept { allocator->deallocate(p, bytes); }
+};
+
 // One batch buffer and the state of the batch being filled in it.
 struct Slot {
   enum class State { Free, Filling, Ready, Held };
@@ -147,8 +154,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   void finish_batch(int slot, std::uint64_t generation);
   void move_sample(Slot& s, int from, int to);
 
-  std::shared_ptr<HostAllocator> allocator_;
-  std::byte* memory_ = nullptr;
+  // All batch buffers, one block; freed by its allocator even if construction fails halfway.
+  std::unique_ptr<std::byte, BlockDeleter> memory_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int> free_slots_;
   std::deque<int> submitted_;  // slots in batch order, not yet delivered
@@ -233,15 +240,15 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   arena_.initialize(threads_, 0);  // no slot reserved for a master: workers run everything
 
   // Every batch buffer is allocated here, once: prefetch batches in flight + one with the consumer.
-  allocator_ = o.allocator ? o.allocator : std::make_shared<AlignedHostAllocator>();
+  auto allocator = o.allocator ? o.allocator : std::make_shared<AlignedHostAllocator>();
   const int slot_count = o.prefetch + 1;
   slot_bytes_ = round_up(shape_.bytes() * static_cast<std::size_t>(o.batch_size), kPage);
   buffer_bytes_ = slot_bytes_ * static_cast<std::size_t>(slot_count);
-  memory_ = static_cast<std::byte*>(allocator_->allocate(buffer_bytes_));
+  memory_ = {static_cast<std::byte*>(allocator->allocate(buffer_bytes_)), BlockDeleter{allocator, buffer_bytes_}};
   const auto per_batch = static_cast<std::size_t>(o.batch_size);
   for (int i = 0; i < slot_count; ++i) {
     auto s = std::make_unique<Slot>();
-    s->pixels = memory_ + slot_bytes_ * static_cast<std::size_t>(i);
+    s->pixels = memory_.get() + slot_bytes_ * static_cast<std::size_t>(i);
     s->labels.resize(per_batch * static_cast<std::size_t>(label_width_));
     s->classes.resize(per_batch);
     s->ids.resize(per_batch);
@@ -251,10 +258,7 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   }
 }
 
-LoaderCore::~LoaderCore() {
-  shutdown();
-  if (memory_) allocator_->deallocate(memory_, buffer_bytes_);
-}
+LoaderCore::~LoaderCore() { shutdown(); }
 
 void LoaderCore::shutdown() noexcept {
   std::unique_lock lock(mu_);
