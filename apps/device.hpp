@@ -1,7 +1,9 @@
-// --device: which processor runs the model.
+// --device: which processor runs the backbone.
 #pragma once
 
 #include <string>
+
+#include "stoker/trainer/model.hpp"
 
 namespace stoker::app {
 
@@ -12,10 +14,12 @@ struct DeviceChoice {
 };
 
 // "auto" | "cpu" | "cuda" | "cuda:N". Throws InvalidArgument with a one-line reason when the
-// request cannot be met (no GPU, or no GPU backend in this build).
+// request cannot be met. "auto" stays on the CPU: the cuDNN backend has not run on a GPU yet, so
+// it is used only when asked for by name.
 DeviceChoice choose_device(const std::string& request);
 
-// Number of CUDA devices the runtime sees (0 without a driver, a GPU, or a CUDA build).
-int cuda_devices() noexcept;
+// Puts the backbone on the chosen device: the cuDNN backend (planned for `max_batch` samples) for
+// CUDA, the CPU backend otherwise. Throws CudaError with the reason when the GPU cannot be used.
+void place_backbone(trainer::Model& backbone, const DeviceChoice& device, int max_batch);
 
 }  // namespace stoker::app

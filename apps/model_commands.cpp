@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "device.hpp"
 #include "model_dir.hpp"
 #include "stoker/error.hpp"
 
@@ -13,6 +14,7 @@ namespace stoker::app {
 namespace {
 
 struct UseArgs {
+  std::string device = "auto";
   std::string model_dir;
   std::string data;
   std::vector<std::string> images;
@@ -30,8 +32,15 @@ LoaderOptions prepare_options(const TrainedModel& m, const UseArgs& a) {
   return o;
 }
 
+// The trained model, its backbone on the requested device.
+TrainedModel load_for_use(const UseArgs& a) {
+  TrainedModel m = load_trained_model(a.model_dir);
+  place_backbone(m.backbone_model, choose_device(a.device), a.batch_size);
+  return m;
+}
+
 void run_evaluate(const UseArgs& a) {
-  const TrainedModel m = load_trained_model(a.model_dir);
+  const TrainedModel m = load_for_use(a);
   DirectoryOptions d;
   d.classes = m.class_names;
   const Dataset ds = dataset_from_directory(a.data, d);
@@ -49,7 +58,7 @@ void run_evaluate(const UseArgs& a) {
 
 // Returns the number of images that could not be read.
 int run_predict(const UseArgs& a) {
-  const TrainedModel m = load_trained_model(a.model_dir);
+  const TrainedModel m = load_for_use(a);
   std::vector<Sample> samples;
   for (const auto& p : a.images) samples.push_back({p, -1});
   LoaderOptions o = prepare_options(m, a);
@@ -111,6 +120,7 @@ void add_model_commands(CLI::App& app) {
   e->add_option("--batch-size", eval->batch_size)->capture_default_str();
   e->add_option("--threads", eval->threads, "decode threads (0 = all cores)");
   e->add_flag("--json", eval->json, "machine-readable output");
+  e->add_option("--device", eval->device, "auto | cpu | cuda[:N]")->capture_default_str();
   e->callback([eval] { run_evaluate(*eval); });
 
   auto pred = std::make_shared<UseArgs>();
@@ -120,6 +130,7 @@ void add_model_commands(CLI::App& app) {
   p->add_option("--batch-size", pred->batch_size)->capture_default_str();
   p->add_option("--threads", pred->threads, "decode threads (0 = all cores)");
   p->add_flag("--json", pred->json, "machine-readable output");
+  p->add_option("--device", pred->device, "auto | cpu | cuda[:N]")->capture_default_str();
   p->callback([pred] {
     if (const int failed = run_predict(*pred); failed > 0) {
       throw Error(std::to_string(failed) + " of " + std::to_string(pred->images.size()) + " images could not be read");

@@ -130,6 +130,7 @@ void run_train(TrainConfig& c) {
                           std::to_string(out.size()) + " dimensions; cut at a pooling or flatten layer (--cut-at)");
   }
   const int dim = out[0];
+  place_backbone(backbone, device, c.loader.batch_size);
 
   LoaderOptions lopt = c.loader.options();
   lopt.label_mode = LabelMode::Sparse;
