@@ -36,12 +36,16 @@ DeviceChoice choose_device(const std::string& request) {
   return {true, index, "cuda:" + std::to_string(index) + " (cuDNN backend)"};
 }
 
-void place_backbone(trainer::Model& backbone, const DeviceChoice& device, int max_batch) {
-  if (!device.cuda) return;  // the Model's default backend is the CPU one
+std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, const DeviceChoice& device,
+                                                      int max_batch) {
+  if (!device.cuda) return nullptr;  // the Model's default backend is the CPU one
+  set_device(device.index);           // streams and buffers made later (the GPU feed) go there too
   trainer::CudnnBackendOptions options;
   options.max_batch = max_batch;
   options.device = device.index;
-  backbone.set_backend(trainer::make_cudnn_backend(backbone.graph(), options));
+  auto gpu = trainer::make_cudnn_backend(backbone.graph(), options);
+  backbone.set_backend(gpu);
+  return gpu;
 }
 
 }  // namespace stoker::app

@@ -3,6 +3,9 @@
 
 #include <string>
 
+#include <memory>
+
+#include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/trainer/model.hpp"
 
 namespace stoker::app {
@@ -18,8 +21,10 @@ struct DeviceChoice {
 // it is used only when asked for by name.
 DeviceChoice choose_device(const std::string& request);
 
-// Puts the backbone on the chosen device: the cuDNN backend (planned for `max_batch` samples) for
-// CUDA, the CPU backend otherwise. Throws CudaError with the reason when the GPU cannot be used.
-void place_backbone(trainer::Model& backbone, const DeviceChoice& device, int max_batch);
+// Puts the backbone on the chosen device: for CUDA the cuDNN backend (planned for `max_batch`
+// samples), returned so that device batches can go to it directly; null for the CPU backend.
+// Throws CudaError with the reason when the GPU cannot be used.
+std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, const DeviceChoice& device,
+                                                      int max_batch);
 
 }  // namespace stoker::app

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "device.hpp"
+#include "feature_source.hpp"
 #include "model_dir.hpp"
 #include "stoker/error.hpp"
 
@@ -47,7 +48,7 @@ void run_evaluate(const UseArgs& a) {
   LoaderOptions o = prepare_options(m, a);
   o.label_mode = LabelMode::Sparse;
   Loader loader(ds, o);
-  const Features f = extract_features(loader, m.backbone_model, 0, "evaluate");
+  const Features f = collect_features(*cpu_feature_source(loader, m.backbone_model), 0, "evaluate");
   const trainer::EpochStats s = m.head.evaluate(f.x.data(), f.y.data(), f.n);
   if (a.json) {
     std::printf("%s\n", nlohmann::json({{"images", s.samples}, {"loss", s.loss}, {"accuracy", s.accuracy}}).dump().c_str());

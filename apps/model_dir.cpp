@@ -1,11 +1,9 @@
 #include "model_dir.hpp"
 
-#include <chrono>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "progress.hpp"
 #include "stoker/error.hpp"
 
 namespace stoker::app {
@@ -56,26 +54,6 @@ TrainedModel load_trained_model(const fs::path& dir) {
   m.backbone_model = trainer::load_model(c.model, lo);
   if (!c.cut_at.empty()) m.backbone_model = m.backbone_model.cut_at(c.cut_at);
   return m;
-}
-
-Features extract_features(Loader& loader, const trainer::Model& backbone, std::uint64_t epoch,
-                          const std::string& progress_label) {
-  Features f;
-  Progress progress(progress_label, loader.batches_per_epoch());
-  loader.begin_epoch(epoch);
-  std::size_t batches = 0;
-  while (auto b = loader.next()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const trainer::Tensor t = backbone.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
-    f.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    f.dim = static_cast<int>(t.data.size() / static_cast<std::size_t>(b->size()));
-    f.x.insert(f.x.end(), t.data.begin(), t.data.end());
-    for (auto c : b->classes()) f.y.push_back(c);
-    f.n += b->size();
-    progress.update(++batches, static_cast<std::size_t>(f.n));
-  }
-  progress.finish();
-  return f;
 }
 
 }  // namespace stoker::app

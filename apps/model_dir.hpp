@@ -29,15 +29,4 @@ void write_model_info(const std::filesystem::path& dir, const TrainConfig& confi
                       const std::vector<std::string>& class_names);
 TrainedModel load_trained_model(const std::filesystem::path& dir);
 
-// Features of every sample a loader delivers in one epoch, with their class indices, in plan order.
-struct Features {
-  std::vector<float> x;
-  std::vector<int> y;
-  int n = 0;
-  int dim = 0;
-  double compute_seconds = 0;  // in the backbone
-};
-Features extract_features(Loader& loader, const trainer::Model& backbone, std::uint64_t epoch,
-                          const std::string& progress_label);
-
 }  // namespace stoker::app

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "device.hpp"
+#include "feature_source.hpp"
 #include "model_dir.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
@@ -130,24 +131,38 @@ void run_train(TrainConfig& c) {
                           std::to_string(out.size()) + " dimensions; cut at a pooling or flatten layer (--cut-at)");
   }
   const int dim = out[0];
-  place_backbone(backbone, device, c.loader.batch_size);
+  const auto gpu = place_backbone(backbone, device, c.loader.batch_size);
 
+  // The CPU path: loaders with the Augmenter as their transform (float32 batches) into the
+  // backbone. The GPU path: uint8 batches from plain-resize loaders into GPU feeds whose stage is
+  // the CUDA executor of the same augmentation, then the cuDNN backbone.
   LoaderOptions lopt = c.loader.options();
   lopt.label_mode = LabelMode::Sparse;
-  lopt.transform = std::make_shared<Augmenter>(c.augment_spec(true));
   LoaderOptions vopt = lopt;
   vopt.shuffle = false;
   vopt.cache = {};
-  vopt.transform = std::make_shared<Augmenter>(c.augment_spec(false));
-  Loader train_loader(train, lopt);
-  Loader val_loader(val, vopt);
+  const auto train_aug = std::make_shared<const Augmenter>(c.augment_spec(true));
+  const auto val_aug = std::make_shared<const Augmenter>(c.augment_spec(false));
+  std::unique_ptr<Loader> train_loader, val_loader;
+  std::unique_ptr<FeatureSource> train_source, val_source;
+  if (gpu) {
+    train_source = gpu_feature_source(train, lopt, train_aug, gpu);
+    val_source = gpu_feature_source(val, vopt, val_aug, gpu);
+  } else {
+    lopt.transform = train_aug;
+    vopt.transform = val_aug;
+    train_loader = std::make_unique<Loader>(train, lopt);
+    val_loader = std::make_unique<Loader>(val, vopt);
+    train_source = cpu_feature_source(*train_loader, backbone);
+    val_source = cpu_feature_source(*val_loader, backbone);
+  }
 
   std::printf("train: %zu images, validation: %zu images, classes:", train.size(), val.size());
   for (const auto& n : train.class_names) std::printf(" %s", n.c_str());
-  std::printf("\nbackbone: %s%s%s, %zu parameters, %d features; device %s; %d decode threads\n", c.model.c_str(),
+  std::printf("\nbackbone: %s%s%s, %zu parameters, %d features; device %s\n", c.model.c_str(),
               c.cut_at.empty() ? "" : " cut at ", c.cut_at.c_str(), backbone.parameter_count(), dim,
-              device.description.c_str(), train_loader.threads());
-  if (!train_loader.cache_status().empty()) std::printf("%s\n", train_loader.cache_status().c_str());
+              device.description.c_str());
+  if (train_loader && !train_loader->cache_status().empty()) std::printf("%s\n", train_loader->cache_status().c_str());
 
   trainer::AdamConfig adam;
   adam.learning_rate = static_cast<float>(c.learning_rate);
@@ -157,7 +172,7 @@ void run_train(TrainConfig& c) {
   const fs::path head_file = fs::path(c.out) / "head.stkh";
   write_model_info(c.out, c, train.class_names);
 
-  const Features vf = extract_features(val_loader, backbone, 0, "validation features");
+  const Features vf = collect_features(*val_source, 0, "validation features");
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   const auto run_start = Clock::now();
@@ -173,9 +188,8 @@ void run_train(TrainConfig& c) {
     // Deterministic inputs: features once, then every epoch trains the head on them.
     std::printf("no augmentation: computing each image's features once\n");
     UtilisationMeter meter;
-    train_loader.reset_stats();
-    const Features tf = extract_features(train_loader, backbone, 0, "training features");
-    const Utilisation u = meter.finish(train_loader.stats().consumer_wait_seconds, tf.compute_seconds);
+    const Features tf = collect_features(*train_source, 0, "training features");
+    const Utilisation u = meter.finish(tf.times.data_wait_seconds, tf.times.compute_seconds);
     const double extract_rate = tf.n / std::max(1e-9, u.seconds);
     throughput.x.push_back(std::chrono::duration<double>(Clock::now() - run_start).count());
     throughput.y.push_back(extract_rate);
@@ -195,34 +209,31 @@ void run_train(TrainConfig& c) {
   } else {
     for (int epoch = 0; epoch < c.epochs; ++epoch) {
       UtilisationMeter meter;
-      train_loader.reset_stats();
       Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs),
-                        train_loader.batches_per_epoch());
-      train_loader.begin_epoch(static_cast<std::uint64_t>(epoch));
-      double loss_sum = 0, compute = 0;
+                        train_source->batches_per_epoch());
+      double loss_sum = 0;
       std::size_t images = 0, batches = 0;
       int correct = 0;
       auto last = Clock::now();
-      while (auto b = train_loader.next()) {
-        const auto t0 = Clock::now();
-        const trainer::Tensor f = backbone.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
-        const trainer::StepResult r = head.train_step(f.data.data(), b->classes().data(), b->size());
-        const auto t1 = Clock::now();
-        compute += std::chrono::duration<double>(t1 - t0).count();
-        loss_sum += r.loss * r.samples;
-        correct += r.correct;
-        images += static_cast<std::size_t>(b->size());
-        throughput.x.push_back(std::chrono::duration<double>(t1 - run_start).count());
-        throughput.y.push_back(b->size() / std::max(1e-9, std::chrono::duration<double>(t1 - last).count()));
-        last = t1;
-        progress.update(++batches, images, loss_sum / static_cast<double>(images), correct / static_cast<double>(images));
-      }
+      const EpochTimes times =
+          train_source->run_epoch(static_cast<std::uint64_t>(epoch), [&](const float* x, const int* y, int n, int) {
+            const trainer::StepResult r = head.train_step(x, y, n);
+            const auto now = Clock::now();
+            loss_sum += r.loss * r.samples;
+            correct += r.correct;
+            images += static_cast<std::size_t>(n);
+            throughput.x.push_back(std::chrono::duration<double>(now - run_start).count());
+            throughput.y.push_back(n / std::max(1e-9, std::chrono::duration<double>(now - last).count()));
+            last = now;
+            progress.update(++batches, images, loss_sum / static_cast<double>(images),
+                            correct / static_cast<double>(images));
+          });
       progress.finish();
       EpochLog e;
       e.epoch = epoch;
       e.train = {loss_sum / std::max<double>(1, static_cast<double>(images)),
                  correct / std::max<double>(1, static_cast<double>(images)), static_cast<int>(images)};
-      e.utilisation = meter.finish(train_loader.stats().consumer_wait_seconds, compute);
+      e.utilisation = meter.finish(times.data_wait_seconds, times.compute_seconds);
       e.images_per_second = static_cast<double>(images) / std::max(1e-9, e.utilisation.seconds);
       finish_epoch(e);
     }

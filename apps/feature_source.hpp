@@ -1,0 +1,54 @@
+// Where a training run's features come from: the CPU loader feeding the backbone on whatever
+// backend it has (CPU, or cuDNN with host batches), or the GPU feed — uint8 batches cross the bus,
+// the CUDA executor augments and normalises them, the cuDNN backbone reads them in place — with
+// only the features coming back to the host for the head.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/augment/augmenter.hpp"
+#include "stoker/pipeline/loader.hpp"
+#include "stoker/trainer/cudnn_backend.hpp"
+#include "stoker/trainer/model.hpp"
+
+namespace stoker::app {
+
+struct EpochTimes {
+  double data_wait_seconds = 0;  // the consumer waited for batches
+  double compute_seconds = 0;    // in the backbone (and, on the GPU, bringing features back)
+};
+
+// features: n × dim floats (host), classes: n class indices.
+using FeatureBatchFn = std::function<void(const float* features, const int* classes, int n, int dim)>;
+
+class FeatureSource {
+ public:
+  virtual ~FeatureSource() = default;
+  virtual std::size_t batches_per_epoch() const = 0;
+  virtual EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) = 0;
+};
+
+// The Loader's batches (float32 NHWC from its transform) through backbone.forward().
+std::unique_ptr<FeatureSource> cpu_feature_source(Loader& loader, const trainer::Model& backbone);
+
+// A GpuFeed over `dataset` (uint8 batches from `loader`, the CUDA executor of `augmenter` as its
+// stage, fp16 out) into the cuDNN backend. Throws CudaError when the GPU cannot be used.
+std::unique_ptr<FeatureSource> gpu_feature_source(Dataset dataset, LoaderOptions loader,
+                                                  std::shared_ptr<const Augmenter> augmenter,
+                                                  std::shared_ptr<trainer::CudnnBackend> backbone);
+
+// Features of every sample of one epoch, in plan order, with a progress bar.
+struct Features {
+  std::vector<float> x;
+  std::vector<int> y;
+  int n = 0;
+  int dim = 0;
+  EpochTimes times;
+};
+Features collect_features(FeatureSource& source, std::uint64_t epoch, const std::string& progress_label);
+
+}  // namespace stoker::app
