@@ -323,7 +323,8 @@ TEST(CudnnPlan, TensorFlowPaddingDecisions) {
   {  // 'same', stride 2, even: total 1 → (0, 1): cuDNN cannot pad that, so explicitly
     Builder b({224, 224, 3});
     Graph g = b.done({b.add(conv(8, 3, 2, Padding::Same), {0})});
-    const auto& op = only_conv(cudnn::lower_graph(g));
+    const cudnn::Plan plan = cudnn::lower_graph(g);  // keep the plan alive: op refers into it
+    const auto& op = only_conv(plan);
     EXPECT_EQ(op.oh, 112);
     EXPECT_EQ(op.pad_top, 0);
     EXPECT_EQ(op.pad_bottom, 1);
@@ -335,7 +336,8 @@ TEST(CudnnPlan, TensorFlowPaddingDecisions) {
   {  // odd: total 2 → (1, 1): cuDNN's own symmetric padding
     Builder b({225, 225, 3});
     Graph g = b.done({b.add(conv(8, 3, 2, Padding::Same), {0})});
-    const auto& op = only_conv(cudnn::lower_graph(g));
+    const cudnn::Plan plan = cudnn::lower_graph(g);  // keep the plan alive: op refers into it
+    const auto& op = only_conv(plan);
     EXPECT_EQ(op.oh, 113);
     EXPECT_EQ(op.pad_top, 1);
     EXPECT_EQ(op.pad_bottom, 1);
@@ -344,7 +346,8 @@ TEST(CudnnPlan, TensorFlowPaddingDecisions) {
   {  // stride 1 'same' 3×3: symmetric
     Builder b({20, 20, 3});
     Graph g = b.done({b.add(conv(8, 3, 1, Padding::Same), {0})});
-    const auto& op = only_conv(cudnn::lower_graph(g));
+    const cudnn::Plan plan = cudnn::lower_graph(g);  // keep the plan alive: op refers into it
+    const auto& op = only_conv(plan);
     EXPECT_EQ(op.pad_top, 1);
     EXPECT_EQ(op.pad_right, 1);
     EXPECT_FALSE(op.explicit_pad);
