@@ -41,6 +41,10 @@ Graph parse_keras_topology(const nlohmann::json& model_config, const LoadOptions
 // rejects what the backends cannot run. `source` names the file in error messages.
 void finalize_graph(Graph& graph, WeightStore& weights, const std::string& source);
 
+// Both file formats end here: topology + weights -> a checked Model. Errors name `source`.
+Model build_model(const nlohmann::json& model_config, WeightStore& weights, const LoadOptions& options,
+                  const std::string& source);
+
 // Output shape of a node from its inputs' shapes (used by finalize and by graph tests).
 std::vector<int> infer_shape(const LayerNode& node, const std::vector<std::vector<int>>& inputs);
 

@@ -138,15 +138,7 @@ Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& option
     }
   }
 
-  try {
-    Graph g = detail::parse_keras_topology(topology, options);
-    detail::finalize_graph(g, store, where);
-    return Model(std::move(g), where);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(where + ": " + e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(where + ": malformed model topology: " + e.what());
-  }
+  return detail::build_model(topology, store, options, where);
 }
 
 }  // namespace stoker::trainer

@@ -424,4 +424,17 @@ Graph parse_keras_topology(const json& model_config, const LoadOptions& options)
   return g;
 }
 
+Model build_model(const json& model_config, WeightStore& weights, const LoadOptions& options,
+                  const std::string& source) {
+  try {
+    Graph g = parse_keras_topology(model_config, options);
+    finalize_graph(g, weights, source);
+    return Model(std::move(g), source);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(source + ": " + e.what());
+  } catch (const json::exception& e) {
+    throw InvalidArgument(source + ": malformed model topology: " + e.what());
+  }
+}
+
 }  // namespace stoker::trainer::detail

@@ -120,15 +120,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
     throw InvalidArgument(where + ": malformed weightsManifest: " + e.what());
   }
 
-  try {
-    Graph g = detail::parse_keras_topology(model_config, options);
-    detail::finalize_graph(g, store, where);
-    return Model(std::move(g), where);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(where + ": " + e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(where + ": malformed model topology: " + e.what());
-  }
+  return detail::build_model(model_config, store, options, where);
 }
 
 }  // namespace stoker::trainer
