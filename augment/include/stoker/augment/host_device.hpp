@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define STOKER_HOST_DEVICE __host__ __device__
-#else
-#define STOKER_HOST_DEVICE
-#endif
+#include "stoker/host_device.hpp"
 
 namespace stoker::augment::hd {
 

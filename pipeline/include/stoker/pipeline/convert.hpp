@@ -13,14 +13,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "stoker/host_device.hpp"
 #include "stoker/pipeline/cuda.hpp"
 #include "stoker/pipeline/image.hpp"
 
-#if defined(__CUDACC__)
-#define STOKER_HOST_DEVICE __host__ __device__
-#else
-#define STOKER_HOST_DEVICE
-#endif
 
 namespace stoker {
 
