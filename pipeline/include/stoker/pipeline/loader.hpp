@@ -146,7 +146,8 @@ class Loader {
   void begin_epoch(std::uint64_t epoch);
 
   // The next batch of the current epoch, in plan order; std::nullopt at the end of the epoch.
-  // Throws DecodeError under BadSamplePolicy::Fail, and Error if the consumer holds every buffer.
+  // Throws DecodeError under BadSamplePolicy::Fail, Error if the consumer holds every buffer, and
+  // IoError at the end of an epoch when the cache file (CacheOptions::file) cannot be written.
   std::optional<Batch> next();
 
   std::size_t batches_per_epoch() const noexcept;
