@@ -122,12 +122,25 @@ void CudaAugmenter::enqueue(std::span<const DeviceImage> images, const SampleCon
   }
   const int n = static_cast<int>(images.size());
   if (n == 0) return;
+  if (!out) throw InvalidArgument("CudaAugmenter: the output pointer is null");
+  // The previous batch from this workspace may still be reading the device table on another
+  // stream: the copy waits for its kernels (an event never recorded: no wait).
+  stream_wait(stream, ws.done_.get());
   copy_to_device_async(ws.device_.get(), jobs, sizeof(SampleJob) * images.size(), stream);
   ws.copied_.record(stream);
   const bool sample = augment::needs_sample_stats(p);
   auto* dev = ws.device_.as<SampleJob>();
-  if (warp || sample) detail::launch_augment_stats(p, dev, n, warp, sample, stream);
-  detail::launch_augment_batch(p, output_, dev, n, out, stream);
+  try {
+    if (warp || sample) detail::launch_augment_stats(p, dev, n, warp, sample, stream);
+    detail::launch_augment_batch(p, output_, dev, n, out, stream);
+  } catch (...) {
+    try {
+      ws.done_.record(stream);  // whatever was enqueued still reads the table
+    } catch (...) {
+    }
+    throw;
+  }
+  ws.done_.record(stream);
 }
 
 void CudaAugmenter::run_on_host(std::span<const ImageView> images, std::span<const augment::SampleParams> params,

@@ -120,11 +120,17 @@ void launch_augment_stats(const AugmentPlan& plan, SampleJob* jobs, int n, bool 
 
 void launch_augment_batch(const AugmentPlan& plan, const BatchOutput& output, const SampleJob* jobs, int n, void* out,
                           StreamHandle stream) {
-  if (n > 65535) throw InvalidArgument("CudaAugmenter: batches over 65535 samples are not supported");
+  // gridDim.y is at most 65535: larger batches go in chunks of samples (jobs and output offset).
+  constexpr int kMaxGridY = 65535;
   const int pixels = plan.out_height * plan.out_width;
-  const dim3 grid(static_cast<unsigned>((pixels + kPixelThreads - 1) / kPixelThreads), static_cast<unsigned>(n));
-  augment_batch_kernel<<<grid, kPixelThreads, 0, stream>>>(plan, output, jobs, out);
-  STOKER_CUDA_CHECK_LAUNCH("augment_batch_kernel");
+  const std::size_t sample_bytes = output.sample_elements * dtype_size(output.dtype);
+  for (int first = 0; first < n; first += kMaxGridY) {
+    const int count = n - first < kMaxGridY ? n - first : kMaxGridY;
+    const dim3 grid(static_cast<unsigned>((pixels + kPixelThreads - 1) / kPixelThreads), static_cast<unsigned>(count));
+    augment_batch_kernel<<<grid, kPixelThreads, 0, stream>>>(
+        plan, output, jobs + first, static_cast<char*>(out) + sample_bytes * static_cast<std::size_t>(first));
+    STOKER_CUDA_CHECK_LAUNCH("augment_batch_kernel");
+  }
 }
 
 }  // namespace detail

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -72,6 +74,8 @@ TEST_F(GpuKernels, AugmentationMatchesCpuExecutor) {
     }
     CudaAugmentWorkspace ws(n);
     DeviceBuffer out(shape.bytes() * n, "test output");
+    // 0xff everywhere (NaN in f32): an element the kernel does not write cannot pass by chance.
+    memset_device_async(out.get(), 0xff, shape.bytes() * n, stream.get());
     gpu.run(images, ctx, out.get(), ws, stream.get());  // parameters drawn by the executor
     std::vector<std::byte> got(shape.bytes() * n), host_emulation(shape.bytes() * n);
     copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
@@ -120,6 +124,7 @@ TEST_F(GpuKernels, Bfloat16NchwNormalisedEqualsHostEmulation) {
     CudaAugmentWorkspace ws(8);
     const std::size_t n = gpu.output_shape().elements() * mats.size();
     DeviceBuffer out(n * 2, "test output");
+    memset_device_async(out.get(), 0xff, n * 2, stream.get());
     gpu.run_with(src.images, params, out.get(), ws, stream.get());
     std::vector<std::uint16_t> got(n), want(n);
     copy_to_host_async(got.data(), out.get(), n * 2, stream.get());
@@ -154,6 +159,149 @@ TEST_F(GpuKernels, WorkspaceReuseAcrossBatchesInFlight) {
     EXPECT_LE(max_abs_diff(DType::U8, ga.data() + want.size() * i, want.data(), want.size()), 1.0);
     cpu->apply(view_of(mats[static_cast<std::size_t>(i)]), cb[static_cast<std::size_t>(i)], reinterpret_cast<std::byte*>(want.data()));
     EXPECT_LE(max_abs_diff(DType::U8, gb.data() + want.size() * i, want.data(), want.size()), 1.0);
+  }
+}
+
+// Samples of one batch against the host emulation (u8: equal; float: 1e-4, the sample-wise sums
+// are reduced in another order on the device).
+void expect_samples_match(const CudaAugmenter& gpu, const std::vector<std::byte>& got, const std::vector<cv::Mat>& mats,
+                          const std::vector<std::size_t>& which_mat, const std::vector<augment::SampleParams>& params,
+                          const std::vector<int>& samples) {
+  const SampleShape shape = gpu.output_shape();
+  std::vector<std::byte> want(shape.bytes());
+  for (const int i : samples) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    const auto k = static_cast<std::size_t>(i);
+    const ImageView v = view_of(mats[which_mat[k]]);
+    gpu.run_on_host(std::span(&v, 1), std::span(&params[k], 1), want.data());
+    std::size_t where = 0;
+    const double d = max_abs_diff(shape.dtype, got.data() + shape.bytes() * k, want.data(), shape.elements(), &where);
+    EXPECT_LE(d, shape.dtype == DType::U8 ? 0.0 : 1e-4) << "element " << where;
+  }
+}
+
+TEST_F(GpuKernels, FullSizeBatchOffsetsAndStatistics) {
+  // A training-size batch (256 x 3 x 299 x 299 f32 NCHW, sources of different sizes, the statistics
+  // pass over 89401 pixels per sample): the first, a middle and the last samples are right.
+  AugmentSpec s = test::base_spec(299, 299, FillMode::Reflect, 1);
+  s.rotation_range = 30;
+  s.zoom_range = AugmentSpec::zoom(0.2);
+  s.horizontal_flip = true;
+  s.contrast = 0.3;
+  s.channel_shift_range = 20;
+  s.dtype = DType::F32;
+  s.layout = Layout::NCHW;
+  s.samplewise_center = true;
+  s.samplewise_std_normalization = true;
+  s.rescale = 1.0 / 255.0;
+  auto cpu = std::make_shared<Augmenter>(s);
+  const CudaAugmenter gpu(cpu);
+  std::vector<cv::Mat> mats;
+  for (int i = 0; i < 4; ++i) mats.push_back(test::make_pattern_rgb(320 + 37 * i, 400 - 29 * i, i));
+  const Stream stream;
+  const DeviceSources src = upload(mats, stream);
+  const int n = 256;
+  std::vector<DeviceImage> images;
+  std::vector<std::size_t> which;
+  std::vector<SampleContext> ctx;
+  std::vector<augment::SampleParams> params;
+  for (int i = 0; i < n; ++i) {
+    which.push_back(static_cast<std::size_t>(i) % mats.size());
+    images.push_back(src.images[which.back()]);
+    ctx.push_back({11, 4, 5000 + i});
+    params.push_back(cpu->params(ctx.back(), mats[which.back()].rows, mats[which.back()].cols));
+  }
+  const SampleShape shape = gpu.output_shape();
+  CudaAugmentWorkspace ws(n);
+  DeviceBuffer out(shape.bytes() * n, "test output");
+  memset_device_async(out.get(), 0xff, shape.bytes() * n, stream.get());
+  gpu.run(images, ctx, out.get(), ws, stream.get());
+  std::vector<std::byte> got(shape.bytes() * n);
+  copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
+  stream.synchronize();
+  expect_samples_match(gpu, got, mats, which, params, {0, 1, 129, 254, 255});
+}
+
+TEST_F(GpuKernels, BatchesBeyondTheGridYLimit) {
+  // 65537 samples: more than gridDim.y allows in one launch; the chunks must land at their offsets.
+  AugmentSpec s = test::base_spec(3, 2, FillMode::Nearest, 1);
+  s.rotation_range = 40;
+  s.horizontal_flip = true;
+  auto cpu = std::make_shared<Augmenter>(s);
+  const CudaAugmenter gpu(cpu);
+  const std::vector<cv::Mat> mats = test::source_images(2);
+  const Stream stream;
+  const DeviceSources src = upload(mats, stream);
+  const int n = 65537;
+  std::vector<DeviceImage> images;
+  std::vector<std::size_t> which;
+  std::vector<SampleContext> ctx;
+  std::vector<augment::SampleParams> params;
+  for (int i = 0; i < n; ++i) {
+    which.push_back(static_cast<std::size_t>(i) % mats.size());
+    images.push_back(src.images[which.back()]);
+    ctx.push_back({21, 0, i});
+    params.push_back(cpu->params(ctx.back(), mats[which.back()].rows, mats[which.back()].cols));
+  }
+  const SampleShape shape = gpu.output_shape();
+  CudaAugmentWorkspace ws(n);
+  DeviceBuffer out(shape.bytes() * n, "test output");
+  memset_device_async(out.get(), 0xff, shape.bytes() * n, stream.get());
+  gpu.run(images, ctx, out.get(), ws, stream.get());
+  std::vector<std::byte> got(shape.bytes() * n);
+  copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
+  stream.synchronize();
+  expect_samples_match(gpu, got, mats, which, params, {0, 1, 65533, 65534, 65535, 65536});
+}
+
+TEST_F(GpuKernels, WorkspaceReuseAcrossStreams) {
+  // One workspace, two streams: the second batch's table copy must wait (on the GPU) until the
+  // first batch's kernels, still running on the other stream, have read the device table.
+  AugmentSpec s = test::base_spec(299, 299, FillMode::Wrap, 1);
+  s.rotation_range = 45;
+  s.contrast = 0.4;
+  s.brightness_range = Range{0.6, 1.4};
+  auto cpu = std::make_shared<Augmenter>(s);
+  const CudaAugmenter gpu(cpu);
+  std::vector<cv::Mat> mats;
+  for (int i = 0; i < 3; ++i) mats.push_back(test::make_pattern_rgb(330 + 11 * i, 310 + 23 * i, i));
+  const Stream first, second;
+  const DeviceSources src = upload(mats, first);
+  const int n = 192;
+  std::vector<DeviceImage> images;
+  std::vector<std::size_t> which;
+  std::vector<SampleContext> ca, cb;
+  std::vector<augment::SampleParams> pa, pb;
+  for (int i = 0; i < n; ++i) {
+    which.push_back(static_cast<std::size_t>(i) % mats.size());
+    images.push_back(src.images[which.back()]);
+    const cv::Mat& m = mats[which.back()];
+    ca.push_back({1, 0, i});
+    cb.push_back({1, 9, i});
+    pa.push_back(cpu->params(ca.back(), m.rows, m.cols));
+    pb.push_back(cpu->params(cb.back(), m.rows, m.cols));
+  }
+  const SampleShape shape = gpu.output_shape();
+  CudaAugmentWorkspace ws(n);
+  DeviceBuffer a(shape.bytes() * n, "test output a"), b(shape.bytes() * n, "test output b");
+  memset_device_async(a.get(), 0xff, a.bytes(), first.get());
+  memset_device_async(b.get(), 0xff, b.bytes(), second.get());
+  first.synchronize();
+  second.synchronize();
+  gpu.run(images, ca, a.get(), ws, first.get());
+  gpu.run(images, cb, b.get(), ws, second.get());
+  std::vector<std::byte> ga(a.bytes()), gb(b.bytes());
+  copy_to_host_async(ga.data(), a.get(), ga.size(), first.get());
+  copy_to_host_async(gb.data(), b.get(), gb.size(), second.get());
+  first.synchronize();
+  second.synchronize();
+  {
+    SCOPED_TRACE("first batch");
+    expect_samples_match(gpu, ga, mats, which, pa, {0, 95, 190, 191});
+  }
+  {
+    SCOPED_TRACE("second batch");
+    expect_samples_match(gpu, gb, mats, which, pb, {0, 95, 190, 191});
   }
 }
 

@@ -132,7 +132,9 @@ inline std::vector<cv::Mat> source_images(int count) {
   return out;
 }
 
-// Largest difference, in output units; u8 or f32 arrays of n elements.
+// Largest difference, in output units; u8 or f32 arrays of n elements. A NaN on one side only
+// (a value the kernel never wrote, or a broken computation) counts as an infinite difference;
+// NaN on both sides as none (a plain |a - b| would be NaN, which no bound check ever fails).
 inline double max_abs_diff(DType dtype, const void* a, const void* b, std::size_t n, std::size_t* where = nullptr) {
   double worst = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -140,7 +142,12 @@ inline double max_abs_diff(DType dtype, const void* a, const void* b, std::size_
     if (dtype == DType::U8) {
       d = std::abs(static_cast<int>(static_cast<const std::uint8_t*>(a)[i]) - static_cast<const std::uint8_t*>(b)[i]);
     } else {
-      d = std::abs(static_cast<double>(static_cast<const float*>(a)[i]) - static_cast<const float*>(b)[i]);
+      const double x = static_cast<const float*>(a)[i], y = static_cast<const float*>(b)[i];
+      if (std::isnan(x) || std::isnan(y)) {
+        d = std::isnan(x) && std::isnan(y) ? 0.0 : HUGE_VAL;
+      } else {
+        d = x == y ? 0.0 : std::abs(x - y);  // equal infinities: no difference
+      }
     }
     if (d > worst) {
       worst = d;

@@ -159,7 +159,8 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 void Stream::wait(const Event& e) const { stream_wait(s_, e.get()); }
-void Stream::synchronize() const { STOKER_CUDA_CHECK(cudaStreamSynchronize(s_)); }
+void Stream::synchronize() const { stream_synchronize(s_); }
+void stream_synchronize(StreamHandle stream) { STOKER_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 bool Stream::idle() const {
   const cudaError_t e = cudaStreamQuery(s_);
   if (e == cudaErrorNotReady) return false;
@@ -326,6 +327,7 @@ void event_synchronize(EventHandle) { no_cuda("event_synchronize"); }
 float Event::elapsed_ms(const Event&, const Event&) { no_cuda("Event::elapsed_ms"); }
 float elapsed_ms(EventHandle, EventHandle) { no_cuda("elapsed_ms"); }
 void stream_wait(StreamHandle, EventHandle) { no_cuda("stream_wait"); }
+void stream_synchronize(StreamHandle) { no_cuda("stream_synchronize"); }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) {
   if (bytes != 0) no_cuda(what);

@@ -45,7 +45,10 @@ struct FeedSlot {
   Event reusable;          // recorded at release: the consumer's work on the slot is done
   std::unique_ptr<DeviceStageSlot> stage;
   std::unique_ptr<Event> copy_start, copy_end;  // timing (GpuFeedOptions::record_copy_timing)
-  StreamHandle consumer = nullptr;  // last stream given to wait_on
+  // Last stream given to wait_on. A flag, not a null check: null is the legacy default stream, a
+  // valid consumer stream.
+  StreamHandle consumer = nullptr;
+  bool has_consumer = false;
   int size = 0;
   std::uint64_t epoch = 0;
   std::int64_t index = 0;
@@ -66,7 +69,9 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   void start();  // the feeder thread (after shared ownership exists)
   void begin_epoch(std::uint64_t epoch);
   std::optional<DeviceBatch> next();
-  void release(int slot, StreamHandle consumer) noexcept;
+  // `given`: record the slot's reuse event on `consumer` (null = the legacy default stream);
+  // otherwise on the last wait_on stream, or after the feed's own work.
+  void release(int slot, StreamHandle consumer, bool given) noexcept;
   void shutdown();
   bool idle() const { return copy_.idle() && stage_.idle(); }
 
@@ -97,6 +102,7 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   bool stop_ = false;
   bool stopped_ = false;
   std::uint64_t generation_ = 0;
+  std::exception_ptr fatal_;  // the feeder could not start (cudaSetDevice): every call rethrows it
   std::uint64_t batches_ = 0, bytes_ = 0;
   double consumer_wait_ = 0, feeder_wait_ = 0;
 
@@ -178,6 +184,14 @@ FeedCore::~FeedCore() {
   } catch (...) {
     // A failing stream at teardown (driver shutdown) must not escape a destructor.
   }
+  // The last DeviceBatch may have been released just now with work still queued on its consumer
+  // stream: the slots' memory is freed below only after that work (each slot's `reusable`).
+  for (const auto& s : slots_) {
+    try {
+      s->reusable.synchronize();
+    } catch (...) {
+    }
+  }
 }
 
 void FeedCore::start() { thread_ = std::thread([this] { feeder(); }); }
@@ -196,9 +210,16 @@ void FeedCore::shutdown() {
     ready_.clear();
     cv_.notify_all();
   }
+  // The streams first: the loader's pinned batch buffers must outlive any copy still reading them.
+  std::exception_ptr failed;
+  try {
+    copy_.synchronize();
+    stage_.synchronize();
+  } catch (...) {
+    failed = std::current_exception();
+  }
   loader_.reset();  // joins the decode tasks, frees the pinned batch buffers
-  copy_.synchronize();
-  stage_.synchronize();
+  if (failed) std::rethrow_exception(failed);
 }
 
 // Fills slot `si` from a host batch: GPU-side wait for the slot's previous consumer, the copies,
@@ -215,6 +236,7 @@ void FeedCore::submit(FeedSlot& s, const Batch& host) {
   s.epoch = host.epoch();
   s.index = host.index();
   s.consumer = nullptr;
+  s.has_consumer = false;
 
   copy_.wait(s.reusable);  // the consumer's work on this slot's last batch has finished
   const std::size_t pixel_bytes = in_shape_.bytes() * n;
@@ -243,13 +265,19 @@ void FeedCore::submit(FeedSlot& s, const Batch& host) {
 }
 
 void FeedCore::feeder() {
+  // Each host thread has its own current device: the copies, the stage's launches and its
+  // allocations must go to the feed's device.
   try {
     set_device(device_);
   } catch (...) {
-    std::lock_guard lock(mu_);
-    ready_.push_back({-1, false, std::current_exception()});
+    // Without the device nothing can be fed: the error is kept for every next()/begin_epoch()
+    // (a queued Delivery would be dropped by begin_epoch), and the feeder only waits for stop.
+    std::unique_lock lock(mu_);
+    fatal_ = std::current_exception();
     exhausted_ = true;
     cv_.notify_all();
+    cv_.wait(lock, [&] { return stop_; });
+    return;
   }
   // Host batches whose copy may still be running; they go back to the loader once it completed.
   struct Pending {
@@ -309,9 +337,13 @@ void FeedCore::feeder() {
       d.error = std::current_exception();
       // A copy or stage may have been enqueued from the host batch and into the slot: neither is
       // reused before that work has finished.
+      // Re-recording `reusable` replaces what it held, the consumer's work from the slot's last
+      // release (copy_ may not have waited on it yet): stage_ waits on that first.
       try {
-        if (host) copy_.synchronize();
-        slots_[static_cast<std::size_t>(si)]->reusable.record(stage_);
+        FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
+        if (host) copy_.synchronize();  // the host batch goes back to the loader below
+        stage_.wait(s.reusable);
+        s.reusable.record(stage_);
       } catch (...) {
       }
     }
@@ -347,6 +379,7 @@ void FeedCore::feeder() {
 void FeedCore::begin_epoch(std::uint64_t epoch) {
   std::unique_lock lock(mu_);
   if (stopped_ || stop_) throw Error("GpuFeed: begin_epoch() after shutdown()");
+  if (fatal_) std::rethrow_exception(fatal_);
   ++generation_;
   active_ = false;
   cv_.wait(lock, [&] { return !busy_; });
@@ -370,6 +403,7 @@ void FeedCore::begin_epoch(std::uint64_t epoch) {
 std::optional<DeviceBatch> FeedCore::next() {
   std::unique_lock lock(mu_);
   if (stopped_ || stop_) throw Error("GpuFeed: next() after shutdown()");
+  if (fatal_) std::rethrow_exception(fatal_);
   if (!active_) throw Error("GpuFeed::next() called before begin_epoch()");
   if (ended_) return std::nullopt;
   if (ready_.empty() && held_ >= static_cast<int>(slots_.size())) {
@@ -378,9 +412,10 @@ std::optional<DeviceBatch> FeedCore::next() {
                 "(or raise depth)");
   }
   const auto t0 = Clock::now();
-  cv_.wait(lock, [&] { return !ready_.empty() || stop_; });
+  cv_.wait(lock, [&] { return !ready_.empty() || stop_ || fatal_; });
   consumer_wait_ += seconds_since(t0);
   if (stop_) throw Error("GpuFeed: shutting down");
+  if (fatal_) std::rethrow_exception(fatal_);
   Delivery d = std::move(ready_.front());
   ready_.pop_front();
   if (d.error) {
@@ -395,15 +430,22 @@ std::optional<DeviceBatch> FeedCore::next() {
   return DeviceBatch(shared_from_this(), d.slot);
 }
 
-void FeedCore::release(int si, StreamHandle consumer) noexcept {
+void FeedCore::release(int si, StreamHandle consumer, bool given) noexcept {
   FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
+  // The slot's buffers are rewritten only after what the consumer enqueued so far. Without a
+  // consumer stream, after the feed's own work on it.
+  const StreamHandle after =
+      given ? consumer : (s.has_consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
   try {
-    // The slot's buffers are rewritten only after what the consumer enqueued so far. Without a
-    // consumer stream, after the feed's own work on it.
-    const StreamHandle after = consumer ? consumer : (s.consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
     s.reusable.record(after);
   } catch (...) {
-    // Recording failed (a broken context): fall back to waiting for everything the feed queued.
+    // Recording failed (a consumer stream on another device, a broken context): the host waits
+    // for the consumer's stream and everything the feed queued instead; `reusable` keeps an older,
+    // completed record.
+    try {
+      stream_synchronize(after);
+    } catch (...) {
+    }
     try {
       copy_.synchronize();
       stage_.synchronize();
@@ -413,6 +455,7 @@ void FeedCore::release(int si, StreamHandle consumer) noexcept {
   std::lock_guard lock(mu_);
   --held_;
   s.consumer = nullptr;
+  s.has_consumer = false;
   free_.push_back(si);
   cv_.notify_all();
 }
@@ -435,9 +478,13 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& other) noexcept {
 }
 DeviceBatch::~DeviceBatch() { release(); }
 
-void DeviceBatch::release() noexcept { release(nullptr); }
+void DeviceBatch::release() noexcept {
+  if (core_ && slot_ >= 0) core_->release(slot_, nullptr, false);
+  core_.reset();
+  slot_ = -1;
+}
 void DeviceBatch::release(StreamHandle consumer) noexcept {
-  if (core_ && slot_ >= 0) core_->release(slot_, consumer);
+  if (core_ && slot_ >= 0) core_->release(slot_, consumer, true);
   core_.reset();
   slot_ = -1;
 }
@@ -486,6 +533,7 @@ void DeviceBatch::wait_on(StreamHandle consumer) const {
   auto& s = *core_->slots_[static_cast<std::size_t>(slot_)];
   stream_wait(consumer, s.ready.get());
   s.consumer = consumer;
+  s.has_consumer = true;
 }
 
 // ---- GpuFeed -----------------------------------------------------------------------------------

@@ -33,6 +33,13 @@ void cudnn_check(cudnnStatus_t s, const char* call, const char* file, int line) 
 }
 #define STOKER_CUDNN_CHECK(call) cudnn_check((call), #call, __FILE__, __LINE__)
 
+// cuDNN 9 status codes come in families: 2xxx bad parameter, 3xxx not supported. Either from the
+// fused call means "not for this configuration", not a failure of the device.
+bool refused(cudnnStatus_t s) {
+  const int family = static_cast<int>(s) / 1000;
+  return family == CUDNN_STATUS_BAD_PARAM / 1000 || family == CUDNN_STATUS_NOT_SUPPORTED / 1000;
+}
+
 cudnnDataType_t data_type(DType t) {
   switch (t) {
     case DType::F16: return CUDNN_DATA_HALF;
@@ -114,7 +121,9 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
   STOKER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(impl_->conv, g.groups));
   STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(impl_->conv, CUDNN_TENSOR_OP_MATH));
   STOKER_CUDNN_CHECK(cudnnCreateActivationDescriptor(&impl_->act));
-  STOKER_CUDNN_CHECK(cudnnSetActivationDescriptor(impl_->act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  // CUDNN_NOT_PROPAGATE_NAN: what cudnnConvolutionBiasActivationForward takes (TensorFlow and ONNX
+  // Runtime set it for the fused call; with PROPAGATE_NAN cuDNN may refuse the fused path).
+  STOKER_CUDNN_CHECK(cudnnSetActivationDescriptor(impl_->act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
   STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&impl_->bias));
   STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(impl_->bias, CUDNN_TENSOR_NCHW, dt, 1, g.oc, 1, 1));
 
@@ -207,17 +216,53 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
     prepare_batch(handle, images, workspace_size);
     it = impl_->per_batch.find(images);
   }
-  const auto& p = it->second;
+  auto& p = it->second;
   const float one = 1.0f, zero = 0.0f;
   if (fused_) {
+    // Without z: alpha2 = 0 and z = y (cuDNN wants a z tensor; ONNX Runtime and PyTorch do the same).
     const float alpha2 = z ? z_scale : 0.0f;
-    STOKER_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, p.algo,
-                                                             workspace, workspace_size, &alpha2, p.y, z ? z : y,
-                                                             impl_->bias, bias, impl_->act, p.y, y));
-  } else {
-    STOKER_CUDNN_CHECK(cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, p.algo, workspace,
-                                               workspace_size, &zero, p.y, y));
+    const cudnnStatus_t s = cudnnConvolutionBiasActivationForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv,
+                                                                  p.algo, workspace, workspace_size, &alpha2, p.y,
+                                                                  z ? z : y, impl_->bias, bias, impl_->act, p.y, y);
+    if (s == CUDNN_STATUS_SUCCESS) return;
+    if (!refused(s)) cudnn_check(s, "cudnnConvolutionBiasActivationForward", __FILE__, __LINE__);
+    // Refused for this configuration (this batch size's algorithm may not take the fused path even
+    // when the largest batch's did): the plain call from now on; the caller sees fused() false and
+    // applies bias, z and the ReLU itself.
+    fused_ = false;
   }
+  const cudnnStatus_t s = cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, p.algo, workspace,
+                                                  workspace_size, &zero, p.y, y);
+  if (s == CUDNN_STATUS_SUCCESS) return;
+  if (!refused(s)) cudnn_check(s, "cudnnConvolutionForward", __FILE__, __LINE__);
+  // The algorithm chosen for this batch size (the heuristics', or the largest batch's measured one
+  // reused) is refused at this size: the next of cuDNN's heuristics that fits and runs is kept.
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int returned = 0;
+  if (cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
+                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf) == CUDNN_STATUS_SUCCESS) {
+    for (int i = 0; i < returned; ++i) {
+      std::size_t bytes = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].algo == p.algo ||
+          cudnnGetConvolutionForwardWorkspaceSize(H(handle), p.x, impl_->w, impl_->conv, p.y, perf[i].algo, &bytes) !=
+              CUDNN_STATUS_SUCCESS ||
+          bytes > workspace_size)
+        continue;
+      const cudnnStatus_t s2 = cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, perf[i].algo,
+                                                       workspace, workspace_size, &zero, p.y, y);
+      if (s2 == CUDNN_STATUS_SUCCESS) {
+        p.algo = perf[i].algo;
+        p.workspace = bytes;
+        if (images == max_images_) measured_ms_ = -1.0f;
+        return;
+      }
+      if (!refused(s2)) cudnn_check(s2, "cudnnConvolutionForward", __FILE__, __LINE__);
+    }
+  }
+  throw CudaError(status_message(s, "cudnnConvolutionForward", __FILE__, __LINE__) + " for layer '" + name_ +
+                      "' (" + std::to_string(images) + " images, " + algo_name(p.algo) +
+                      ", and no other algorithm within the workspace runs)",
+                  static_cast<int>(s));
 }
 
 void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size) {
@@ -270,16 +315,8 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
 bool Conv::try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
                      void* workspace, std::size_t workspace_size) {
   if (!fused_) return false;
-  try {
-    run(handle, images, x, w, y, nullptr, 0.0f, bias, workspace, workspace_size);
-    return true;
-  } catch (const CudaError& e) {
-    // cuDNN 9 status codes come in families: 2xxx bad parameter, 3xxx not supported.
-    const int family = e.code() / 1000;
-    if (family != CUDNN_STATUS_BAD_PARAM / 1000 && family != CUDNN_STATUS_NOT_SUPPORTED / 1000) throw;
-    fused_ = false;
-    return false;
-  }
+  run(handle, images, x, w, y, nullptr, 0.0f, bias, workspace, workspace_size);  // clears fused_ when refused
+  return fused_;
 }
 
 }  // namespace stoker::trainer::cudnn::gpu

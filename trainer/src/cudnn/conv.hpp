@@ -60,7 +60,9 @@ class Conv {
 
   // y = conv(x) (alpha 1, beta 0), or with fused: y = relu(conv(x) + z_scale * z + bias), z may be
   // null. Throws CudaError. The algorithm for `images` is chosen on its first use within
-  // workspace_size (the backend's buffer), cached after.
+  // workspace_size (the backend's buffer), cached after. When cuDNN refuses the fused call (bad
+  // parameter / not supported), the conv switches to the plain path for good and computes y =
+  // conv(x) only: callers check fused() after run() to know whether the epilogue is theirs.
   void run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
            const void* bias, void* workspace, std::size_t workspace_size);
   // The fused path once; false (and the conv switches to the plain path) when cuDNN refuses it.

@@ -77,6 +77,18 @@ class CudnnBackendImpl final : public CudnnBackend {
     allocate_and_upload();
   }
 
+  ~CudnnBackendImpl() override {
+    // The last call's work (maybe on a caller's stream) may still read the buffers and weights
+    // freed below: wait for it. And leave the handle on our own stream, not a caller's that may
+    // be destroyed before cudnnDestroy runs.
+    try {
+      DeviceGuard guard(device_);
+      done_.synchronize();
+      if (handle_) handle_->set_stream(stream_.get());
+    } catch (...) {  // never throw from a destructor
+    }
+  }
+
   std::string name() const override {
     return std::string("cudnn ") + cudnn::gpu::cudnn_version_string() + " (" + to_string(opt_.storage) + ")";
   }
@@ -84,6 +96,7 @@ class CudnnBackendImpl final : public CudnnBackend {
   std::size_t device_bytes() const override { return bytes_; }
 
   std::string describe() const override {
+    std::lock_guard<std::mutex> lock(mu_);  // forward calls add per-batch cuDNN descriptors
     std::ostringstream s;
     s << name() << ", max batch " << opt_.max_batch << ", " << bytes_ << " device bytes\n";
     std::istringstream lines(plan_.describe());
@@ -373,6 +386,14 @@ class CudnnBackendImpl final : public CudnnBackend {
 
 }  // namespace
 #endif
+
+bool built_with_cudnn() noexcept {
+#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+  return true;
+#else
+  return false;
+#endif
+}
 
 std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const CudnnBackendOptions& options) {
   if (options.max_batch < 1)

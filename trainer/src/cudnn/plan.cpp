@@ -194,6 +194,10 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
             const int s = in_slot(static_cast<std::size_t>(k)), z = in_slot(static_cast<std::size_t>(1 - k));
             if (s == z) break;
             Op* p = fusable_producer(s);
+            // z must be complete before p runs: in ResNet, Add([shortcut, x]) has the shortcut
+            // conv first in the graph, and x is computed after it.
+            const int zp = producer[static_cast<std::size_t>(z)];
+            if (p && zp >= producer[static_cast<std::size_t>(s)]) p = nullptr;
             if (p && p->type == OpType::Conv && p->residual < 0) {
               p->residual = z;
               p->residual_scale = 1.0f;

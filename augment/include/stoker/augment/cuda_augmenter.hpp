@@ -37,7 +37,9 @@ struct DeviceImage {
 
 // The job table of one batch in flight: pinned staging + its device copy, allocated once. A
 // workspace may be reused for the next batch at once: run() waits (host side) only until the
-// previous table copy from it has completed.
+// previous table copy from it has completed, and the new table copy waits (on the GPU, which
+// matters when the next batch goes to another stream) until the previous batch's kernels, which
+// read the device table, have finished.
 class CudaAugmentWorkspace {
  public:
   explicit CudaAugmentWorkspace(int capacity);
@@ -50,7 +52,8 @@ class CudaAugmentWorkspace {
   int capacity_;
   PinnedBuffer host_;
   DeviceBuffer device_;
-  Event copied_;
+  Event copied_;  // the table copy of the last batch (the pinned staging is free again)
+  Event done_;    // the kernels of the last batch (the device table is free again)
 };
 
 class CudaAugmenter final : public DeviceStage {

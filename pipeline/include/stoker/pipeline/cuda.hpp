@@ -107,6 +107,9 @@ void event_synchronize(EventHandle event);
 // Makes `stream` wait for `event` on the GPU (cudaStreamWaitEvent); the host does not block.
 void stream_wait(StreamHandle stream, EventHandle event);
 
+// Host wait for all work queued on `stream` (cudaStreamSynchronize; null = the legacy default stream).
+void stream_synchronize(StreamHandle stream);
+
 // Device memory from cudaMalloc, taken once. Out of memory → BadAlloc naming the bytes asked, the
 // free and total memory and `what`.
 class DeviceBuffer {

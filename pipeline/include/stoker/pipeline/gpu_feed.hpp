@@ -87,10 +87,13 @@ class DeviceBatch {
   EventHandle copy_start_event() const noexcept;
   EventHandle copy_end_event() const noexcept;
   // Makes `consumer` wait for ready_event() (cudaStreamWaitEvent: the host never blocks) and
-  // remembers it: release() records the slot's reuse event on the last stream given here.
+  // remembers it: release() records the slot's reuse event on the last stream given here. A null
+  // handle is the legacy default stream (stream 0), a consumer stream like any other.
   void wait_on(StreamHandle consumer) const;
-  // Gives the slot back: its buffers are overwritten only after the work enqueued on the consumer
-  // stream so far (wait_on's, or `consumer`) has completed.
+  // Gives the slot back: its buffers are overwritten only after the work enqueued so far on the
+  // last stream given to wait_on (release()) or on `consumer` (release(consumer); null = the legacy
+  // default stream) has completed. release() without any wait_on: after the feed's own work.
+  // Only the one stream is waited for: work on other streams must be ordered before it.
   void release() noexcept;
   void release(StreamHandle consumer) noexcept;
 

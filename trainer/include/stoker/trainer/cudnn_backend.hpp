@@ -75,6 +75,10 @@ class CudnnBackend : public Backend {
   virtual std::string describe() const = 0;
 };
 
+// True when this build has the cuDNN backend (CUDA and cuDNN found at configure time); without it
+// make_cudnn_backend() always throws CudaError. Says nothing about a device being present.
+bool built_with_cudnn() noexcept;
+
 // Compiles `graph` for the GPU: lowers it (folding, fusion, padding), uploads the weights in the
 // storage type, chooses cuDNN algorithms for max_batch and allocates every buffer once.
 std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const CudnnBackendOptions& options = {});
