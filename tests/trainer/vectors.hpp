@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,18 @@ struct VectorFile {
   }
 };
 
-// max |a - b| / max(|b|_inf, floor): an error relative to the reference tensor's scale.
+// max |a - b| / max(|b|_inf, floor): an error relative to the reference tensor's scale. Strict:
+// a size mismatch, or a value that is not finite on one side only (NaN from a buffer nobody wrote;
+// std::max would skip it), is an infinite error.
 inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (a.size() != b.size()) return inf;
   double scale = floor, err = 0;
   for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isfinite(a[i]) != std::isfinite(b[i])) return inf;
+    if (std::isfinite(a[i])) err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
   return err / scale;
 }
 
