@@ -180,6 +180,41 @@ void expect_samples_match(const CudaAugmenter& gpu, const std::vector<std::byte>
   }
 }
 
+// n samples cycling over the uploaded sources, with their contexts (seed, epoch, id = first_id + i)
+// and the parameters the executor draws for them.
+struct CyclingBatch {
+  std::vector<DeviceImage> images;
+  std::vector<std::size_t> which;  // source of each sample
+  std::vector<SampleContext> ctx;
+  std::vector<augment::SampleParams> params;
+};
+
+CyclingBatch cycling_batch(const Augmenter& cpu, const std::vector<cv::Mat>& mats, const DeviceSources& src, int n,
+                           std::uint64_t seed, std::uint64_t epoch, std::int64_t first_id) {
+  CyclingBatch b;
+  for (int i = 0; i < n; ++i) {
+    const std::size_t m = static_cast<std::size_t>(i) % mats.size();
+    b.which.push_back(m);
+    b.images.push_back(src.images[m]);
+    b.ctx.push_back({seed, epoch, first_id + i});
+    b.params.push_back(cpu.params(b.ctx.back(), mats[m].rows, mats[m].cols));
+  }
+  return b;
+}
+
+// Runs the batch on the device into a NaN-filled output and copies the result back.
+std::vector<std::byte> run_on_device(const CudaAugmenter& gpu, const CyclingBatch& b, const Stream& stream) {
+  const std::size_t bytes = gpu.output_shape().bytes() * b.images.size();
+  CudaAugmentWorkspace ws(static_cast<int>(b.images.size()));
+  DeviceBuffer out(bytes, "test output");
+  memset_device_async(out.get(), 0xff, bytes, stream.get());
+  gpu.run(b.images, b.ctx, out.get(), ws, stream.get());
+  std::vector<std::byte> got(bytes);
+  copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
+  stream.synchronize();
+  return got;
+}
+
 TEST_F(GpuKernels, FullSizeBatchOffsetsAndStatistics) {
   // A training-size batch (256 x 3 x 299 x 299 f32 NCHW, sources of different sizes, the statistics
   // pass over 89401 pixels per sample): the first, a middle and the last samples are right.
@@ -200,26 +235,9 @@ TEST_F(GpuKernels, FullSizeBatchOffsetsAndStatistics) {
   for (int i = 0; i < 4; ++i) mats.push_back(test::make_pattern_rgb(320 + 37 * i, 400 - 29 * i, i));
   const Stream stream;
   const DeviceSources src = upload(mats, stream);
-  const int n = 256;
-  std::vector<DeviceImage> images;
-  std::vector<std::size_t> which;
-  std::vector<SampleContext> ctx;
-  std::vector<augment::SampleParams> params;
-  for (int i = 0; i < n; ++i) {
-    which.push_back(static_cast<std::size_t>(i) % mats.size());
-    images.push_back(src.images[which.back()]);
-    ctx.push_back({11, 4, 5000 + i});
-    params.push_back(cpu->params(ctx.back(), mats[which.back()].rows, mats[which.back()].cols));
-  }
-  const SampleShape shape = gpu.output_shape();
-  CudaAugmentWorkspace ws(n);
-  DeviceBuffer out(shape.bytes() * n, "test output");
-  memset_device_async(out.get(), 0xff, shape.bytes() * n, stream.get());
-  gpu.run(images, ctx, out.get(), ws, stream.get());
-  std::vector<std::byte> got(shape.bytes() * n);
-  copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
-  stream.synchronize();
-  expect_samples_match(gpu, got, mats, which, params, {0, 1, 129, 254, 255});
+  const CyclingBatch b = cycling_batch(*cpu, mats, src, 256, 11, 4, 5000);
+  const std::vector<std::byte> got = run_on_device(gpu, b, stream);
+  expect_samples_match(gpu, got, mats, b.which, b.params, {0, 1, 129, 254, 255});
 }
 
 TEST_F(GpuKernels, BatchesBeyondTheGridYLimit) {
@@ -232,26 +250,9 @@ TEST_F(GpuKernels, BatchesBeyondTheGridYLimit) {
   const std::vector<cv::Mat> mats = test::source_images(2);
   const Stream stream;
   const DeviceSources src = upload(mats, stream);
-  const int n = 65537;
-  std::vector<DeviceImage> images;
-  std::vector<std::size_t> which;
-  std::vector<SampleContext> ctx;
-  std::vector<augment::SampleParams> params;
-  for (int i = 0; i < n; ++i) {
-    which.push_back(static_cast<std::size_t>(i) % mats.size());
-    images.push_back(src.images[which.back()]);
-    ctx.push_back({21, 0, i});
-    params.push_back(cpu->params(ctx.back(), mats[which.back()].rows, mats[which.back()].cols));
-  }
-  const SampleShape shape = gpu.output_shape();
-  CudaAugmentWorkspace ws(n);
-  DeviceBuffer out(shape.bytes() * n, "test output");
-  memset_device_async(out.get(), 0xff, shape.bytes() * n, stream.get());
-  gpu.run(images, ctx, out.get(), ws, stream.get());
-  std::vector<std::byte> got(shape.bytes() * n);
-  copy_to_host_async(got.data(), out.get(), got.size(), stream.get());
-  stream.synchronize();
-  expect_samples_match(gpu, got, mats, which, params, {0, 1, 65533, 65534, 65535, 65536});
+  const CyclingBatch b = cycling_batch(*cpu, mats, src, 65537, 21, 0, 0);
+  const std::vector<std::byte> got = run_on_device(gpu, b, stream);
+  expect_samples_match(gpu, got, mats, b.which, b.params, {0, 1, 65533, 65534, 65535, 65536});
 }
 
 TEST_F(GpuKernels, WorkspaceReuseAcrossStreams) {
@@ -267,29 +268,16 @@ TEST_F(GpuKernels, WorkspaceReuseAcrossStreams) {
   for (int i = 0; i < 3; ++i) mats.push_back(test::make_pattern_rgb(330 + 11 * i, 310 + 23 * i, i));
   const Stream first, second;
   const DeviceSources src = upload(mats, first);
-  const int n = 192;
-  std::vector<DeviceImage> images;
-  std::vector<std::size_t> which;
-  std::vector<SampleContext> ca, cb;
-  std::vector<augment::SampleParams> pa, pb;
-  for (int i = 0; i < n; ++i) {
-    which.push_back(static_cast<std::size_t>(i) % mats.size());
-    images.push_back(src.images[which.back()]);
-    const cv::Mat& m = mats[which.back()];
-    ca.push_back({1, 0, i});
-    cb.push_back({1, 9, i});
-    pa.push_back(cpu->params(ca.back(), m.rows, m.cols));
-    pb.push_back(cpu->params(cb.back(), m.rows, m.cols));
-  }
+  const CyclingBatch one = cycling_batch(*cpu, mats, src, 192, 1, 0, 0), two = cycling_batch(*cpu, mats, src, 192, 1, 9, 0);
   const SampleShape shape = gpu.output_shape();
-  CudaAugmentWorkspace ws(n);
-  DeviceBuffer a(shape.bytes() * n, "test output a"), b(shape.bytes() * n, "test output b");
+  CudaAugmentWorkspace ws(192);
+  DeviceBuffer a(shape.bytes() * 192, "test output a"), b(shape.bytes() * 192, "test output b");
   memset_device_async(a.get(), 0xff, a.bytes(), first.get());
   memset_device_async(b.get(), 0xff, b.bytes(), second.get());
   first.synchronize();
   second.synchronize();
-  gpu.run(images, ca, a.get(), ws, first.get());
-  gpu.run(images, cb, b.get(), ws, second.get());
+  gpu.run(one.images, one.ctx, a.get(), ws, first.get());
+  gpu.run(two.images, two.ctx, b.get(), ws, second.get());
   std::vector<std::byte> ga(a.bytes()), gb(b.bytes());
   copy_to_host_async(ga.data(), a.get(), ga.size(), first.get());
   copy_to_host_async(gb.data(), b.get(), gb.size(), second.get());
@@ -297,11 +285,11 @@ TEST_F(GpuKernels, WorkspaceReuseAcrossStreams) {
   second.synchronize();
   {
     SCOPED_TRACE("first batch");
-    expect_samples_match(gpu, ga, mats, which, pa, {0, 95, 190, 191});
+    expect_samples_match(gpu, ga, mats, one.which, one.params, {0, 95, 190, 191});
   }
   {
     SCOPED_TRACE("second batch");
-    expect_samples_match(gpu, gb, mats, which, pb, {0, 95, 190, 191});
+    expect_samples_match(gpu, gb, mats, two.which, two.params, {0, 95, 190, 191});
   }
 }
 

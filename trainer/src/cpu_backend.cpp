@@ -3,7 +3,6 @@
 // and turns Dropout/Flatten into aliases (the kernels are in cpu_ops.cpp). forward() runs chunks
 // of samples in parallel; each op also parallelises over rows, so small batches use every core too.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -15,6 +14,7 @@
 
 #include "cpu_ops.hpp"
 #include "import.hpp"
+#include "lowering.hpp"
 
 namespace stoker::trainer {
 namespace {
@@ -69,93 +69,58 @@ class CpuBackend final : public Backend {
                             " inputs; only single-input models are supported");
     if (options_.max_threads > 0) arena_ = std::make_unique<tbb::task_arena>(options_.max_threads);
     const std::size_t n = g.nodes.size();
-    std::vector<int> consumers(n, 0);
-    for (const auto& node : g.nodes)
-      for (int i : node.inputs) ++consumers[static_cast<std::size_t>(i)];
-    for (int o : g.outputs) ++consumers[static_cast<std::size_t>(o)];
-
-    std::vector<int> slot_of(n, -1);      // node -> value slot
-    std::vector<int> producer(n, -1);     // slot -> op index (or -1 for the input)
-    std::vector<int> slot_readers(n, 0);  // graph consumers of the node now owning the slot
-    slot_size_.assign(n, 0);
-    auto sample_size = [&](int node) { return Tensor::element_count(g.nodes[static_cast<std::size_t>(node)].out_shape); };
+    detail::SlotLowering<Op> lower(g, ops_);
+    auto add_op = [&](Op op, int nid, std::vector<int> ins) {
+      op.in = std::move(ins);
+      op.out_size = Tensor::element_count(g.nodes[static_cast<std::size_t>(nid)].out_shape);
+      lower.add(std::move(op), nid);
+    };
 
     for (std::size_t id = 0; id < n; ++id) {
       const LayerNode& node = g.nodes[id];
       const int nid = static_cast<int>(id);
-      auto in_slot = [&](std::size_t k) { return slot_of[static_cast<std::size_t>(node.inputs.at(k))]; };
-      auto alias = [&](int slot) {
-        // This node reads the slot once and passes it on to its own consumers.
-        slot_of[id] = slot;
-        slot_readers[static_cast<std::size_t>(slot)] += consumers[id] - 1;
-      };
-      auto fusable_producer = [&](int slot) -> Op* {
-        // The op producing `slot` if this node is its only reader and nothing is fused into it yet.
-        const int p = producer[static_cast<std::size_t>(slot)];
-        if (p < 0 || slot_readers[static_cast<std::size_t>(slot)] != 1) return nullptr;
-        Op& op = ops_[static_cast<std::size_t>(p)];
-        if (!op.act.is_linear()) return nullptr;
-        return &op;
-      };
+      auto in_slot = [&](std::size_t k) { return lower.input_slot(nid, k); };
       const std::vector<int>& in_shape =
           node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
 
       switch (node.kind) {
         case LayerKind::Input:
           input_slot_ = nid;
-          input_size_ = sample_size(nid);
-          slot_of[id] = nid;
-          slot_size_[id] = input_size_;
-          slot_readers[id] = consumers[id];
+          input_size_ = Tensor::element_count(node.out_shape);
+          lower.set_input(nid);
           continue;
         case LayerKind::Dropout:
         case LayerKind::Flatten:
-          alias(in_slot(0));  // identity / same memory layout in NHWC
+          lower.alias(nid, in_slot(0));  // identity / same memory layout in NHWC
           continue;
         case LayerKind::BatchNormalization: {
-          const std::size_t c = static_cast<std::size_t>(in_shape.back());
-          // Keras: (x - mean) / sqrt(var + eps) * gamma + beta. Folded constants are computed in
-          // double and rounded once.
-          std::vector<double> scale(c), shift(c);
-          const Weight* gamma = node.weight("gamma");
-          const Weight* beta = node.weight("beta");
-          const float* mean = node.weight("moving_mean")->ptr();
-          const float* var = node.weight("moving_variance")->ptr();
-          for (std::size_t i = 0; i < c; ++i) {
-            scale[i] = (gamma ? double(gamma->ptr()[i]) : 1.0) / std::sqrt(double(var[i]) + double(node.epsilon));
-            shift[i] = (beta ? double(beta->ptr()[i]) : 0.0) - double(mean[i]) * scale[i];
-          }
-          Op* p = options_.fold_batch_norm ? fusable_producer(in_slot(0)) : nullptr;
+          const detail::BatchNormAffine bn = detail::batch_norm_affine(node, static_cast<std::size_t>(in_shape.back()));
+          Op* p = options_.fold_batch_norm ? lower.fusable_producer(in_slot(0)) : nullptr;
           if (p && (p->type == OpType::Conv || p->type == OpType::Depthwise || p->type == OpType::Dense)) {
-            const std::size_t cols = c;
-            if (p->bias.empty()) p->bias.assign(cols, 0.0f);
-            for (std::size_t r = 0; r < p->weights.size() / cols; ++r)
-              for (std::size_t j = 0; j < cols; ++j)
-                p->weights[r * cols + j] = static_cast<float>(p->weights[r * cols + j] * scale[j]);
-            for (std::size_t j = 0; j < cols; ++j) p->bias[j] = static_cast<float>(p->bias[j] * scale[j] + shift[j]);
-            alias(in_slot(0));
+            detail::fold_into(bn, p->weights, p->bias);
+            lower.alias(nid, in_slot(0));
             continue;
           }
           Op op;
           op.type = OpType::Scale;
-          op.scale.assign(scale.begin(), scale.end());
-          op.bias.assign(shift.begin(), shift.end());
-          op.c = static_cast<int>(c);
-          add_op(std::move(op), node, {in_slot(0)}, nid, slot_of, producer, slot_readers, consumers);
+          op.scale.assign(bn.scale.begin(), bn.scale.end());
+          op.bias.assign(bn.shift.begin(), bn.shift.end());
+          op.c = in_shape.back();
+          add_op(std::move(op), nid, {in_slot(0)});
           continue;
         }
         case LayerKind::Activation: {
-          Op* p = options_.fuse_activations ? fusable_producer(in_slot(0)) : nullptr;
+          Op* p = options_.fuse_activations ? lower.fusable_producer(in_slot(0)) : nullptr;
           if (p && cpu::applies_activation(p->type)) {
             p->act = node.activation;
-            alias(in_slot(0));
+            lower.alias(nid, in_slot(0));
             continue;
           }
           Op op;
           op.type = OpType::Act;
           op.act = node.activation;
           op.c = in_shape.back();
-          add_op(std::move(op), node, {in_slot(0)}, nid, slot_of, producer, slot_readers, consumers);
+          add_op(std::move(op), nid, {in_slot(0)});
           continue;
         }
         default: break;
@@ -219,8 +184,9 @@ class CpuBackend final : public Backend {
         case LayerKind::GlobalAveragePooling2D: op.type = OpType::Gap; break;
         default: throw InvalidArgument("cpu backend: layer '" + node.name + "' (" + node.keras_class + ") is not supported");
       }
-      add_op(std::move(op), node, ins, nid, slot_of, producer, slot_readers, consumers);
+      add_op(std::move(op), nid, std::move(ins));
     }
+    slot_size_ = lower.slot_sizes();
 
     for (auto& op : ops_) {
       if (op.type == OpType::Conv || op.type == OpType::Dense) {
@@ -232,26 +198,13 @@ class CpuBackend final : public Backend {
       }
     }
     for (int o : g.outputs) {
-      outputs_.push_back(slot_of[static_cast<std::size_t>(o)]);
+      outputs_.push_back(lower.slot(o));
       output_shapes_.push_back(g.nodes[static_cast<std::size_t>(o)].out_shape);
     }
     slot_uses_.assign(n, 0);
     for (const auto& op : ops_)
       for (int s : op.in) ++slot_uses_[static_cast<std::size_t>(s)];
     for (int s : outputs_) ++slot_uses_[static_cast<std::size_t>(s)];
-  }
-
-  void add_op(Op op, const LayerNode& node, std::vector<int> ins, int nid, std::vector<int>& slot_of,
-              std::vector<int>& producer, std::vector<int>& slot_readers, const std::vector<int>& consumers) {
-    op.name = node.name;
-    op.in = std::move(ins);
-    op.out = nid;
-    op.out_size = Tensor::element_count(node.out_shape);
-    slot_of[static_cast<std::size_t>(nid)] = nid;
-    slot_size_[static_cast<std::size_t>(nid)] = op.out_size;
-    slot_readers[static_cast<std::size_t>(nid)] = consumers[static_cast<std::size_t>(nid)];
-    producer[static_cast<std::size_t>(nid)] = static_cast<int>(ops_.size());
-    ops_.push_back(std::move(op));
   }
 
   // Activation buffers come from a per-thread free list, so steady-state forward passes do not

@@ -11,6 +11,7 @@
 #include <stoker/trainer/tensor.hpp>
 
 #include "../import.hpp"
+#include "../lowering.hpp"
 
 namespace stoker::trainer::cudnn {
 
@@ -64,46 +65,17 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
                           " inputs; only single-input models are supported");
   Plan plan;
   const std::size_t n = g.nodes.size();
-  std::vector<int> consumers(n, 0);
+  auto& ops = plan.ops;
+  detail::SlotLowering<Op> lower(g, ops);
   std::vector<int> only_reader(n, -1);  // the reading node when there is exactly one
   for (std::size_t id = 0; id < n; ++id)
-    for (int i : g.nodes[id].inputs) {
-      ++consumers[static_cast<std::size_t>(i)];
-      only_reader[static_cast<std::size_t>(i)] = static_cast<int>(id);
-    }
-  for (int o : g.outputs) ++consumers[static_cast<std::size_t>(o)];
-
-  std::vector<int> slot_of(n, -1), producer(n, -1), slot_readers(n, 0);
+    for (int i : g.nodes[id].inputs) only_reader[static_cast<std::size_t>(i)] = static_cast<int>(id);
   std::vector<bool> folded_pad(n, false);  // ZeroPadding2D folded into its reader's padding
-  plan.slot_size.assign(n, 0);
-  auto& ops = plan.ops;
-
-  auto add_op = [&](Op op, const LayerNode& node, int nid) {
-    op.name = node.name;
-    op.out = nid;
-    slot_of[static_cast<std::size_t>(nid)] = nid;
-    plan.slot_size[static_cast<std::size_t>(nid)] = Tensor::element_count(node.out_shape);
-    slot_readers[static_cast<std::size_t>(nid)] = consumers[static_cast<std::size_t>(nid)];
-    producer[static_cast<std::size_t>(nid)] = static_cast<int>(ops.size());
-    ops.push_back(std::move(op));
-  };
 
   for (std::size_t id = 0; id < n; ++id) {
     const LayerNode& node = g.nodes[id];
     const int nid = static_cast<int>(id);
-    auto in_slot = [&](std::size_t k) { return slot_of[static_cast<std::size_t>(node.inputs.at(k))]; };
-    auto alias = [&](int slot) {
-      slot_of[id] = slot;
-      slot_readers[static_cast<std::size_t>(slot)] += consumers[id] - 1;
-    };
-    // The op producing `slot` when this node is its only reader and nothing is fused into it yet.
-    auto fusable_producer = [&](int slot) -> Op* {
-      const int p = producer[static_cast<std::size_t>(slot)];
-      if (p < 0 || slot_readers[static_cast<std::size_t>(slot)] != 1) return nullptr;
-      Op& op = ops[static_cast<std::size_t>(p)];
-      if (!op.act.is_linear()) return nullptr;
-      return &op;
-    };
+    auto in_slot = [&](std::size_t k) { return lower.input_slot(nid, k); };
     const std::vector<int>& in_shape =
         node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
 
@@ -111,20 +83,18 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
       case LayerKind::Input:
         plan.input_slot = nid;
         plan.input_shape = node.out_shape;
-        slot_of[id] = nid;
-        plan.slot_size[id] = Tensor::element_count(node.out_shape);
-        slot_readers[id] = consumers[id];
+        lower.set_input(nid);
         continue;
       case LayerKind::Dropout:
-      case LayerKind::Flatten: alias(in_slot(0)); continue;
+      case LayerKind::Flatten: lower.alias(nid, in_slot(0)); continue;
       case LayerKind::ZeroPadding2D: {
         const int reader = only_reader[id];
-        const bool into_conv = consumers[id] == 1 && reader >= 0 &&
+        const bool into_conv = lower.consumers(nid) == 1 && reader >= 0 &&
                                (g.nodes[static_cast<std::size_t>(reader)].kind == LayerKind::Conv2D ||
                                 g.nodes[static_cast<std::size_t>(reader)].kind == LayerKind::DepthwiseConv2D);
         if (into_conv) {  // zeros are what convolution padding means
           folded_pad[id] = true;
-          alias(in_slot(0));
+          lower.alias(nid, in_slot(0));
           continue;
         }
         Op op;
@@ -134,47 +104,31 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
         op.oh = node.out_shape[0], op.ow = node.out_shape[1], op.oc = node.out_shape[2];
         op.pad_top = node.pad_top, op.pad_bottom = node.pad_bottom, op.pad_left = node.pad_left,
         op.pad_right = node.pad_right;
-        add_op(std::move(op), node, nid);
+        lower.add(std::move(op), nid);
         continue;
       }
       case LayerKind::BatchNormalization: {
-        const std::size_t c = static_cast<std::size_t>(in_shape.back());
-        // Keras: (x - mean) / sqrt(var + eps) * gamma + beta, constants in double, rounded once
-        // (exactly the CPU backend's folding).
-        std::vector<double> scale(c), shift(c);
-        const Weight* gamma = node.weight("gamma");
-        const Weight* beta = node.weight("beta");
-        const float* mean = node.weight("moving_mean")->ptr();
-        const float* var = node.weight("moving_variance")->ptr();
-        for (std::size_t i = 0; i < c; ++i) {
-          scale[i] = (gamma ? double(gamma->ptr()[i]) : 1.0) / std::sqrt(double(var[i]) + double(node.epsilon));
-          shift[i] = (beta ? double(beta->ptr()[i]) : 0.0) - double(mean[i]) * scale[i];
-        }
-        Op* p = options.fold_batch_norm ? fusable_producer(in_slot(0)) : nullptr;
+        const detail::BatchNormAffine bn = detail::batch_norm_affine(node, static_cast<std::size_t>(in_shape.back()));
+        Op* p = options.fold_batch_norm ? lower.fusable_producer(in_slot(0)) : nullptr;
         if (p && p->type == OpType::Conv && p->residual < 0) {
-          // Weights are still in Keras order here: rows × output channels.
-          if (p->bias.empty()) p->bias.assign(c, 0.0f);
-          for (std::size_t r = 0; r < p->weights.size() / c; ++r)
-            for (std::size_t j = 0; j < c; ++j)
-              p->weights[r * c + j] = static_cast<float>(p->weights[r * c + j] * scale[j]);
-          for (std::size_t j = 0; j < c; ++j) p->bias[j] = static_cast<float>(p->bias[j] * scale[j] + shift[j]);
-          alias(in_slot(0));
+          detail::fold_into(bn, p->weights, p->bias);  // weights still in Keras order here
+          lower.alias(nid, in_slot(0));
           continue;
         }
         Op op;
         op.type = OpType::Affine;
         op.in = {in_slot(0)};
-        op.c = op.oc = static_cast<int>(c);
-        op.scale.assign(scale.begin(), scale.end());
-        op.bias.assign(shift.begin(), shift.end());
-        add_op(std::move(op), node, nid);
+        op.c = op.oc = in_shape.back();
+        op.scale.assign(bn.scale.begin(), bn.scale.end());
+        op.bias.assign(bn.shift.begin(), bn.shift.end());
+        lower.add(std::move(op), nid);
         continue;
       }
       case LayerKind::Activation: {
-        Op* p = options.fuse_activations ? fusable_producer(in_slot(0)) : nullptr;
+        Op* p = options.fuse_activations ? lower.fusable_producer(in_slot(0)) : nullptr;
         if (p && applies_activation(p->type)) {
           p->act = node.activation;
-          alias(in_slot(0));
+          lower.alias(nid, in_slot(0));
           continue;
         }
         Op op;
@@ -182,7 +136,7 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
         op.in = {in_slot(0)};
         op.c = op.oc = in_shape.back();
         op.act = node.activation;
-        add_op(std::move(op), node, nid);
+        lower.add(std::move(op), nid);
         continue;
       }
       case LayerKind::Add:
@@ -193,15 +147,14 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
           for (int k = 0; k < 2 && !fused; ++k) {
             const int s = in_slot(static_cast<std::size_t>(k)), z = in_slot(static_cast<std::size_t>(1 - k));
             if (s == z) break;
-            Op* p = fusable_producer(s);
+            Op* p = lower.fusable_producer(s);
             // z must be complete before p runs: in ResNet, Add([shortcut, x]) has the shortcut
             // conv first in the graph, and x is computed after it.
-            const int zp = producer[static_cast<std::size_t>(z)];
-            if (p && zp >= producer[static_cast<std::size_t>(s)]) p = nullptr;
+            if (p && lower.producer(z) >= lower.producer(s)) p = nullptr;
             if (p && p->type == OpType::Conv && p->residual < 0) {
               p->residual = z;
               p->residual_scale = 1.0f;
-              alias(s);
+              lower.alias(nid, s);
               fused = true;
             }
           }
@@ -212,13 +165,13 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
           op.in = {in_slot(0), in_slot(1)};
           op.c = op.oc = in_shape.back();
           op.residual_scale = scaled ? node.residual_scale : 1.0f;
-          add_op(std::move(op), node, nid);
+          lower.add(std::move(op), nid);
           for (std::size_t k = 2; k < node.inputs.size(); ++k) {  // y += input k, in place
             Op more;
             more.type = OpType::Affine;
             more.in = {nid, in_slot(k)};
             more.c = more.oc = in_shape.back();
-            add_op(std::move(more), node, nid);
+            lower.add(std::move(more), nid);
           }
         }
         continue;
@@ -296,8 +249,9 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
                               (node.keras_class.empty() ? std::string(trainer::to_string(node.kind)) : node.keras_class) +
                               ") is not supported");
     }
-    add_op(std::move(op), node, nid);
+    lower.add(std::move(op), nid);
   }
+  plan.slot_size = lower.slot_sizes();
 
   // Weights: Keras order (rows × output channels) → cuDNN's KRSC (output channel major). For a
   // Conv2D the rows are (ky, kx, cin); for a depthwise conv (ky, kx) with the output channel
@@ -314,7 +268,7 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
   }
 
   for (int o : g.outputs) {
-    plan.outputs.push_back(slot_of[static_cast<std::size_t>(o)]);
+    plan.outputs.push_back(lower.slot(o));
     plan.output_shapes.push_back(g.nodes[static_cast<std::size_t>(o)].out_shape);
   }
 
