@@ -41,13 +41,14 @@ void run_bench(BenchArgs& args) {
     s.threads.push_back(hw);
   }
   if (s.repeat < 1) throw InvalidArgument("--repeat must be >= 1");
+  if (!(s.min_seconds >= 0)) throw InvalidArgument("--min-time must be >= 0 seconds");
   s.peers_script = find_peers_script();
   const std::string machine = machine_description();
   std::printf("machine: %s\n", machine.c_str());
   std::printf("dataset: %s, %zu images; %dx%d %s, batch %d, prefetch %d; each figure the median of %d runs after a "
-              "warm-up\n",
+              "warm-up, a run being whole epochs for at least %.2g s (the cold epoch: one)\n",
               s.loader.data.c_str(), ds.size(), s.loader.image_size, s.loader.image_size, s.loader.interpolation.c_str(),
-              s.loader.batch_size, s.loader.prefetch, s.repeat);
+              s.loader.batch_size, s.loader.prefetch, s.repeat, s.min_seconds);
 
   std::vector<BenchRow> rows;
   for (const auto& suite : args.suites) {
@@ -75,6 +76,7 @@ void run_bench(BenchArgs& args) {
   report["image_size"] = s.loader.image_size;
   report["batch_size"] = s.loader.batch_size;
   report["repeat"] = s.repeat;
+  report["min_seconds"] = s.min_seconds;
   for (const auto& r : rows) {
     report["rows"].push_back({{"suite", r.suite}, {"config", r.config}, {"threads", r.threads}, {"img_per_s", r.img_per_s},
                               {"reference", r.reference}, {"ratio", r.ratio}, {"note", r.note}});
@@ -102,6 +104,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--threads-list", args->settings.threads, "thread counts to measure (default 1, 2, 4, … all)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--repeat", args->settings.repeat, "timed runs per figure (median reported)")->capture_default_str();
+  cmd->add_option("--min-time", args->settings.min_seconds, "seconds a timed run lasts at least (whole epochs)")
+      ->capture_default_str();
   cmd->add_option("--suite", args->suites, "loader cache augment gpu peers (default: all)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--json", args->json, "write the results as JSON to this file");

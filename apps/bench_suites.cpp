@@ -62,11 +62,36 @@ double epoch_img_per_s(Loader& loader, std::uint64_t epoch) {
   return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Warm-up epoch, then the median of `repeat` epochs.
-double loader_rate(const Dataset& ds, const LoaderOptions& o, int repeat) {
+// One timed run: whole epochs (each epoch's images counted, its start-up and drain included) until
+// at least `min_seconds` have passed, so that a small dataset on a fast machine is not timed over
+// a few milliseconds. `run_epoch(e)` returns the images of epoch e; `next_epoch` advances.
+template <class F>
+double timed_epochs(F&& run_epoch, std::uint64_t& next_epoch, double min_seconds) {
+  const auto t0 = Clock::now();
+  std::size_t images = 0;
+  double elapsed = 0;
+  do {
+    images += run_epoch(next_epoch++);
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (elapsed < min_seconds);
+  return static_cast<double>(images) / elapsed;
+}
+
+std::size_t loader_epoch(Loader& loader, std::uint64_t epoch) {
+  loader.begin_epoch(epoch);
+  std::size_t n = 0;
+  while (auto b = loader.next()) n += static_cast<std::size_t>(b->size());
+  return n;
+}
+
+// Warm-up epoch, then the median of `repeat` timed runs of at least min_seconds each.
+double loader_rate(const Dataset& ds, const LoaderOptions& o, const BenchSettings& s) {
   Loader loader(ds, o);
-  epoch_img_per_s(loader, 0);
-  return median_of(repeat, [&](int r) { return epoch_img_per_s(loader, static_cast<std::uint64_t>(r + 1)); });
+  loader_epoch(loader, 0);
+  std::uint64_t epoch = 1;
+  return median_of(s.repeat, [&](int) {
+    return timed_epochs([&](std::uint64_t e) { return loader_epoch(loader, e); }, epoch, s.min_seconds);
+  });
 }
 
 // Per-thread state of the raw loop: one TurboJPEG handle, reused buffers.
@@ -83,12 +108,10 @@ struct RawScratch {
 // (PIL-rule nearest; faster than OpenCV's), files already in memory, parallel over the files on
 // `threads` threads. What it leaves out is exactly the loader's own work: reading files,
 // scheduling, batching, bookkeeping.
-double raw_decode_img_per_s(const std::vector<std::vector<std::uint8_t>>& files, int size, int threads) {
+// One call is one pass over the files.
+std::size_t raw_decode_pass(const std::vector<std::vector<std::uint8_t>>& files, int size, tbb::task_arena& arena,
+                            tbb::enumerable_thread_specific<RawScratch>& scratch) {
   const ResizeTransform resize(size, size, Interpolation::Nearest);
-  // No slot reserved for the calling thread, as in the loader's arena: `threads` threads decode.
-  tbb::task_arena arena(threads, 0);
-  tbb::enumerable_thread_specific<RawScratch> scratch;
-  const auto t0 = Clock::now();
   arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, files.size(), 1), [&](const auto& r) {
       RawScratch& s = scratch.local();
@@ -110,7 +133,7 @@ double raw_decode_img_per_s(const std::vector<std::vector<std::uint8_t>>& files,
       }
     });
   });
-  return static_cast<double>(files.size()) / std::chrono::duration<double>(Clock::now() - t0).count();
+  return files.size();
 }
 
 // Asks the kernel to drop the dataset's files from the page cache, so the next read hits the disk.
@@ -139,7 +162,7 @@ std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {
   for (int t : s.threads) {
     LoaderOptions o = s.loader.options();
     o.threads = t;
-    rates.push_back(loader_rate(ds, o, s.repeat));
+    rates.push_back(loader_rate(ds, o, s));
     buffer_bytes = Loader(ds, o).buffer_bytes();
   }
   const double loader_rss = peak_rss_mib();
@@ -152,8 +175,13 @@ std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {
   }
   for (std::size_t i = 0; i < s.threads.size(); ++i) {
     const int t = s.threads[i];
-    raw_decode_img_per_s(files, s.loader.image_size, t);  // warm-up
-    const double raw = median_of(s.repeat, [&](int) { return raw_decode_img_per_s(files, s.loader.image_size, t); });
+    // No slot reserved for the calling thread, as in the loader's arena: `t` threads decode.
+    tbb::task_arena arena(t, 0);
+    tbb::enumerable_thread_specific<RawScratch> scratch;
+    auto pass = [&](std::uint64_t) { return raw_decode_pass(files, s.loader.image_size, arena, scratch); };
+    pass(0);  // warm-up
+    std::uint64_t round = 1;
+    const double raw = median_of(s.repeat, [&](int) { return timed_epochs(pass, round, s.min_seconds); });
     rows.push_back({"loader", "raw limit: bare TurboJPEG decode + resize, files in memory", t, raw, "", 0, ""});
     char note[160];
     std::snprintf(note, sizeof note, "peak RSS %.0f MiB (%.0f before; batch buffers %.1f MiB)", loader_rss,
@@ -177,12 +205,12 @@ std::vector<BenchRow> cache_suite(const Dataset& ds, const BenchSettings& s) {
     });
   }
   rows.push_back({"cache", "epoch 1, cold (files evicted from the page cache)", t, cold, "", 0, ""});
-  const double warm_files = loader_rate(ds, base, s.repeat);
+  const double warm_files = loader_rate(ds, base, s);
   rows.push_back({"cache", "epoch 2+, no cache (files in the page cache)", t, warm_files, "cold", warm_files / cold, ""});
   for (CacheKind kind : {CacheKind::Encoded, CacheKind::Decoded}) {
     LoaderOptions o = base;
     o.cache.kind = kind;
-    const double r = loader_rate(ds, o, s.repeat);  // the warm-up epoch fills the cache
+    const double r = loader_rate(ds, o, s);  // the warm-up epoch fills the cache
     rows.push_back({"cache", std::string("epoch 2+, ") + to_string(kind) + " cache in RAM", t, r, "cold", r / cold, ""});
   }
   const std::string file = "/tmp/stoker-bench-" + std::to_string(::getpid()) + ".cache";
@@ -209,16 +237,16 @@ std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
   for (int t : s.threads) {
     LoaderOptions plain = s.loader.options();
     plain.threads = t;
-    const double resize = loader_rate(ds, plain, s.repeat);
+    const double resize = loader_rate(ds, plain, s);
     LoaderOptions aug = plain;
     aug.transform = std::make_shared<Augmenter>(keras_example_augmentation(s.loader.image_size, s.loader.image_size));
-    const double augmented = loader_rate(ds, aug, s.repeat);
+    const double augmented = loader_rate(ds, aug, s);
     rows.push_back({"augment", "stoker loader, resize only", t, resize, "", 0, ""});
     rows.push_back({"augment", "stoker loader + the seed's Keras augmentation (CPU)", t, augmented, "resize only",
                     augmented / resize, ""});
     LoaderOptions cached = aug;
     cached.cache.kind = CacheKind::Decoded;
-    const double warm = loader_rate(ds, cached, s.repeat);
+    const double warm = loader_rate(ds, cached, s);
     rows.push_back({"augment", "seed's augmentation from the decoded cache (CPU)", t, warm, "resize only",
                     warm / resize, ""});
   }
@@ -228,7 +256,7 @@ std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
 std::vector<BenchRow> gpu_suite(const Dataset& ds, const BenchSettings& s) {
   const int t = s.threads.back();
   if (cuda_device_count() == 0) {
-    return {{"gpu", "warm epochs into GPU memory", t, 0, "", 0, "skipped: no CUDA device"}};
+    return {{"gpu", "warm epochs into GPU memory", t, 0, "", 0, "skipped: " + cuda_unavailable_reason()}};
   }
   LoaderOptions lo = s.loader.options();
   lo.threads = t;
@@ -244,7 +272,6 @@ std::vector<BenchRow> gpu_suite(const Dataset& ds, const BenchSettings& s) {
     GpuFeed feed(ds, lo, fo);
     const Stream consumer;
     auto epoch = [&](std::uint64_t e) {
-      const auto t0 = Clock::now();
       feed.begin_epoch(e);
       std::size_t n = 0;
       while (auto b = feed.next()) {
@@ -252,10 +279,11 @@ std::vector<BenchRow> gpu_suite(const Dataset& ds, const BenchSettings& s) {
         n += static_cast<std::size_t>(b->size());
       }
       consumer.synchronize();
-      return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+      return n;
     };
     epoch(0);  // fills the decoded cache
-    const double r = median_of(s.repeat, [&](int i) { return epoch(static_cast<std::uint64_t>(i + 1)); });
+    std::uint64_t next = 1;
+    const double r = median_of(s.repeat, [&](int) { return timed_epochs(epoch, next, s.min_seconds); });
     rows.push_back({"gpu",
                     augment ? "warm epochs + CUDA augmentation (seed's, bf16 NCHW) in GPU memory"
                             : "warm epochs, uint8 batches in GPU memory",
@@ -271,7 +299,8 @@ std::vector<BenchRow> peers_suite(const BenchSettings& s) {
     const std::string cmd = python + " " + s.peers_script + " --framework " + framework + " --data '" + s.loader.data +
                             "' --image-size " + std::to_string(s.loader.image_size) + " --batch-size " +
                             std::to_string(s.loader.batch_size) + " --workers " + std::to_string(workers) +
-                            " --repeat " + std::to_string(s.repeat) + (augment ? " --augment" : "") + " 2>/dev/null";
+                            " --repeat " + std::to_string(s.repeat) + " --min-seconds " + std::to_string(s.min_seconds) +
+                            (augment ? " --augment" : "") + " 2>/dev/null";
     std::string out;
     if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
       std::array<char, 4096> buf{};

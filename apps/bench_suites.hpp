@@ -1,5 +1,6 @@
 // The figures `stoker bench` measures. Each suite returns rows; bench_command.cpp prints them,
-// writes JSON and a chart. Every figure is the median of `repeat` timed runs after a warm-up.
+// writes JSON and a chart. Every figure is the median of `repeat` timed runs after a warm-up; a
+// timed run spans whole epochs until at least `min_seconds` have passed (the cold epoch: one).
 #pragma once
 
 #include <string>
@@ -13,6 +14,7 @@ struct BenchSettings {
   LoaderFlags loader;            // dataset, image size, batch size, prefetch…
   std::vector<int> threads;      // thread counts to measure
   int repeat = 3;
+  double min_seconds = 1.0;      // a timed run spans whole epochs until at least this long
   std::string torch_python, keras_python;
   std::string peers_script;      // bench/loader_peers.py
 };

@@ -1,5 +1,8 @@
 #include "device.hpp"
 
+#include <charconv>
+#include <system_error>
+
 #include "stoker/error.hpp"
 #include "stoker/pipeline/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
@@ -15,25 +18,35 @@ namespace {
 
 DeviceChoice choose_device(const std::string& request) {
   if (request == "cpu") return {false, 0, "cpu"};
-  const int gpus = cuda_device_count();
   if (request == "auto") {
-    return {false, 0, gpus > 0 ? "cpu (a GPU is present: --device cuda runs the backbone with cuDNN)" : "cpu (no GPU found)"};
+    const int gpus = cuda_device_count();
+    return {false, 0,
+            gpus > 0 ? "cpu (auto stays on the CPU: the cuDNN backend is used only when asked for, with --device cuda)"
+                     : "cpu (no GPU found)"};
   }
   if (request.rfind("cuda", 0) != 0) bad_request(request);
   int index = 0;
   if (request.size() > 4) {
     if (request[4] != ':' || request.size() == 5) bad_request(request);
-    try {
-      index = std::stoi(request.substr(5));
-    } catch (...) {
-      bad_request(request);
-    }
+    const char* first = request.data() + 5;
+    const char* last = request.data() + request.size();
+    const auto [end, ec] = std::from_chars(first, last, index);
+    if (ec != std::errc() || end != last) bad_request(request);
   }
-  if (gpus == 0) throw InvalidArgument("--device " + request + ": no CUDA device is present (use --device cpu)");
+  const int gpus = cuda_device_count();
+  if (gpus == 0) {
+    throw InvalidArgument("--device " + request + ": " + cuda_unavailable_reason() + " (use --device cpu)");
+  }
   if (index < 0 || index >= gpus) {
-    throw InvalidArgument("--device " + request + ": there are " + std::to_string(gpus) + " CUDA devices");
+    throw InvalidArgument("--device " + request + ": there are " + std::to_string(gpus) + " CUDA devices (0.." +
+                          std::to_string(gpus - 1) + ")");
   }
-  return {true, index, "cuda:" + std::to_string(index) + " (cuDNN backend)"};
+  if (!trainer::built_with_cudnn()) {
+    throw InvalidArgument("--device " + request + ": this stoker was built without cuDNN (configure with "
+                          "STOKER_CUDNN=ON); use --device cpu");
+  }
+  set_device(index);
+  return {true, index, "cuda:" + std::to_string(index) + " (" + cuda_device_description() + "; cuDNN backend)"};
 }
 
 std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, const DeviceChoice& device,

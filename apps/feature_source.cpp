@@ -1,5 +1,6 @@
 #include "feature_source.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "progress.hpp"
@@ -49,26 +50,52 @@ class GpuFeatureSource final : public FeatureSource {
     feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
   }
   std::size_t batches_per_epoch() const override { return feed_->batches_per_epoch(); }
+  std::string describe() const override {
+    return feed_->describe() + "; backbone " + backbone_->name() + ", " +
+           std::to_string(backbone_->device_bytes() >> 20) + " MiB on the device, max batch " +
+           std::to_string(backbone_->max_batch());
+  }
 
   EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) override {
     EpochTimes t;
+    double stalled = 0, gpu = 0;
     const double waited_before = feed_->stats().consumer_wait_seconds;
     feed_->begin_epoch(epoch);
     while (auto b = feed_->next()) {
+      if (b->dtype() != DType::F16 || b->layout() != Layout::NHWC || b->label_width() != 1) {
+        throw Error(std::string("GPU features: the feed delivers ") + to_string(b->dtype()) + " " +
+                    to_string(b->layout()) + " with " + std::to_string(b->label_width()) +
+                    " label values per sample; the backbone needs F16 NHWC and sparse labels");
+      }
       const auto t0 = Clock::now();
+      // The stream is idle here (synchronised after the previous batch): `before_` is stamped at
+      // once, `ready_` when the batch's copy and augmentation are done; the gap is time the GPU
+      // waited for data, which next() does not see.
+      before_.record(stream_);
       b->wait_on(stream_.get());  // the GPU waits for the batch, not the host
+      ready_.record(stream_);
       const auto out = backbone_->forward_device(b->data(), b->dtype(), b->size(), stream_.get());
       const trainer::DeviceTensor& f = out.at(0);
       const std::size_t values = trainer::Tensor::element_count(f.shape);
       host_.resize(values);
+      // The views are overwritten by the next forward_device call: copied out before it.
       copy_to_host_async(host_.data(), f.data, values * sizeof(float), stream_.get());
+      done_.record(stream_);
       stream_.synchronize();  // the head trains on the host: it needs the features now
-      t.compute_seconds += since(t0);
-      classes_.assign(b->labels().begin(), b->labels().end());  // sparse labels: the class index
-      fn(host_.data(), classes_.data(), b->size(), static_cast<int>(values / static_cast<std::size_t>(b->size())));
-      b->release(stream_.get());
+      const double batch_stall = std::max(0.0, static_cast<double>(Event::elapsed_ms(before_, ready_)) / 1e3);
+      stalled += batch_stall;
+      gpu += std::max(0.0, static_cast<double>(Event::elapsed_ms(ready_, done_)) / 1e3);
+      t.compute_seconds += std::max(0.0, since(t0) - batch_stall);
+      // Sparse labels: the class index as a float. Copied before the slot goes back.
+      const auto labels = b->labels();
+      classes_.resize(labels.size());
+      std::transform(labels.begin(), labels.end(), classes_.begin(), [](float v) { return static_cast<int>(v); });
+      const int n = b->size();
+      b->release(stream_.get());  // the stream is idle: the slot can be refilled now, while the head trains
+      fn(host_.data(), classes_.data(), n, static_cast<int>(values / static_cast<std::size_t>(n)));
     }
-    t.data_wait_seconds = feed_->stats().consumer_wait_seconds - waited_before;
+    t.data_wait_seconds = feed_->stats().consumer_wait_seconds - waited_before + stalled;
+    t.gpu_seconds = gpu;
     return t;
   }
 
@@ -76,6 +103,7 @@ class GpuFeatureSource final : public FeatureSource {
   std::shared_ptr<trainer::CudnnBackend> backbone_;
   std::unique_ptr<GpuFeed> feed_;
   Stream stream_;
+  Event before_{true}, ready_{true}, done_{true};  // timing events, one set reused per batch
   std::vector<float> host_;
   std::vector<int> classes_;
 };

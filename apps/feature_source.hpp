@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,12 @@
 namespace stoker::app {
 
 struct EpochTimes {
-  double data_wait_seconds = 0;  // the consumer waited for batches
-  double compute_seconds = 0;    // in the backbone (and, on the GPU, bringing features back)
+  // The consumer waited for batches: on the host in next(), and on the GPU, the backbone's stream
+  // waiting for a batch's copy and augmentation (CUDA events).
+  double data_wait_seconds = 0;
+  double compute_seconds = 0;  // host time in the backbone (and, on the GPU, bringing features back)
+  // GPU time of the backbone and the features' copy back (CUDA events); none on the CPU path.
+  std::optional<double> gpu_seconds;
 };
 
 // features: n × dim floats (host), classes: n class indices.
@@ -30,6 +35,7 @@ class FeatureSource {
   virtual ~FeatureSource() = default;
   virtual std::size_t batches_per_epoch() const = 0;
   virtual EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) = 0;
+  virtual std::string describe() const { return {}; }  // one line for the log, empty when nothing to say
 };
 
 // The Loader's batches (float32 NHWC from its transform) through backbone.forward().

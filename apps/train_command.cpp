@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -48,8 +49,13 @@ nlohmann::json to_json(const Utilisation& u) {
                       {"data_wait_share", u.data_wait_share},
                       {"compute_share", u.compute_share},
                       {"limited_by", limiting_stage(u)}};
-  j["gpu_busy_percent"] = u.gpu_busy_percent ? nlohmann::json(*u.gpu_busy_percent) : nlohmann::json(nullptr);
-  j["gpu_memory_used_mib"] = u.gpu_memory_used_mib ? nlohmann::json(*u.gpu_memory_used_mib) : nlohmann::json(nullptr);
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  j["gpu_run"] = u.gpu_run;
+  j["gpu_busy_percent"] = opt(u.gpu_busy_percent);  // NVML, device-wide, mean over the stretch
+  j["gpu_busy_samples"] = u.gpu_busy_samples;
+  j["gpu_memory_used_mib"] = opt(u.gpu_memory_used_mib);  // NVML, device-wide peak
+  j["backbone_gpu_share"] = opt(u.backbone_gpu_share);    // CUDA events: the run's own GPU time / wall
+  if (!u.gpu_note.empty()) j["gpu_note"] = u.gpu_note;
   return j;
 }
 
@@ -71,7 +77,8 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
   std::ofstream(fs::path(c.out) / "history.json") << j.dump(2) << "\n";
 
   Series loss{"loss", {}, {}}, val_loss{"val_loss", {}, {}}, acc{"accuracy", {}, {}}, val_acc{"val_accuracy", {}, {}};
-  Series rate{"img/s", {}, {}}, cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy %", {}, {}};
+  Series rate{"img/s", {}, {}}, cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
+  Series own{"backbone on GPU % (events)", {}, {}};
   for (const auto& e : log) {
     const double x = e.epoch + 1;
     loss.x.push_back(x), loss.y.push_back(e.train.loss);
@@ -81,12 +88,14 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
     cpu.x.push_back(x), cpu.y.push_back(e.utilisation.cpu_percent_of_all_cores);
     wait.x.push_back(x), wait.y.push_back(100 * e.utilisation.data_wait_share);
     if (e.utilisation.gpu_busy_percent) gpu.x.push_back(x), gpu.y.push_back(*e.utilisation.gpu_busy_percent);
+    if (e.utilisation.backbone_gpu_share) own.x.push_back(x), own.y.push_back(100 * *e.utilisation.backbone_gpu_share);
   }
   write_charts(fs::path(c.out) / "metrics.png",
                {Chart{"loss per epoch", "epoch", "binary/categorical cross-entropy", {loss, val_loss}},
                 Chart{"accuracy per epoch", "epoch", "accuracy", {acc, val_acc}}});
   std::vector<Series> util{cpu, wait};
   if (!gpu.x.empty()) util.push_back(gpu);
+  if (!own.x.empty()) util.push_back(own);
   write_charts(fs::path(c.out) / "throughput.png",
                {Chart{"training throughput over time", "seconds", "images per second", {throughput}},
                 Chart{"utilisation per epoch", "epoch", "percent", util}});
@@ -132,6 +141,7 @@ void run_train(TrainConfig& c) {
   }
   const int dim = out[0];
   const auto gpu = place_backbone(backbone, device, c.loader.batch_size);
+  const std::optional<int> gpu_index = device.cuda ? std::optional<int>(device.index) : std::nullopt;
 
   // The CPU path: loaders with the Augmenter as their transform (float32 batches) into the
   // backbone. The GPU path: uint8 batches from plain-resize loaders into GPU feeds whose stage is
@@ -163,6 +173,7 @@ void run_train(TrainConfig& c) {
               c.cut_at.empty() ? "" : " cut at ", c.cut_at.c_str(), backbone.parameter_count(), dim,
               device.description.c_str());
   if (train_loader && !train_loader->cache_status().empty()) std::printf("%s\n", train_loader->cache_status().c_str());
+  if (const std::string d = train_source->describe(); !d.empty()) std::printf("training batches: %s\n", d.c_str());
 
   trainer::AdamConfig adam;
   adam.learning_rate = static_cast<float>(c.learning_rate);
@@ -187,14 +198,14 @@ void run_train(TrainConfig& c) {
   if (!c.augments()) {
     // Deterministic inputs: features once, then every epoch trains the head on them.
     std::printf("no augmentation: computing each image's features once\n");
-    UtilisationMeter meter;
+    UtilisationMeter meter(gpu_index);
     const Features tf = collect_features(*train_source, 0, "training features");
-    const Utilisation u = meter.finish(tf.times.data_wait_seconds, tf.times.compute_seconds);
+    const Utilisation u = meter.finish(tf.times.data_wait_seconds, tf.times.compute_seconds, tf.times.gpu_seconds);
     const double extract_rate = tf.n / std::max(1e-9, u.seconds);
     throughput.x.push_back(std::chrono::duration<double>(Clock::now() - run_start).count());
     throughput.y.push_back(extract_rate);
     for (int epoch = 0; epoch < c.epochs; ++epoch) {
-      UtilisationMeter epoch_meter;
+      UtilisationMeter epoch_meter(gpu_index);
       EpochLog e;
       e.epoch = epoch;
       e.features_cached = epoch > 0;
@@ -208,7 +219,7 @@ void run_train(TrainConfig& c) {
     }
   } else {
     for (int epoch = 0; epoch < c.epochs; ++epoch) {
-      UtilisationMeter meter;
+      UtilisationMeter meter(gpu_index);
       Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs),
                         train_source->batches_per_epoch());
       double loss_sum = 0;
@@ -233,7 +244,7 @@ void run_train(TrainConfig& c) {
       e.epoch = epoch;
       e.train = {loss_sum / std::max<double>(1, static_cast<double>(images)),
                  correct / std::max<double>(1, static_cast<double>(images)), static_cast<int>(images)};
-      e.utilisation = meter.finish(times.data_wait_seconds, times.compute_seconds);
+      e.utilisation = meter.finish(times.data_wait_seconds, times.compute_seconds, times.gpu_seconds);
       e.images_per_second = static_cast<double>(images) / std::max(1e-9, e.utilisation.seconds);
       finish_epoch(e);
     }

@@ -3,9 +3,13 @@
 #include <dlfcn.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <thread>
+
+#if defined(STOKER_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 namespace stoker::app {
 namespace {
@@ -27,33 +31,52 @@ void process_io(std::uint64_t& read_bytes, std::uint64_t& rchar) {
   }
 }
 
-// NVML, loaded at run time so that stoker neither links nor requires it.
+// NVML, loaded at run time so that stoker neither links nor requires it. The signatures are
+// nvml.h's (nvmlReturn_t is an int enum, 0 = NVML_SUCCESS; nvmlDevice_t a pointer).
 struct Nvml {
-  struct Rates {
+  struct Rates {  // nvmlUtilization_t
     unsigned gpu, memory;
   };
-  struct Memory {
+  struct Memory {  // nvmlMemory_t (v1)
     unsigned long long total, free, used;
   };
   using Init = int (*)();
+  using GetCount = int (*)(unsigned*);
   using GetHandle = int (*)(unsigned, void**);
+  using GetHandleByPci = int (*)(const char*, void**);
   using GetRates = int (*)(void*, Rates*);
   using GetMemory = int (*)(void*, Memory*);
 
   Nvml() {
     lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
+    if (!lib) {
+      why = "NVML n/a: libnvidia-ml.so.1 not found";
+      return;
+    }
     auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
-    auto handle = reinterpret_cast<GetHandle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    count = reinterpret_cast<GetCount>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+    by_index = reinterpret_cast<GetHandle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    by_pci = reinterpret_cast<GetHandleByPci>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     rates = reinterpret_cast<GetRates>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
     memory = reinterpret_cast<GetMemory>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
-    ok = init && handle && rates && memory && init() == 0 && handle(0, &device) == 0;
+    if (!init || !count || !by_index || !rates || !memory) {
+      why = "NVML n/a: libnvidia-ml.so.1 lacks the functions used";
+      return;
+    }
+    if (const int rc = init(); rc != 0) {
+      why = "NVML n/a: nvmlInit failed (code " + std::to_string(rc) + ")";
+      return;
+    }
+    ok = true;
   }
   void* lib = nullptr;
-  void* device = nullptr;
+  GetCount count = nullptr;
+  GetHandle by_index = nullptr;
+  GetHandleByPci by_pci = nullptr;
   GetRates rates = nullptr;
   GetMemory memory = nullptr;
   bool ok = false;
+  std::string why;
 };
 
 const Nvml& nvml() {
@@ -61,13 +84,81 @@ const Nvml& nvml() {
   return instance;
 }
 
-}  // namespace
-
-UtilisationMeter::UtilisationMeter() : start_(std::chrono::steady_clock::now()), cpu_seconds_(process_cpu_seconds()) {
-  process_io(read_bytes_, rchar_);
+// The NVML handle of CUDA device `cuda_device`. NVML numbers devices in PCI order and ignores
+// CUDA_VISIBLE_DEVICES, so the match goes through the PCI bus id; index 0 only when NVML sees a
+// single device.
+void* nvml_device_for(int cuda_device, std::string& why) {
+  const Nvml& n = nvml();
+  if (!n.ok) {
+    why = n.why;
+    return nullptr;
+  }
+#if defined(STOKER_HAVE_CUDA)
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus), cuda_device) == cudaSuccess) {
+    void* d = nullptr;
+    if (n.by_pci && n.by_pci(bus, &d) == 0 && d) return d;
+  } else {
+    cudaGetLastError();
+  }
+#endif
+  unsigned count = 0;
+  void* d = nullptr;
+  if (n.count(&count) == 0 && count == 1 && n.by_index(0, &d) == 0 && d) return d;
+  why = "NVML n/a: CUDA device " + std::to_string(cuda_device) + " not matched to an NVML device";
+  return nullptr;
 }
 
-Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_seconds) const {
+}  // namespace
+
+UtilisationMeter::UtilisationMeter(std::optional<int> cuda_device) : gpu_run_(cuda_device.has_value()) {
+  // NVML first: loading and initialising it (the first time) can take a while, which is not the
+  // stretch being measured.
+  if (cuda_device) nvml_device_ = nvml_device_for(*cuda_device, gpu_note_);
+  start_ = std::chrono::steady_clock::now();
+  cpu_seconds_ = process_cpu_seconds();
+  process_io(read_bytes_, rchar_);
+  if (!nvml_device_) return;
+  // NVML's utilisation is a trailing average over its own sample period (1/6 s to 1 s): one
+  // reading at finish() would describe the last moment only (for a head-only epoch, the feature
+  // extraction before it). Readings every 100 ms, averaged, describe the stretch.
+  try {
+    sampler_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_; })) sample();
+    });
+  } catch (...) {
+    // No thread: finish() still takes one reading.
+  }
+}
+
+UtilisationMeter::~UtilisationMeter() { stop_sampler(); }
+
+void UtilisationMeter::stop_sampler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+void UtilisationMeter::sample() {
+  if (!nvml_device_) return;
+  Nvml::Rates r{};
+  Nvml::Memory m{};
+  if (nvml().rates(nvml_device_, &r) == 0) {
+    busy_sum_ += r.gpu;
+    ++busy_samples_;
+  }
+  if (nvml().memory(nvml_device_, &m) == 0) {
+    const double used = static_cast<double>(m.used) / (1 << 20);
+    memory_peak_mib_ = std::max(memory_peak_mib_.value_or(0.0), used);
+  }
+}
+
+Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_seconds, std::optional<double> gpu_seconds) {
+  stop_sampler();
   Utilisation u;
   u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double wall = u.seconds > 0 ? u.seconds : 1e-9;
@@ -79,33 +170,47 @@ Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_se
   u.cpu_percent_of_all_cores = 100.0 * (process_cpu_seconds() - cpu_seconds_) / wall / cores;
   u.data_wait_share = data_wait_seconds / wall;
   u.compute_share = compute_seconds / wall;
-  if (nvml().ok) {
-    Nvml::Rates r{};
-    Nvml::Memory m{};
-    if (nvml().rates(nvml().device, &r) == 0) u.gpu_busy_percent = r.gpu;
-    if (nvml().memory(nvml().device, &m) == 0) u.gpu_memory_used_mib = static_cast<double>(m.used) / (1 << 20);
-  }
+  u.gpu_run = gpu_run_;
+  if (gpu_seconds) u.backbone_gpu_share = *gpu_seconds / wall;
+  std::lock_guard lock(mu_);
+  sample();  // the last stretch, and the only reading of a stretch shorter than 100 ms
+  if (busy_samples_ > 0) u.gpu_busy_percent = busy_sum_ / busy_samples_;
+  u.gpu_busy_samples = busy_samples_;
+  u.gpu_memory_used_mib = memory_peak_mib_;
+  u.gpu_note = gpu_note_;
+  if (nvml_device_ && busy_samples_ == 0) u.gpu_note = "NVML gives no utilisation for this device (MIG instance?)";
   return u;
 }
 
 std::string limiting_stage(const Utilisation& u) {
   if (u.data_wait_share > 0.2) {
-    return u.disk_read_mb_per_s > 50 ? "the input pipeline (disk reads): try --cache decoded"
-                                     : "the input pipeline (decode/augmentation on the CPU): try --cache decoded or more --threads";
+    if (u.disk_read_mb_per_s > 50) return "the input pipeline (disk reads): try --cache decoded";
+    return u.gpu_run ? "the input pipeline (decode on the CPU, or the copy/augmentation on the GPU): try --cache "
+                       "decoded or more --threads"
+                     : "the input pipeline (decode/augmentation on the CPU): try --cache decoded or more --threads";
   }
   if (u.compute_share > 0.6) return "the model's compute (the input pipeline keeps up)";
-  return "neither clearly: host-side overheads between batches";
+  return "neither clearly: host-side work between batches (the head's training step, bookkeeping)";
 }
 
 std::string describe(const Utilisation& u) {
-  char buf[512];
+  char buf[768];
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  std::string gpu = "GPU n/a (CPU run or NVML unavailable)";
-  if (u.gpu_busy_percent) {
-    char g[128];
-    std::snprintf(g, sizeof g, "GPU busy %.0f%% (NVML), %.0f MiB held", *u.gpu_busy_percent,
-                  u.gpu_memory_used_mib.value_or(0));
-    gpu = g;
+  std::string gpu = "GPU not used";
+  if (u.gpu_run) {
+    char g[256];
+    gpu = "GPU:";
+    if (u.backbone_gpu_share) {
+      std::snprintf(g, sizeof g, " backbone %.0f%% of wall time (CUDA events),", 100 * *u.backbone_gpu_share);
+      gpu += g;
+    }
+    if (u.gpu_busy_percent) {
+      std::snprintf(g, sizeof g, " device busy %.0f%% (NVML, any process, mean of %d samples), %.0f MiB used on the device",
+                    *u.gpu_busy_percent, u.gpu_busy_samples, u.gpu_memory_used_mib.value_or(0));
+      gpu += g;
+    } else {
+      gpu += " " + (u.gpu_note.empty() ? std::string("NVML n/a") : u.gpu_note);
+    }
   }
   std::snprintf(buf, sizeof buf,
                 "disk %.1f MB/s (files %.1f MB/s incl. page cache) | CPU %.0f%% of %u cores | %s | waited for data "

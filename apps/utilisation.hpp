@@ -1,11 +1,15 @@
 // What the machine did during a stretch of training: disk, CPU, GPU and how long the trainer
-// waited for data. Samples process counters (/proc) and, where libnvidia-ml.so.1 loads, NVML.
+// waited for data. Samples process counters (/proc) and, for a run on a GPU where
+// libnvidia-ml.so.1 loads, NVML (sampled through the stretch, on the run's own device).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace stoker::app {
 
@@ -14,25 +18,53 @@ struct Utilisation {
   double disk_read_mb_per_s = 0;     // bytes the process read from storage (not the page cache)
   double file_read_mb_per_s = 0;     // bytes read through read() calls, page cache included
   double cpu_percent_of_all_cores = 0;
-  std::optional<double> gpu_busy_percent;     // NVML utilisation, when NVML loads
-  std::optional<double> gpu_memory_used_mib;  // NVML, whole device
+  bool gpu_run = false;              // the meter watched a CUDA device
+  // NVML's utilisation (share of time a kernel of any process ran on the device), the mean of
+  // the samples taken through the stretch; NVML averages each over its own window (up to 1 s).
+  std::optional<double> gpu_busy_percent;
+  int gpu_busy_samples = 0;
+  std::optional<double> gpu_memory_used_mib;  // NVML, whole device, all processes: the peak seen
+  std::string gpu_note;                       // why there is no NVML figure, when there is none
+  // The run's own GPU work (the backbone and the copy of its features), timed with CUDA events,
+  // over the wall time. Not the head: it trains on the host.
+  std::optional<double> backbone_gpu_share;
   double data_wait_share = 0;        // time the trainer waited for batches / wall time
-  double compute_share = 0;          // time in the model (forward + head) / wall time
+  double compute_share = 0;          // time in the backbone (or, for head-only epochs, the head) / wall time
 };
 
-// Snapshots the counters at construction; finish() returns the usage since then.
+// Snapshots the counters at construction; finish() returns the usage since then. With a CUDA
+// device, NVML is sampled on a background thread until finish().
 class UtilisationMeter {
  public:
-  UtilisationMeter();
-  Utilisation finish(double data_wait_seconds, double compute_seconds) const;
+  explicit UtilisationMeter(std::optional<int> cuda_device = std::nullopt);
+  ~UtilisationMeter();
+  UtilisationMeter(const UtilisationMeter&) = delete;
+  UtilisationMeter& operator=(const UtilisationMeter&) = delete;
+
+  // gpu_seconds: the run's GPU time measured with CUDA events (none on the CPU).
+  Utilisation finish(double data_wait_seconds, double compute_seconds,
+                     std::optional<double> gpu_seconds = std::nullopt);
 
  private:
+  void sample();         // one NVML reading into the sums (mu_ held)
+  void stop_sampler();
+
   std::chrono::steady_clock::time_point start_;
   double cpu_seconds_ = 0;
   std::uint64_t read_bytes_ = 0, rchar_ = 0;
+  bool gpu_run_ = false;
+  void* nvml_device_ = nullptr;  // nvmlDevice_t of the run's device, null without one
+  std::string gpu_note_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  double busy_sum_ = 0;
+  int busy_samples_ = 0;
+  std::optional<double> memory_peak_mib_;
+  std::thread sampler_;
 };
 
-// One line: "disk 12.3 MB/s | CPU 85% of 2 cores | GPU n/a | waited for data 3% → limited by …".
+// One line: "disk 12.3 MB/s | CPU 85% of 2 cores | GPU … | waited for data 3% → limited by …".
 std::string describe(const Utilisation& u);
 
 // Which stage limits throughput, in words, from the shares above.

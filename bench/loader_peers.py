@@ -2,7 +2,7 @@
 """The peers of stoker's loader, as users run them, measured like `stoker bench` measures stoker.
 
     python3 loader_peers.py --framework torch|keras --data DIR --image-size 299 --batch-size 64 \
-        --workers N [--augment] [--repeat 3]
+        --workers N [--augment] [--repeat 3] [--min-seconds 1]
 
 torch: torchvision ImageFolder + DataLoader(num_workers=N, pin_memory=False, shuffle=True) with
        Resize((S, S)) [+ RandomAffine(30, translate=(0.4, 0.4), scale=(0.75, 1.25), shear=0.4)
@@ -11,8 +11,9 @@ keras: tf_keras ImageDataGenerator.flow_from_directory (one thread: the plain it
        workers) with the seed's parameters when --augment (rotation 30, shifts 0.4, shear 0.4,
        zoom 0.25, horizontal flip, brightness [0.5, 1.5]), nearest resize (Keras' default).
 
-Prints one JSON object: {"framework", "augment", "workers", "img_per_s" (median of --repeat epochs
-after one warm-up epoch), "runs"}. Exits 3 with a message when the framework is not installed.
+Prints one JSON object: {"framework", "augment", "workers", "img_per_s" (median of --repeat timed
+runs after one warm-up epoch; a run is whole epochs until at least --min-seconds have passed, as
+`stoker bench` times), "runs"}. Exits 3 with a message when the framework is not installed.
 """
 import argparse
 import json
@@ -42,11 +43,10 @@ def torch_epochs(args):
                                          num_workers=args.workers, persistent_workers=args.workers > 0)
 
     def epoch():
-        start = time.perf_counter()
         n = 0
         for x, _ in loader:
             n += len(x)
-        return n / (time.perf_counter() - start)
+        return n
     return epoch
 
 
@@ -66,12 +66,11 @@ def keras_epochs(args):
         class_mode="binary", shuffle=True, seed=1)
 
     def epoch():
-        start = time.perf_counter()
         n = 0
         for _ in range(len(it)):
             x, _ = next(it)
             n += len(x)
-        return n / (time.perf_counter() - start)
+        return n
     return epoch
 
 
@@ -84,10 +83,21 @@ def main():
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--augment", action="store_true")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--min-seconds", type=float, default=1.0)
     args = p.parse_args()
     epoch = torch_epochs(args) if args.framework == "torch" else keras_epochs(args)
     epoch()  # warm-up: page cache, worker start-up
-    runs = [epoch() for _ in range(args.repeat)]
+
+    def timed_run():
+        start = time.perf_counter()
+        images = 0
+        while True:
+            images += epoch()
+            elapsed = time.perf_counter() - start
+            if elapsed >= args.min_seconds:
+                return images / elapsed
+
+    runs = [timed_run() for _ in range(args.repeat)]
     print(json.dumps({"framework": args.framework, "augment": args.augment, "workers": args.workers,
                       "img_per_s": statistics.median(runs), "runs": runs}))
 

@@ -1,71 +1,139 @@
 #!/usr/bin/env python3
 """PyTorch peer of stoker's CUDA augmentation kernel (bench/gpu_bench, measurement 1), same GPU.
 
-A batch of uint8 images (N, 3, H, W) already on the GPU; per sample a random affine (rotation
-+-20 degrees, shift +-10 %, zoom 0.8..1.2, horizontal flip) through F.affine_grid + F.grid_sample
-(bilinear, reflection padding), a per-sample brightness factor in [0.8, 1.2], normalisation with
-the ImageNet mean/std and a cast to bfloat16: the same work as stoker's kernel (u8 in, bf16 NCHW
-normalised out). Parameters are drawn on the GPU (torch.rand), so the host does no per-sample work.
+A batch of uint8 images (N, 3, H, W) already on the GPU (torchvision.io decodes to CHW uint8);
+per sample a random affine drawn like bench/gpu_bench's spec (rotation +-20 degrees, shift +-10 %
+of the size, shear +-10 degrees, zoom 0.8..1.2 per axis, horizontal flip with p 0.5) through
+F.affine_grid + F.grid_sample (bilinear, reflection padding, output the input's size), a
+per-sample brightness factor in [0.8, 1.2] with clipping to 0..255, normalisation with the
+ImageNet mean/std and a cast to bfloat16 (N, 3, H, W) contiguous: the work of stoker's kernel
+(u8 in, bf16 NCHW normalised out). Parameters are drawn on the GPU (torch.rand), batched: no
+per-sample Python work. Timed with CUDA events on the current stream after a warm-up; the figure
+is the median of --reps repetitions of --iters batches.
 
-    python3 bench/torch_augment_peer.py [--size 299] [--batch 256] [--iters 50]
+    python3 bench/torch_augment_peer.py [--size 299] [--batch 256] [--iters 100] [--reps 5]
 
-Prints one line "torch_peer img/s: <value>" (and the mode), or "torch_peer skipped: <why>".
+Prints "torch_peer img/s: <value>" (float32 sampling, the straightforward user code; the line
+scripts/gpu_check.sh reads) and "torch_peer img/s (fp16 sampling): <value>" (a faster variant
+that samples in half precision, for reference), or "torch_peer skipped: <why>" and exits 2 when
+PyTorch or a CUDA device is missing. --device cpu is a dry run for checking the script (tiny
+sizes; its lines start with "torch_peer_cpu_dry_run", never parsed as a GPU figure).
 """
 import argparse
 import math
+import statistics
 import sys
+import time
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=299)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
+    if min(args.size, args.batch, args.iters, args.reps) < 1:
+        ap.error("--size, --batch, --iters and --reps must be >= 1")
     try:
         import torch
         import torch.nn.functional as F
     except ImportError as e:
         print(f"torch_peer skipped: PyTorch is not installed ({e})")
-        return 0
-    if not torch.cuda.is_available():
-        print(f"torch_peer skipped: PyTorch {torch.__version__} sees no CUDA device")
-        return 0
-    dev = torch.device("cuda")
+        return 2
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print(f"torch_peer skipped: PyTorch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device")
+        return 2
+    tag = "torch_peer" if cuda else "torch_peer_cpu_dry_run"
+    dev = torch.device(args.device)
     n, s = args.batch, args.size
     g = torch.Generator(device=dev)
     g.manual_seed(0)
     x = torch.randint(0, 256, (n, 3, s, s), dtype=torch.uint8, device=dev, generator=g)
-    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1) * 255.0
-    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1) * 255.0
+    deg = math.pi / 180
 
-    def step():
-        ang = (torch.rand(n, device=dev, generator=g) * 2 - 1) * (20 * math.pi / 180)
-        tx = (torch.rand(n, device=dev, generator=g) * 2 - 1) * 0.2  # normalised coords: 10 % of the size
-        ty = (torch.rand(n, device=dev, generator=g) * 2 - 1) * 0.2
-        z = 0.8 + 0.4 * torch.rand(n, device=dev, generator=g)
+    def rand(lo, hi, *shape):
+        return lo + (hi - lo) * torch.rand(*(shape or (n,)), device=dev, generator=g)
+
+    def thetas():
+        # Output -> input sampling matrices in normalised coordinates (square image: isotropic):
+        # rotation @ shear @ zoom @ flip, plus the shift (2 * 10 % of the size in [-1, 1] units).
+        ang, sh = rand(-20 * deg, 20 * deg), rand(-10 * deg, 10 * deg)
+        zx, zy = rand(0.8, 1.2), rand(0.8, 1.2)
         flip = torch.where(torch.rand(n, device=dev, generator=g) < 0.5, -1.0, 1.0)
-        cos, sin = torch.cos(ang) / z, torch.sin(ang) / z
-        theta = torch.stack([torch.stack([cos * flip, -sin, tx], 1), torch.stack([sin * flip, cos, ty], 1)], 1)
-        grid = F.affine_grid(theta, (n, 3, s, s), align_corners=False)
-        y = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-        b = 0.8 + 0.4 * torch.rand(n, 1, 1, 1, device=dev, generator=g)
-        y = (y * b).clamp_(0, 255)
-        return ((y - mean) / std).to(torch.bfloat16)
+        tx, ty = rand(-0.2, 0.2), rand(-0.2, 0.2)
+        zero, one = torch.zeros_like(ang), torch.ones_like(ang)
+        rot = torch.stack([torch.cos(ang), -torch.sin(ang), torch.sin(ang), torch.cos(ang)], 1).view(n, 2, 2)
+        shear = torch.stack([one, -torch.sin(sh), zero, torch.cos(sh)], 1).view(n, 2, 2)
+        zoom_flip = torch.stack([zx * flip, zero, zero, zy], 1).view(n, 2, 2)
+        a = rot @ shear @ zoom_flip
+        return torch.cat([a, torch.stack([tx, ty], 1).view(n, 2, 1)], 2)  # (n, 2, 3)
 
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    for _ in range(args.iters):
-        out = step()
-    t1.record()
-    torch.cuda.synchronize()
-    secs = t0.elapsed_time(t1) / 1e3
-    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}: batched per-sample affine_grid + "
-          f"grid_sample + brightness + normalise -> bf16, {n}x3x{s}x{s}, output {tuple(out.shape)}")
-    print(f"torch_peer img/s: {args.iters * n / secs:.0f}")
+    def make_step(dtype):
+        mean = (torch.tensor([0.485, 0.456, 0.406], device=dev) * 255.0).view(1, 3, 1, 1).to(dtype)
+        std = (torch.tensor([0.229, 0.224, 0.225], device=dev) * 255.0).view(1, 3, 1, 1).to(dtype)
+
+        def step():
+            grid = F.affine_grid(thetas().to(dtype), [n, 3, s, s], align_corners=False)
+            y = F.grid_sample(x.to(dtype), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+            y.mul_(rand(0.8, 1.2, n, 1, 1, 1).to(dtype)).clamp_(0, 255).sub_(mean).div_(std)
+            return y.to(torch.bfloat16)
+
+        return step
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def measure(step):
+        t0 = time.perf_counter()
+        for i in range(500):  # warm-up: >= 10 batches and >= 0.3 s, bounded
+            out = step()
+            if i >= 9 and time.perf_counter() - t0 > 0.3:
+                break
+        sync()
+        rates, walls = [], []
+        for _ in range(args.reps):
+            w0 = time.perf_counter()
+            if cuda:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+            for _ in range(args.iters):
+                out = step()
+            if cuda:
+                e1.record()
+                e1.synchronize()
+                rates.append(args.iters * n / (e0.elapsed_time(e1) / 1e3))
+            walls.append(args.iters * n / (time.perf_counter() - w0))
+        if not cuda:
+            rates = walls
+        ok = (out.shape == (n, 3, s, s) and out.dtype == torch.bfloat16 and out.is_contiguous()
+              and bool(torch.isfinite(out).all()))
+        return statistics.median(rates), min(rates), max(rates), statistics.median(walls), out, ok
+
+    if cuda:
+        print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name()}, "
+              f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.1f} GiB")
+    else:
+        print(f"# torch {torch.__version__} on the CPU: a dry run of the script, not a figure")
+    med, lo, hi, wall, out, ok = measure(make_step(torch.float32))
+    print(f"# batched per-sample affine_grid + grid_sample (float32) + brightness + clip + normalise -> bf16, "
+          f"{n}x3x{s}x{s} u8 in, output {tuple(out.shape)} {out.dtype}; {args.reps} reps x {args.iters} batches, "
+          f"img/s by {'CUDA events' if cuda else 'wall clock'} min {lo:.0f} max {hi:.0f}, wall median {wall:.0f}")
+    if not ok:
+        print(f"{tag} FAILED: the output is not a finite contiguous bf16 ({n}, 3, {s}, {s}) tensor")
+        return 1
+    print(f"{tag} img/s: {med:.0f}")
+    sys.stdout.flush()
+    if cuda:
+        try:
+            med16, lo16, hi16, wall16, _, ok16 = measure(make_step(torch.float16))
+            print(f"{tag} img/s (fp16 sampling): {med16:.0f}  (min {lo16:.0f} max {hi16:.0f}, wall median {wall16:.0f}"
+                  f"{'' if ok16 else '; OUTPUT CHECK FAILED'})")
+        except Exception as e:  # a reference figure only: its failure must not hide the main one
+            print(f"# fp16 sampling variant failed: {type(e).__name__}: {e}")
     return 0
 
 

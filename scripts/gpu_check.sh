@@ -6,16 +6,17 @@
 # 1. Here (CUDA toolkit with cuDNN 9; no GPU needed):
 #        scripts/gpu_check.sh prepare [BUILD_DIR]          # default BUILD_DIR: build-gpu
 #    builds the GPU test suites, benchmarks and the stoker command, and fills BUILD_DIR/carry/
-#    (under the 64 MiB a device run may carry) with them, libstoker, libs.tar.xz (every shared
-#    library they load except glibc, libstdc++/libgcc, libcuda and libcudnn, which the GPU machine
-#    supplies) and the shared models and images the tests use.
-# 2. On the GPU machine, from the repository root, with BUILD_DIR/carry carried along:
-#        OUT=/some/dir scripts/gpu_check.sh run [feed] [trainer] [cli]   # default: all three
-#    Each part takes up to about 5 minutes; with the device tool, two calls fit one session:
-#        run(command="bash scripts/gpu_check.sh run feed", carry=["build-gpu/carry"], timeout_s=560)
-#        run(command="bash scripts/gpu_check.sh run trainer cli", carry=["build-gpu/carry"], timeout_s=560)
-#    Logs go to $OUT. libcudnn.so.9 comes from the system, else from a Python install of
-#    nvidia-cudnn-cu* (the one PyTorch uses), else from $CUDNN_LIB.
+#    with them, libstoker, libs.tar.xz (the shared libraries they load that an Ubuntu 24.04 CUDA
+#    image lacks) and the shared model and images the tests use. The carry and the repository
+#    together must stay under the 64 MiB a device run may take along; prepare checks that.
+# 2. On the GPU machine, from the repository root, with BUILD_DIR/carry carried along, in ONE call
+#    (a session has about 15 device minutes, the machine's start included):
+#        run(command="bash scripts/gpu_check.sh run", carry=["build-gpu/carry"], timeout_s=540)
+#    The parts run in priority order (feed, trainer, cli, bench) under one deadline
+#    (STOKER_GPU_DEADLINE seconds, default 450): a part that would not fit is skipped and said so.
+#    `run feed trainer` runs only those parts. What comes back under $OUT: gpu_check.log (the
+#    summary, also printed) and logs.tar.gz (every log, JSON and chart), refreshed after each part.
+#    libcudnn.so.9 comes from the system, else PyTorch's nvidia-cudnn wheel, else $CUDNN_LIB.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,37 +29,46 @@ prepare() {
   cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DSTOKER_MODULES="pipeline;augment;cache;trainer" >/dev/null
   cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli
   local carry=$build/carry
+  # Libraries with these sonames are in any Ubuntu 24.04 image with Python 3.12 and apt (the GPU
+  # machine's): not carried, to stay under the size limit. The rest (OpenCV's closure, oneTBB,
+  # TurboJPEG, HDF5, ...) is.
+  local ubuntu_has='libz|liblzma|libzstd|libbz2|libexpat|libffi|libuuid|libcrypto|libssl|libsqlite3|libgnutls|libnettle|libhogweed|libgmp|libp11-kit|libtasn1|libidn2|libcom_err|libkeyutils|libgssapi_krb5|libkrb5|libk5crypto|libkrb5support|libmd|libbsd|libpcre2-8|liblz4|libxxhash|libudev|libselinux'
+  rm -rf "$carry/bin" "$carry/shared_data"
   mkdir -p "$carry/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
     "$build/bench/trainer_gpu_bench" "$build/apps/stoker" "$build/libstoker.so.0" "$carry/bin/"
   # Shared libraries to carry (resolved here), minus what the GPU machine must supply itself.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
-    grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker\.so' \
-      >"$carry/libs.txt.new"
+    grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker\.so' |
+    grep -vE "/($ubuntu_has)\.so" >"$carry/libs.txt.new"
   if [[ -f $carry/libs.tar.xz ]] && cmp -s "$carry/libs.txt.new" "$carry/libs.txt"; then
     echo "libs.tar.xz is up to date ($(wc -l <"$carry/libs.txt") libraries)"
   else
     local tmp
     tmp=$(mktemp -d)
     while read -r lib; do cp -L "$lib" "$tmp/"; done <"$carry/libs.txt.new"
-    tar -C "$tmp" -cf - . | xz -T2 -6 >"$carry/libs.tar.xz"
+    tar -C "$tmp" -cf - . | xz -T2 -9e >"$carry/libs.tar.xz"
     rm -rf "$tmp"
     echo "packed $(wc -l <"$carry/libs.txt.new") libraries"
   fi
   mv "$carry/libs.txt.new" "$carry/libs.txt"
   local shared=${STOKER_SHARED_DATA:-$root/../shared/data}
   if [[ -d $shared/models ]]; then
-    mkdir -p "$carry/shared_data/models/tfjs" "$carry/shared_data/models/keras" "$carry/shared_data/images"
+    # The Keras MobileNetV2 is data/models/ in the repository (the same file): linked in at run time.
+    mkdir -p "$carry/shared_data/models/tfjs" "$carry/shared_data/images"
     cp -r "$shared/models/tfjs/darknet_tiny_imagenet" "$carry/shared_data/models/tfjs/"
-    cp "$shared/models/keras/mobilenet_v2_0.35_224_3class.h5" "$carry/shared_data/models/keras/"
     cp "$shared"/images/*.rgb "$carry/shared_data/images/"
   else
     echo "warning: no shared data at $shared: the model tests will skip on the GPU machine"
   fi
-  du -sh "$carry"
-  local mib
-  mib=$(du -sm "$carry" | cut -f1)
-  if (( mib > 63 )); then echo "warning: the carry is ${mib} MiB, over what a device run may carry (64 MiB)"; fi
+  # What travels: the repository's tracked and untracked-not-ignored files plus the carry.
+  local tree carried
+  tree=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 stat -L -c %s 2>/dev/null |
+    awk '{s += $1} END {print s + 0}')
+  carried=$(du -sb "$carry" | cut -f1)
+  awk -v t="$tree" -v c="$carried" 'BEGIN {
+    printf "travels: repository %.1f MiB + carry %.1f MiB = %.1f MiB (limit 64 MiB)\n", t / 1048576, c / 1048576, (t + c) / 1048576
+    if (t + c > 64 * 1048576) { print "ERROR: over the limit: the device run would refuse it"; exit 1 } }'
   echo "carry: ${carry#"$root"/}"
 }
 
@@ -66,14 +76,50 @@ find_cudnn() {
   # Prints a directory holding libcudnn.so.9 when the loader does not find it by itself.
   if ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9'; then return 0; fi
   if [[ -n ${CUDNN_LIB:-} && -e $CUDNN_LIB/libcudnn.so.9 ]]; then echo "$CUDNN_LIB"; return 0; fi
-  local py cand
-  for py in ${TORCH_PYTHON:-} python3 /work/venv-ref/bin/python /opt/conda/bin/python; do
+  local cand
+  for cand in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib; do
+    [[ -e $cand/libcudnn.so.9 ]] && { echo "$cand"; return 0; }
+  done
+  local py
+  for py in ${TORCH_PYTHON:-} python3; do
     command -v "$py" >/dev/null 2>&1 || continue
     cand=$("$py" -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null) || cand=""
     if [[ -n $cand && -e $cand/libcudnn.so.9 ]]; then echo "$cand"; return 0; fi
   done
-  cand=$(find /usr /opt /usr/local -name 'libcudnn.so.9' 2>/dev/null | head -1)
+  cand=$(find /usr /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
   [[ -n $cand ]] && dirname "$cand"
+}
+
+# ---- time: one deadline for the whole call -------------------------------------------------------
+remaining() { echo $((deadline - SECONDS)); }
+# step SECONDS NAME CMD...: runs CMD with at most SECONDS (less if the deadline is nearer), its output
+# to $work/NAME.log; skipped (status 125) when under 20 s are left.
+step() {
+  local want=$1 name=$2 left
+  shift 2
+  left=$(($(remaining) - 5))
+  if ((left < 20)); then
+    echo "SKIPPED $name: the deadline is near ($((left + 5)) s left)" | tee "$work/$name.log"
+    return 125
+  fi
+  ((want > left)) && want=$left
+  local t0=$SECONDS rc=0
+  timeout -k 5 "$want" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  echo "-- $name: exit $rc after $((SECONDS - t0)) s$( ((rc == 124)) && echo " (TIMED OUT at ${want} s)")"
+  return $rc
+}
+# Refreshes what comes back: the summary is tee'd already; every log goes into one archive.
+pack() { tar -C "$work" -czf "$out/logs.tar.gz.new" . 2>/dev/null && mv "$out/logs.tar.gz.new" "$out/logs.tar.gz"; }
+
+torch_python() {
+  local cand
+  for cand in ${TORCH_PYTHON:-} python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, torchvision" >/dev/null 2>&1; then
+      echo "$cand"
+      return 0
+    fi
+  done
+  return 1
 }
 
 # Libraries, cuDNN and the shared data for the carried binaries.
@@ -82,130 +128,95 @@ setup() {
     echo "no build in $carry: run 'scripts/gpu_check.sh prepare' on the build machine and carry build-gpu/carry"
     return 1
   fi
-  nvidia-smi >"$out/nvidia_smi.log" 2>&1 || echo "nvidia-smi failed (see nvidia_smi.log)"
-  head -15 "$out/nvidia_smi.log"
+  nvidia-smi >"$work/nvidia_smi.log" 2>&1 || echo "nvidia-smi failed (see nvidia_smi.log)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null
   export LD_LIBRARY_PATH="$carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if ldd "$carry"/bin/* 2>/dev/null | grep "not found" | grep -qv libcudnn; then
-    local libs=/tmp/stoker_carried_libs
-    mkdir -p "$libs" && tar -C "$libs" -xJf "$carry/libs.tar.xz"
-    export LD_LIBRARY_PATH="$carry/bin:$libs:$LD_LIBRARY_PATH"
-    echo "unpacked the carried libraries into $libs"
-  fi
+  local libs=/tmp/stoker_carried_libs
+  mkdir -p "$libs" && tar -C "$libs" -xJf "$carry/libs.tar.xz"
+  export LD_LIBRARY_PATH="$carry/bin:$libs:$LD_LIBRARY_PATH"
   local cudnn_dir
   cudnn_dir=$(find_cudnn)
   if [[ -n $cudnn_dir ]]; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir"; echo "libcudnn from $cudnn_dir"; fi
-  if ldd "$carry"/bin/* 2>/dev/null | grep "not found"; then echo "libraries still missing (above)"; fi
-  [[ -d $carry/shared_data ]] && export STOKER_SHARED_DATA=$carry/shared_data
+  if ldd "$carry"/bin/* 2>/dev/null | grep "not found" | sort -u; then echo "libraries still missing (above)"; fi
+  if [[ -d $carry/shared_data ]]; then
+    mkdir -p "$carry/shared_data/models/keras"
+    ln -sf "$root/data/models/mobilenet_v2_0.35_224_3class.h5" "$carry/shared_data/models/keras/"
+    export STOKER_SHARED_DATA=$carry/shared_data
+  fi
   return 0
+}
+
+# The GPU machine cannot be used by the binaries: the tests would all have skipped.
+skipped_for_lack_of_gpu() {
+  if grep -q "no CUDA device:" "$1"; then
+    echo "WARNING: the GPU tests skipped, the binaries could not use a GPU here:"
+    grep -m1 "no CUDA device:" "$1"
+    return 0
+  fi
+  return 1
 }
 
 # Issue 5: GpuFeed, conversion, CUDA augmentation.
 run_feed() {
-  echo "== GPU tests"
-  (cd "$out" && timeout 200 "$carry/bin/stoker_gpu_tests" --gtest_output="xml:$out/gpu_tests.xml") \
-    >"$out/gpu_tests.log" 2>&1
-  local tests_rc=$?
-  grep -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$out/gpu_tests.log" | head -60
-  echo "gpu tests exit code: $tests_rc"
-  if grep -q "no CUDA device:" "$out/gpu_tests.log"; then
-    echo "WARNING: the GPU tests skipped, the binaries could not use a GPU here:"
-    grep -m1 "no CUDA device:" "$out/gpu_tests.log"
-    tests_rc=3
-  fi
+  echo "== GPU feed and augmentation tests"
+  local tests_rc=0 bench_rc=0
+  (cd "$work" && step 150 gpu_tests "$carry/bin/stoker_gpu_tests" --gtest_output="xml:$work/gpu_tests.xml") || tests_rc=$?
+  grep -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$work/gpu_tests.log" | head -40
+  skipped_for_lack_of_gpu "$work/gpu_tests.log" && tests_rc=3
 
   echo "== GPU benchmark"
-  timeout 200 "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench >"$out/gpu_bench.log" 2>&1
-  local bench_rc=$?
-  cat "$out/gpu_bench.log"
-  echo "gpu_bench exit code: $bench_rc"
+  step 150 gpu_bench "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench || bench_rc=$?
+  cat "$work/gpu_bench.log"
 
-  echo "== PyTorch peer"
-  local py="" cand
-  for cand in ${TORCH_PYTHON:-} python3 /work/venv-ref/bin/python /opt/conda/bin/python; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch" >/dev/null 2>&1; then py=$cand; break; fi
-  done
-  if [[ -n $py ]]; then
-    PYTHONUNBUFFERED=1 timeout 90 "$py" "$root/bench/torch_augment_peer.py" >"$out/torch_peer.log" 2>&1
+  echo "== PyTorch augmentation peer"
+  local py
+  if py=$(torch_python); then
+    step 90 torch_augment_peer "$py" "$root/bench/torch_augment_peer.py"
+    cat "$work/torch_augment_peer.log"
   else
-    echo "torch_peer skipped: no python with torch (set TORCH_PYTHON)" >"$out/torch_peer.log"
-  fi
-  cat "$out/torch_peer.log"
-
-  if command -v compute-sanitizer >/dev/null 2>&1; then
-    echo "== compute-sanitizer memcheck (kernels, feed order, shutdown)"
-    (cd "$out" && timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/stoker_gpu_tests" \
-      --gtest_filter='GpuKernels.*:GpuFeedTest.BatchesEqualTheCpuLoaders:GpuFeedTest.ShutdownMidEpochLeavesNoPendingWork:GpuFeedTest.AugmentStageMatchesCpuExecutor') \
-      >"$out/sanitizer.log" 2>&1
-    echo "compute-sanitizer exit code: $? (log: sanitizer.log)"
-    grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.log" | head -10
+    echo "skipped: no python with torch + torchvision (set TORCH_PYTHON)"
   fi
 
-
-  echo "== summary"
   local ours peer
-  ours=$(awk -F'|' '/^\| 1\. augmentation kernel/ {gsub(/[^0-9.]/, "", $3); print $3}' "$out/gpu_bench.log")
-  peer=$(awk '/^torch_peer img\/s:/ {print $3}' "$out/torch_peer.log")
-  echo "augmentation kernel: ${ours:-?} img/s; PyTorch peer: ${peer:-not measured} img/s"
-  if [[ -n ${ours:-} && -n ${peer:-} ]]; then
-    awk -v a="$ours" -v b="$peer" 'BEGIN {printf "ratio stoker / PyTorch: %.2f (goal >= 3)\n", a / b}'
-  fi
-  grep -E "^\| [23]" "$out/gpu_bench.log" || true
+  ours=$(awk -F'|' '/^\| 1\. augmentation kernel/ {gsub(/[^0-9.]/, "", $3); print $3}' "$work/gpu_bench.log")
+  peer=$(awk '/^torch_peer img\/s:/ {print $3}' "$work/torch_augment_peer.log" 2>/dev/null)
+  summary+=("augmentation kernel 299x299 bf16 NCHW: stoker ${ours:-?} img/s, PyTorch ${peer:-?} img/s$(
+    [[ -n ${ours:-} && -n ${peer:-} ]] && awk -v a="$ours" -v b="$peer" 'BEGIN {printf ", ratio %.2f (goal >= 3)", a / b}')")
+  while IFS= read -r line; do summary+=("$line"); done < <(grep -E "^\| [23]\." "$work/gpu_bench.log")
+  summary+=("feed tests exit $tests_rc, gpu_bench exit $bench_rc")
   [[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]
 }
 
 # Issue 6: the trainer's cuDNN backend.
 run_trainer() {
   echo "== cuDNN backend tests"
-  (cd "$out" && timeout 240 "$carry/bin/stoker_trainer_tests" --gtest_filter='CudnnBackend.*:CudnnPlan.*' \
-    --gtest_output="xml:$out/trainer_gpu_tests.xml") >"$out/trainer_gpu_tests.log" 2>&1
-  local tests_rc=$?
+  local tests_rc=0 bench_rc=0
+  (cd "$work" && step 180 trainer_gpu_tests "$carry/bin/stoker_trainer_tests" --gtest_filter='CudnnBackend.*:CudnnPlan.*' \
+    --gtest_output="xml:$work/trainer_gpu_tests.xml") || tests_rc=$?
   grep -E "^\[ *(PASSED|FAILED|SKIPPED|  FAILED) *\]|^gpu |darknet|mobilenet|device free|Failure|Expected|actual|Which is|error" \
-    "$out/trainer_gpu_tests.log" | head -80
-  echo "trainer gpu tests exit code: $tests_rc"
-  if grep -q "no CUDA device:" "$out/trainer_gpu_tests.log"; then
-    echo "WARNING: the GPU tests skipped, the binaries could not use a GPU here:"
-    grep -m1 "no CUDA device:" "$out/trainer_gpu_tests.log"
-    tests_rc=3
-  fi
-
-  if command -v compute-sanitizer >/dev/null 2>&1; then
-    echo "== compute-sanitizer memcheck (every layer kind, padding)"
-    (cd "$out" && timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/stoker_trainer_tests" \
-      --gtest_filter='CudnnBackend.EveryLayerKindMatchesCpuBackend:CudnnBackend.AsymmetricSamePaddingStride2') \
-      >"$out/trainer_sanitizer.log" 2>&1
-    echo "compute-sanitizer exit code: $? (log: trainer_sanitizer.log)"
-    grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/trainer_sanitizer.log" | head -10
-  fi
+    "$work/trainer_gpu_tests.log" | head -60
+  skipped_for_lack_of_gpu "$work/trainer_gpu_tests.log" && tests_rc=3
 
   echo "== cuDNN backend benchmark"
-  local model=${STOKER_SHARED_DATA:-$root/../shared/data}/models/keras/mobilenet_v2_0.35_224_3class.h5
-  timeout 180 "$carry/bin/trainer_gpu_bench" --model "$model" --batch 256 --iters 30 >"$out/trainer_gpu_bench.log" 2>&1
-  local bench_rc=$?
-  grep -vE "^(Conv|Pad|Affine|Concat|MaxPool|AvgPool|Gap) " "$out/trainer_gpu_bench.log"
-  echo "trainer_gpu_bench exit code: $bench_rc (the per-op plan is in trainer_gpu_bench.log)"
+  step 120 trainer_gpu_bench "$carry/bin/trainer_gpu_bench" --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" \
+    --batch 256 --iters 30 || bench_rc=$?
+  grep -vE "^(Conv|Pad|Affine|Concat|MaxPool|AvgPool|Gap) " "$work/trainer_gpu_bench.log"
 
-  echo "== PyTorch peer"
-  local py="" cand
-  for cand in ${TORCH_PYTHON:-} python3 /work/venv-ref/bin/python /opt/conda/bin/python; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch, torchvision" >/dev/null 2>&1; then py=$cand; break; fi
-  done
-  if [[ -n $py ]]; then
-    PYTHONUNBUFFERED=1 timeout 150 "$py" "$root/bench/torch_mobilenet_peer.py" --batch 256 --iters 30 \
-      >"$out/torch_mobilenet_peer.log" 2>&1
+  echo "== PyTorch MobileNetV2 peer"
+  local py
+  if py=$(torch_python); then
+    step 120 torch_mobilenet_peer "$py" "$root/bench/torch_mobilenet_peer.py" --batch 256 --iters 30
+    cat "$work/torch_mobilenet_peer.log"
   else
-    echo "torch_mobilenet_peer skipped: no python with torch + torchvision (set TORCH_PYTHON)" >"$out/torch_mobilenet_peer.log"
+    echo "skipped: no python with torch + torchvision (set TORCH_PYTHON)"
   fi
-  cat "$out/torch_mobilenet_peer.log"
 
-  echo "== summary"
   local ours peer
-  ours=$(awk '/^trainer_gpu_bench img\/s \(BF16\):/ {print $4}' "$out/trainer_gpu_bench.log")
-  peer=$(awk '/^torch_mobilenet_peer img\/s:/ {print $3}' "$out/torch_mobilenet_peer.log")
-  grep -E "^trainer_gpu_bench img/s" "$out/trainer_gpu_bench.log"
-  echo "MobileNetV2 0.35 forward, batch 256, bf16: stoker ${ours:-?} img/s; PyTorch ${peer:-not measured} img/s"
-  if [[ -n ${ours:-} && -n ${peer:-} ]]; then
-    awk -v a="$ours" -v b="$peer" 'BEGIN {printf "ratio stoker / PyTorch: %.2f\n", a / b}'
-  fi
+  ours=$(awk '/^trainer_gpu_bench img\/s \(BF16\):/ {print $4}' "$work/trainer_gpu_bench.log")
+  peer=$(awk '/^torch_mobilenet_peer img\/s:/ {print $3}' "$work/torch_mobilenet_peer.log" 2>/dev/null)
+  summary+=("MobileNetV2 0.35 forward, batch 256, 224, bf16: stoker ${ours:-?} img/s, PyTorch ${peer:-?} img/s$(
+    [[ -n ${ours:-} && -n ${peer:-} ]] && awk -v a="$ours" -v b="$peer" 'BEGIN {printf ", ratio %.2f", a / b}')")
+  summary+=("cuDNN tests exit $tests_rc, trainer_gpu_bench exit $bench_rc")
   [[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]
 }
 
@@ -213,38 +224,65 @@ run_trainer() {
 run_cli() {
   local s=$carry/bin/stoker rc=0
   echo "== stoker train --device cuda"
-  timeout 150 "$s" train --device cuda --data "$root/data/catsdogs-sample" --validation-split 0.2 \
+  step 150 cli_train "$s" train --device cuda --data "$root/data/catsdogs-sample" --validation-split 0.2 \
     --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" --cut-at sequential_9 --image-size 224 \
-    --epochs 3 --horizontal-flip --rotation-range 20 --out "$out/train_gpu" >"$out/cli_train.log" 2>&1 || rc=1
-  tail -12 "$out/cli_train.log"
-  timeout 60 "$s" predict --device cuda --model-dir "$out/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg || rc=1
+    --epochs 3 --horizontal-flip --rotation-range 20 --out "$work/train_gpu" || rc=1
+  tail -12 "$work/cli_train.log"
+  step 60 cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
+    "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
+  cat "$work/cli_predict.log"
   echo "== stoker bench --suite gpu"
-  timeout 120 "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 224 --repeat 3 || rc=1
-  echo "cli exit code: $rc"
+  step 120 cli_bench_gpu "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
+    --json "$work/bench_gpu.json" || rc=1
+  cat "$work/cli_bench_gpu.log"
+  summary+=("stoker train/predict/bench --suite gpu: $([[ $rc -eq 0 ]] && echo ok || echo FAILED)")
+  summary+=("$(grep -E "val_accuracy|validation" "$work/cli_train.log" | tail -1)")
+  [[ $rc -eq 0 ]]
+}
+
+# Issue 7: the loader benchmark users quote, on 16 cores, with the seed's augmentation at 299 and
+# the PyTorch DataLoader peer (no Keras there: that row says skipped).
+run_bench() {
+  local py rc=0
+  py=$(torch_python) || py=python3
+  echo "== stoker bench (loader, cache, augment, peers) at 299"
+  step 180 cli_bench "$carry/bin/stoker" bench --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
+    --suite loader cache augment peers --torch-python "$py" --json "$work/bench_h200.json" --chart "$work/bench_h200.png" || rc=1
+  cat "$work/cli_bench.log"
+  summary+=("stoker bench at 299: $([[ $rc -eq 0 ]] && echo ok || echo FAILED) (bench_h200.json in logs.tar.gz)")
   [[ $rc -eq 0 ]]
 }
 
 run() {
   out=${OUT:-$root/out}
-  mkdir -p "$out"
+  work=/tmp/stoker_gpu_check
+  deadline=$((SECONDS + ${STOKER_GPU_DEADLINE:-450}))
+  rm -rf "$work" && mkdir -p "$out" "$work"
   exec > >(tee -a "$out/gpu_check.log") 2>&1
-  echo "== $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
-  setup || return 1
+  echo "== $(date -u +%FT%TZ) on $(hostname), $(nproc) cores, deadline in $(remaining) s"
+  summary=()
+  export PYTHONUNBUFFERED=1
+  setup || { pack; return 1; }
   local parts=("$@") status=0 part
-  ((${#parts[@]})) || parts=(feed trainer cli)
+  ((${#parts[@]})) || parts=(feed trainer cli bench)
   for part in "${parts[@]}"; do
     case $part in
       feed) run_feed || status=1 ;;
       trainer) run_trainer || status=1 ;;
       cli) run_cli || status=1 ;;
-      *) echo "unknown part '$part' (feed, trainer, cli)"; status=2 ;;
+      bench) run_bench || status=1 ;;
+      *) echo "unknown part '$part' (feed, trainer, cli, bench)"; status=2 ;;
     esac
+    pack
   done
+  echo "== summary ($((SECONDS)) s)"
+  printf '%s\n' "${summary[@]}"
+  pack
   return $status
 }
 
 case $mode in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare [BUILD_DIR] | run [feed] [trainer] [cli]" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare [BUILD_DIR] | run [feed] [trainer] [cli] [bench]" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stoker/pipeline/cuda.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -64,6 +65,7 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("utilisation: disk"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("limited by"), std::string::npos);
+  EXPECT_NE(t.out.find("GPU not used"), std::string::npos) << "a CPU run reports no GPU figures: " << t.out;
   for (const char* f : {"head.stkh", "stoker_model.json", "history.json", "metrics.png", "throughput.png"}) {
     EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
   }
@@ -111,7 +113,8 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
            (dir / "o").string(),
        "holds no images"},
       {train_args("--model " + (dir / "not_a_model.h5").string()), "not_a_model.h5"},
-      {train_args("--device cuda"), "--device cuda"},
+      {train_args("--device cuda:1x"), "--device must be auto, cpu, cuda or cuda:N"},
+      {train_args("--device gpu"), "--device must be auto, cpu, cuda or cuda:N"},
       {train_args("--cut-at no_such_layer"), "no_such_layer"},
       {train_args("--validation-split 1.5"), "validation_split must be in [0, 1)"},
       {train_args("--preprocess yolo"), "--preprocess must be tf, caffe, torch or none"},
@@ -125,6 +128,46 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "not a one-line reason: " << r.out;
   }
+}
+
+// Without a GPU: a one-line reason and a non-zero exit. With one: the GPU path trains, reports its
+// GPU time, and the head it wrote predicts the same on the CPU and on the GPU.
+TEST_F(Cli, DeviceCuda) {
+  if (stoker::cuda_device_count() == 0) {
+    for (const std::string& args : {train_args("--device cuda"), train_args("--device cuda:0 --rotation-range 10")}) {
+      const CommandResult r = stoker(args);
+      EXPECT_NE(r.exit_code, 0) << r.out;
+      EXPECT_NE(r.out.find("--device cuda"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("use --device cpu"), std::string::npos) << r.out;
+      EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "not a one-line reason: " << r.out;
+    }
+    GTEST_SKIP() << "no CUDA device: only the error path was checked";
+  }
+  const CommandResult t = stoker(train_args("--device cuda --horizontal-flip --rotation-range 10"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("backbone") , std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("(CUDA events)"), std::string::npos) << t.out;
+  std::ifstream h(dir / "out" / "history.json");
+  const auto history = nlohmann::json::parse(h);
+  for (const auto& e : history["epochs"]) {
+    EXPECT_GE(e["accuracy"].get<double>(), 0.0);
+    const auto& u = e["utilisation"];
+    EXPECT_TRUE(u["gpu_run"].get<bool>());
+    ASSERT_TRUE(u["backbone_gpu_share"].is_number()) << u.dump();
+    EXPECT_GT(u["backbone_gpu_share"].get<double>(), 0.0);
+    EXPECT_LE(u["backbone_gpu_share"].get<double>(), 1.0);
+    EXPECT_LE(u["data_wait_share"].get<double>() + u["compute_share"].get<double>(), 1.05) << u.dump();
+  }
+  const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult gpu = stoker("predict --device cuda --json --model-dir " + (dir / "out").string() + " " + img);
+  const CommandResult cpu = stoker("predict --device cpu --json --model-dir " + (dir / "out").string() + " " + img);
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.out;
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  const auto g = nlohmann::json::parse(gpu.out.substr(gpu.out.find('[')));
+  const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
+  EXPECT_EQ(g[0]["class"], c[0]["class"]);
+  EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
 }
 
 TEST_F(Cli, InspectPrintsTheLayerGraph) {
