@@ -236,7 +236,8 @@ run_cli() {
     --json "$work/bench_gpu.json" || rc=1
   cat "$work/cli_bench_gpu.log"
   summary+=("stoker train/predict/bench --suite gpu: $([[ $rc -eq 0 ]] && echo ok || echo FAILED)")
-  summary+=("$(grep -E "val_accuracy|validation" "$work/cli_train.log" | tail -1)")
+  summary+=("$(grep -E "^best epoch" "$work/cli_train.log" | tail -1)")
+  summary+=("$(grep -iE "waited for data|limited by" "$work/cli_train.log" | tail -1)")
   [[ $rc -eq 0 ]]
 }
 
@@ -246,8 +247,9 @@ run_bench() {
   local py rc=0
   py=$(torch_python) || py=python3
   echo "== stoker bench (loader, cache, augment, peers) at 299"
-  step 180 cli_bench "$carry/bin/stoker" bench --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
-    --suite loader cache augment peers --torch-python "$py" --json "$work/bench_h200.json" --chart "$work/bench_h200.png" || rc=1
+  step 200 cli_bench "$carry/bin/stoker" bench --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
+    --min-time 0.5 --threads-list 1 4 "$(nproc)" --suite loader cache augment peers --torch-python "$py" \
+    --json "$work/bench_h200.json" --chart "$work/bench_h200.png" || rc=1
   cat "$work/cli_bench.log"
   summary+=("stoker bench at 299: $([[ $rc -eq 0 ]] && echo ok || echo FAILED) (bench_h200.json in logs.tar.gz)")
   [[ $rc -eq 0 ]]

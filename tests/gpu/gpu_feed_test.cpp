@@ -363,7 +363,13 @@ TEST_F(GpuFeedTest, BudgetsAndHeldSlots) {
   auto b = feed.next();
   EXPECT_THROW(feed.next(), Error);  // the consumer holds every slot
   a.reset();
-  EXPECT_TRUE(feed.next().has_value());
+  auto c = feed.next();
+  ASSERT_TRUE(c.has_value());
+  b.reset();
+  auto d = feed.next();  // the last of the epoch's 4 batches
+  ASSERT_TRUE(d.has_value());
+  // Every slot is held again, but the epoch is over: the end, not an error.
+  EXPECT_FALSE(feed.next().has_value());
 }
 
 class PageableAllocator final : public HostAllocator {

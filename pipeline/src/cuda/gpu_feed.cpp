@@ -98,6 +98,10 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   bool active_ = false;     // an epoch is being fed
   bool exhausted_ = false;  // the loader said the epoch is over (or failed)
   bool ended_ = false;      // next() saw the end
+  // Batches of this epoch: what the loader will deliver, and what next() has handed out. The
+  // feeder needs a free slot to learn from the loader that the epoch is over; when the consumer
+  // holds every slot after the last batch, these counts tell next() instead.
+  std::size_t epoch_batches_ = 0, delivered_ = 0;
   bool busy_ = false;       // the feeder is working outside the lock
   bool stop_ = false;
   bool stopped_ = false;
@@ -397,6 +401,8 @@ void FeedCore::begin_epoch(std::uint64_t epoch) {
   active_ = true;
   exhausted_ = false;
   ended_ = false;
+  epoch_batches_ = loader_->batches_per_epoch();
+  delivered_ = 0;
   cv_.notify_all();
 }
 
@@ -407,6 +413,12 @@ std::optional<DeviceBatch> FeedCore::next() {
   if (!active_) throw Error("GpuFeed::next() called before begin_epoch()");
   if (ended_) return std::nullopt;
   if (ready_.empty() && held_ >= static_cast<int>(slots_.size())) {
+    // (A batch the Skip policy emptied is not delivered: then the count never reaches the total
+    // and this stays an error until a slot is released.)
+    if (delivered_ >= epoch_batches_) {
+      ended_ = true;
+      return std::nullopt;
+    }
     throw Error("GpuFeed: all " + std::to_string(slots_.size()) +
                 " device slots are held by the consumer; release a DeviceBatch before asking for the next one "
                 "(or raise depth)");
@@ -427,6 +439,7 @@ std::optional<DeviceBatch> FeedCore::next() {
     return std::nullopt;
   }
   ++held_;
+  ++delivered_;
   return DeviceBatch(shared_from_this(), d.slot);
 }
 
