@@ -16,8 +16,11 @@ Prints "torch_mobilenet_peer img/s: <value>" (the model as a user writes it; the
 scripts/gpu_check.sh reads) and "torch_mobilenet_peer img/s (conv+bn folded): <value>" (batch
 norm folded into the convs with torch.fx, as stoker's backend does, for reference), or
 "torch_mobilenet_peer skipped: <why>" and exits 2 when PyTorch, torchvision or a CUDA device is
-missing. --device cpu is a dry run for checking the script (lines start with
-"torch_mobilenet_peer_cpu_dry_run", never parsed as a GPU figure).
+missing.
+
+--device cpu [--threads N] is the peer of bench/cpu_backend_bench instead: the same graph in
+float32 channels-last on N CPU threads (default: PyTorch's), timed by the wall clock; it prints
+"torch_mobilenet_peer_cpu img/s: <value>", never read as a GPU figure.
 """
 import argparse
 import statistics
@@ -32,6 +35,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (--device cpu); 0: PyTorch's default")
     args = ap.parse_args()
     if min(args.batch, args.iters, args.reps, args.size) < 1:
         ap.error("--batch, --iters, --reps and --size must be >= 1")
@@ -45,10 +49,12 @@ def main():
     if cuda and not torch.cuda.is_available():
         print(f"torch_mobilenet_peer skipped: PyTorch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device")
         return 2
-    tag = "torch_mobilenet_peer" if cuda else "torch_mobilenet_peer_cpu_dry_run"
+    tag = "torch_mobilenet_peer" if cuda else "torch_mobilenet_peer_cpu"
     torch.backends.cudnn.benchmark = True
+    if not cuda and args.threads > 0:
+        torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
-    dtype = torch.bfloat16
+    dtype = torch.bfloat16 if cuda else torch.float32  # what each backend of stoker's computes in
 
     def backbone(fold_bn):
         torch.manual_seed(0)
@@ -96,13 +102,14 @@ def main():
         print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
               f"torchvision {torchvision.__version__}, {torch.cuda.get_device_name(0)}")
     else:
-        print(f"# torch {torch.__version__}, torchvision {torchvision.__version__} on the CPU: a dry run, not a figure")
+        print(f"# torch {torch.__version__}, torchvision {torchvision.__version__} on the CPU, "
+              f"{torch.get_num_threads()} threads")
     model = backbone(False)
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for n, b in model.named_buffers() if n.endswith(("running_mean", "running_var")))
     med, lo, hi, wall, y, ok = measure(model)
     print(f"# mobilenet_v2(width_mult=0.35).features + global average pooling, {params + buffers} parameters "
-          f"(Keras counts 410208 for the backbone), bf16 channels-last, input {tuple(x.shape)}, output {tuple(y.shape)} "
+          f"(Keras counts 410208 for the backbone), {str(dtype).replace('torch.', '')} channels-last, input {tuple(x.shape)}, output {tuple(y.shape)} "
           f"{y.dtype}; {args.reps} reps x {args.iters} batches: min {lo:.0f} max {hi:.0f}, wall median {wall:.0f} img/s")
     if not ok:
         print(f"{tag} FAILED: the output is not a finite ({args.batch}, 1280) tensor")

@@ -27,7 +27,8 @@ prepare() {
   local build=${1:-$root/build-gpu}
   set -e
   cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DSTOKER_MODULES="pipeline;augment;cache;trainer" >/dev/null
-  cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli
+  cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli \
+    stoker_apps_tests cpu_backend_bench
   local carry=$build/carry
   # Libraries with these sonames are in any Ubuntu 24.04 image with Python 3.12 and apt (the GPU
   # machine's): not carried, to stay under the size limit. The rest (OpenCV's closure, oneTBB,
@@ -36,7 +37,9 @@ prepare() {
   rm -rf "$carry/bin" "$carry/shared_data"
   mkdir -p "$carry/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
-    "$build/bench/trainer_gpu_bench" "$build/apps/stoker" "$build/libstoker.so.0" "$carry/bin/"
+    "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/apps/stoker" \
+    "$build/tests/apps/stoker_apps_tests" "$build/libstoker.so.0" \
+    "$carry/bin/"
   # Shared libraries to carry (resolved here), minus what the GPU machine must supply itself.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker\.so' |
@@ -231,6 +234,10 @@ run_cli() {
   step 60 cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
+  echo "== Cli.DeviceCuda: train on the GPU, GPU vs CPU predictions"
+  STOKER_CLI=$s STOKER_SOURCE_DIR=$root step 120 cli_device_test "$carry/bin/stoker_apps_tests" \
+    --gtest_filter='Cli.DeviceCuda' || rc=1
+  grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/cli_device_test.log" | head -20
   echo "== stoker bench --suite gpu"
   step 120 cli_bench_gpu "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
     --json "$work/bench_gpu.json" || rc=1
@@ -252,6 +259,18 @@ run_bench() {
     --json "$work/bench_h200.json" --chart "$work/bench_h200.png" || rc=1
   cat "$work/cli_bench.log"
   summary+=("stoker bench at 299: $([[ $rc -eq 0 ]] && echo ok || echo FAILED) (bench_h200.json in logs.tar.gz)")
+
+  echo "== the CPU backend on all cores, next to PyTorch on the CPU"
+  local model=$root/data/models/mobilenet_v2_0.35_224_3class.h5
+  step 40 cpu_backend_bench "$carry/bin/cpu_backend_bench" --model "$model" --cut sequential_9 --batch 64 \
+    --min-time 0.5 || rc=1
+  cat "$work/cpu_backend_bench.log"
+  if torch_python >/dev/null; then
+    step 60 torch_cpu_peer "$py" "$root/bench/torch_mobilenet_peer.py" --device cpu --batch 64 --iters 5 --reps 3
+    cat "$work/torch_cpu_peer.log"
+  fi
+  summary+=("$(grep -h -E "^(cpu_backend_bench|torch_mobilenet_peer_cpu) img/s" "$work/cpu_backend_bench.log" \
+    "$work/torch_cpu_peer.log" 2>/dev/null | tr '\n' ';')")
   [[ $rc -eq 0 ]]
 }
 
