@@ -4,10 +4,12 @@
 // PyTorch figure for the same MobileNetV2 graph on the same cores (run both in one session: the
 // ratio is what to quote).
 //
-//   cpu_backend_bench [--model PATH] [--cut LAYER] [--batch 32] [--reps 5] [--min-time 1] [--threads 0]
+//   cpu_backend_bench [--model PATH] [--cut LAYER] [--size N] [--batch 32] [--reps 5] [--min-time 1]
+//                     [--threads 0]
 //
 // PATH defaults to data/models/mobilenet_v2_0.35_224_3class.h5 in the source tree, cut at
-// sequential_9 (the 1280 pooled features); a model with unknown input size runs at 224×224.
+// sequential_9 (the 1280 pooled features). --size sets the input to N×N; by default the model's
+// own size, 224×224 when the file leaves it unknown.
 // One warm-up batch, then --reps timed runs of whole batches lasting at least --min-time seconds;
 // the median is printed as "cpu_backend_bench img/s: <n>" and "cpu_backend_bench GFLOP/s: <n>".
 #include <algorithm>
@@ -36,6 +38,7 @@ struct Args {
   int reps = 5;
   double min_seconds = 1.0;
   int threads = 0;
+  int size = 0;  // 0: the model's own
 };
 
 Args parse(int argc, char** argv) {
@@ -51,11 +54,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--reps") a.reps = std::stoi(v);
     else if (k == "--min-time") a.min_seconds = std::stod(v);
     else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--size") a.size = std::stoi(v);
     else throw InvalidArgument("unknown option " + k);
   }
   if (model_given && !cut_given) a.cut.clear();  // another model: the whole graph unless told
-  if (a.batch < 1 || a.reps < 1 || a.threads < 0 || !(a.min_seconds >= 0)) {
-    throw InvalidArgument("--batch and --reps must be >= 1, --threads and --min-time >= 0");
+  if (a.batch < 1 || a.reps < 1 || a.threads < 0 || a.size < 0 || !(a.min_seconds >= 0)) {
+    throw InvalidArgument("--batch and --reps must be >= 1, --threads, --size and --min-time >= 0");
   }
   return a;
 }
@@ -88,9 +92,19 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
-    LoadOptions lo;
-    lo.input_hw = {224, 224};
-    const Model full = load_model(a.model, lo);
+    auto load = [&](int size) {
+      LoadOptions lo;
+      if (size > 0) lo.input_hw = {size, size};
+      return load_model(a.model, lo);
+    };
+    Model full = [&] {
+      if (a.size > 0) return load(a.size);
+      try {
+        return load(0);
+      } catch (const InvalidArgument&) {
+        return load(224);  // the file leaves the input size unknown
+      }
+    }();
     const Model net = a.cut.empty() ? full : full.cut_at(a.cut);
     const Graph& g = net.graph();
     const std::vector<int>& in_shape = g.nodes[static_cast<std::size_t>(g.inputs.at(0))].out_shape;

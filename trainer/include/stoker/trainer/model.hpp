@@ -20,7 +20,9 @@
 namespace stoker::trainer {
 
 struct LoadOptions {
-  // Replaces unknown (null) spatial input dimensions, e.g. {224, 224}; empty: the file must know them.
+  // The spatial input size, e.g. {224, 224}: replaces what the file says (a fully convolutional
+  // backbone runs at any size) and is required when the file leaves it unknown (null). Empty: the
+  // file's own size.
   std::vector<int> input_hw;
 };
 
