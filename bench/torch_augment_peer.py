@@ -21,9 +21,9 @@ sizes; its lines start with "torch_peer_cpu_dry_run", never parsed as a GPU figu
 """
 import argparse
 import math
-import statistics
 import sys
-import time
+
+from torch_timing import import_torch, measure
 
 
 def main():
@@ -36,16 +36,11 @@ def main():
     args = ap.parse_args()
     if min(args.size, args.batch, args.iters, args.reps) < 1:
         ap.error("--size, --batch, --iters and --reps must be >= 1")
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        print(f"torch_peer skipped: PyTorch is not installed ({e})")
+    torch = import_torch("torch_peer", args.device)
+    if torch is None:
         return 2
+    import torch.nn.functional as F
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print(f"torch_peer skipped: PyTorch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device")
-        return 2
     tag = "torch_peer" if cuda else "torch_peer_cpu_dry_run"
     dev = torch.device(args.device)
     n, s = args.batch, args.size
@@ -83,42 +78,18 @@ def main():
 
         return step
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    def measure(step):
-        t0 = time.perf_counter()
-        for i in range(500):  # warm-up: >= 10 batches and >= 0.3 s, bounded
-            out = step()
-            if i >= 9 and time.perf_counter() - t0 > 0.3:
-                break
-        sync()
-        rates, walls = [], []
-        for _ in range(args.reps):
-            w0 = time.perf_counter()
-            if cuda:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-            for _ in range(args.iters):
-                out = step()
-            if cuda:
-                e1.record()
-                e1.synchronize()
-                rates.append(args.iters * n / (e0.elapsed_time(e1) / 1e3))
-            walls.append(args.iters * n / (time.perf_counter() - w0))
-        if not cuda:
-            rates = walls
+    def run(dtype):
+        med, lo, hi, wall, out = measure(torch, make_step(dtype), n, args.reps, args.iters, cuda)
         ok = (out.shape == (n, 3, s, s) and out.dtype == torch.bfloat16 and out.is_contiguous()
               and bool(torch.isfinite(out).all()))
-        return statistics.median(rates), min(rates), max(rates), statistics.median(walls), out, ok
+        return med, lo, hi, wall, out, ok
 
     if cuda:
         print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name()}, "
               f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.1f} GiB")
     else:
         print(f"# torch {torch.__version__} on the CPU: a dry run of the script, not a figure")
-    med, lo, hi, wall, out, ok = measure(make_step(torch.float32))
+    med, lo, hi, wall, out, ok = run(torch.float32)
     print(f"# batched per-sample affine_grid + grid_sample (float32) + brightness + clip + normalise -> bf16, "
           f"{n}x3x{s}x{s} u8 in, output {tuple(out.shape)} {out.dtype}; {args.reps} reps x {args.iters} batches, "
           f"img/s by {'CUDA events' if cuda else 'wall clock'} min {lo:.0f} max {hi:.0f}, wall median {wall:.0f}")
@@ -129,7 +100,7 @@ def main():
     sys.stdout.flush()
     if cuda:
         try:
-            med16, lo16, hi16, wall16, _, ok16 = measure(make_step(torch.float16))
+            med16, lo16, hi16, wall16, _, ok16 = run(torch.float16)
             print(f"{tag} img/s (fp16 sampling): {med16:.0f}  (min {lo16:.0f} max {hi16:.0f}, wall median {wall16:.0f}"
                   f"{'' if ok16 else '; OUTPUT CHECK FAILED'})")
         except Exception as e:  # a reference figure only: its failure must not hide the main one

@@ -23,9 +23,9 @@ float32 channels-last on N CPU threads (default: PyTorch's), timed by the wall c
 "torch_mobilenet_peer_cpu img/s: <value>", never read as a GPU figure.
 """
 import argparse
-import statistics
 import sys
-import time
+
+from torch_timing import import_torch, measure
 
 
 def main():
@@ -39,16 +39,15 @@ def main():
     args = ap.parse_args()
     if min(args.batch, args.iters, args.reps, args.size) < 1:
         ap.error("--batch, --iters, --reps and --size must be >= 1")
+    torch = import_torch("torch_mobilenet_peer", args.device)
+    if torch is None:
+        return 2
     try:
-        import torch
         import torchvision
     except ImportError as e:
-        print(f"torch_mobilenet_peer skipped: PyTorch/torchvision not installed ({e})")
+        print(f"torch_mobilenet_peer skipped: torchvision is not installed ({e})")
         return 2
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print(f"torch_mobilenet_peer skipped: PyTorch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device")
-        return 2
     tag = "torch_mobilenet_peer" if cuda else "torch_mobilenet_peer_cpu"
     torch.backends.cudnn.benchmark = True
     if not cuda and args.threads > 0:
@@ -68,35 +67,11 @@ def main():
     x = torch.randn(args.batch, 3, args.size, args.size, device=dev).to(dtype)
     x = x.contiguous(memory_format=torch.channels_last)
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    def measure(model):
+    def run(model):
         with torch.inference_mode():
-            t0 = time.perf_counter()
-            for i in range(500):  # the first call runs cuDNN's algorithm search; bounded warm-up
-                y = model(x)
-                if i >= 9 and time.perf_counter() - t0 > 0.3:
-                    break
-            sync()
-            rates, walls = [], []
-            for _ in range(args.reps):
-                w0 = time.perf_counter()
-                if cuda:
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                for _ in range(args.iters):
-                    y = model(x)
-                if cuda:
-                    e1.record()
-                    e1.synchronize()
-                    rates.append(args.batch * args.iters / (e0.elapsed_time(e1) / 1e3))
-                walls.append(args.batch * args.iters / (time.perf_counter() - w0))
+            med, lo, hi, wall, y = measure(torch, lambda: model(x), args.batch, args.reps, args.iters, cuda)
             ok = tuple(y.shape) == (args.batch, 1280) and bool(torch.isfinite(y).all())
-        if not cuda:
-            rates = walls
-        return statistics.median(rates), min(rates), max(rates), statistics.median(walls), y, ok
+        return med, lo, hi, wall, y, ok
 
     if cuda:
         print(f"# torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
@@ -107,7 +82,7 @@ def main():
     model = backbone(False)
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() for n, b in model.named_buffers() if n.endswith(("running_mean", "running_var")))
-    med, lo, hi, wall, y, ok = measure(model)
+    med, lo, hi, wall, y, ok = run(model)
     print(f"# mobilenet_v2(width_mult=0.35).features + global average pooling, {params + buffers} parameters "
           f"(Keras counts 410208 for the backbone), {str(dtype).replace('torch.', '')} channels-last, input {tuple(x.shape)}, output {tuple(y.shape)} "
           f"{y.dtype}; {args.reps} reps x {args.iters} batches: min {lo:.0f} max {hi:.0f}, wall median {wall:.0f} img/s")
@@ -118,7 +93,7 @@ def main():
     sys.stdout.flush()
     del model, y
     try:
-        med2, lo2, hi2, wall2, _, ok2 = measure(backbone(True))
+        med2, lo2, hi2, wall2, _, ok2 = run(backbone(True))
         print(f"{tag} img/s (conv+bn folded): {med2:.0f}  (min {lo2:.0f} max {hi2:.0f}, wall median {wall2:.0f}"
               f"{'' if ok2 else '; OUTPUT CHECK FAILED'})")
     except Exception as e:  # a reference figure only: its failure must not hide the main one

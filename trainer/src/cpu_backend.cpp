@@ -80,8 +80,7 @@ class CpuBackend final : public Backend {
       const LayerNode& node = g.nodes[id];
       const int nid = static_cast<int>(id);
       auto in_slot = [&](std::size_t k) { return lower.input_slot(nid, k); };
-      const std::vector<int>& in_shape =
-          node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
+      const std::vector<int>& in_shape = detail::first_input_shape(g, node);
 
       switch (node.kind) {
         case LayerKind::Input:

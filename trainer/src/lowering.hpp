@@ -47,6 +47,11 @@ inline void fold_into(const BatchNormAffine& bn, std::vector<float>& weights, st
   for (std::size_t j = 0; j < c; ++j) bias[j] = static_cast<float>(bias[j] * bn.scale[j] + bn.shift[j]);
 }
 
+// The shape of node's first input (an Input node's own).
+inline const std::vector<int>& first_input_shape(const Graph& g, const LayerNode& node) {
+  return node.inputs.empty() ? node.out_shape : g.nodes[static_cast<std::size_t>(node.inputs[0])].out_shape;
+}
+
 // Slot bookkeeping while nodes are visited in graph order. Op needs `name`, `out` and `act`
 // (ActivationSpec); the ops vector is the backend's own list.
 template <class Op>
