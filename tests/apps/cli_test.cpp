@@ -22,15 +22,15 @@ struct CommandResult {
   std::string out;  // stdout and stderr together
 };
 
-// The binary and the source tree this test was built with; STOKER_CLI / STOKER_SOURCE_DIR in the
-// environment point elsewhere (scripts/gpu_check.sh runs a carried build on another machine).
-std::string from_env_or(const char* name, const char* built_in) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : built_in;
+// The binary this test was built with, or $STOKER_CLI (scripts/gpu_check.sh runs a carried build
+// on another machine).
+std::string stoker_binary() {
+  const char* env = std::getenv("STOKER_CLI");
+  return env && *env ? env : STOKER_CLI;
 }
 
 CommandResult stoker(const std::string& args) {
-  const std::string cmd = from_env_or("STOKER_CLI", STOKER_CLI) + " " + args + " 2>&1";
+  const std::string cmd = stoker_binary() + " " + args + " 2>&1";
   CommandResult r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -41,9 +41,7 @@ CommandResult stoker(const std::string& args) {
   return r;
 }
 
-std::string repo(const std::string& rel) {
-  return (fs::path(from_env_or("STOKER_SOURCE_DIR", STOKER_SOURCE_DIR)) / rel).string();
-}
+std::string repo(const std::string& rel) { return (stoker::test::source_dir() / rel).string(); }
 const std::string kModel = repo("data/models/mobilenet_v2_0.35_224_3class.h5");
 
 // Two classes that differ in colour, so a head learns them in two epochs.

@@ -34,7 +34,7 @@ struct KerasCase {
   augment::SampleParams params;
 };
 
-fs::path vectors_dir() { return fs::path(STOKER_SOURCE_DIR) / "tests" / "augment" / "vectors"; }
+fs::path vectors_dir() { return test::source_dir() / "tests" / "augment" / "vectors"; }
 
 std::vector<KerasCase> load_cases() {
   std::ifstream in(vectors_dir() / "cases.txt");

@@ -37,6 +37,11 @@ std::optional<fs::path> shared_data_dir() {
   return std::nullopt;
 }
 
+fs::path source_dir() {
+  const char* env = std::getenv("STOKER_SOURCE_DIR");
+  return env && *env ? fs::path(env) : fs::path(STOKER_SOURCE_DIR);
+}
+
 cv::Mat make_pattern_rgb(int height, int width, int variant) {
   cv::Mat img(height, width, CV_8UC3);
   for (int y = 0; y < height; ++y) {

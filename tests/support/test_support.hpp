@@ -28,6 +28,10 @@ class TempDir {
 // ../shared/data (or $STOKER_SHARED_DATA) when it exists.
 std::optional<std::filesystem::path> shared_data_dir();
 
+// The source tree the tests were built from, or $STOKER_SOURCE_DIR (a build carried to another
+// machine: scripts/gpu_check.sh).
+std::filesystem::path source_dir();
+
 // A deterministic RGB test pattern: smooth gradients plus a few sharp edges.
 cv::Mat make_pattern_rgb(int height, int width, int variant = 0);
 

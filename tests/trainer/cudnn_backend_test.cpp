@@ -37,6 +37,25 @@ using test::max_rel_error;
 
 // ---- graphs built in code ------------------------------------------------------------------------
 
+// Random weights of the shapes n's kind needs (cin: its input channels): kernels scaled by
+// 1/sqrt(fan-in) and BatchNormalization statistics near the identity keep activations O(1)
+// through deep graphs, so relative errors stay meaningful.
+void randomise_weights(LayerNode& n, int cin, std::mt19937& rng) {
+  int fan_in = cin * n.kernel_h * n.kernel_w;
+  if (n.kind == LayerKind::DepthwiseConv2D) fan_in = n.kernel_h * n.kernel_w;
+  for (const auto& [key, shape] : expected_weights(n, cin)) {
+    std::vector<float> v(Tensor::element_count(shape));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uni(0.5f, 1.5f);
+    for (auto& x : v) {
+      if (key == "kernel" || key == "depthwise_kernel") x = normal(rng) / std::sqrt(static_cast<float>(fan_in));
+      else if (key == "moving_variance" || key == "gamma") x = uni(rng);
+      else x = 0.3f * normal(rng);  // bias, beta, moving_mean
+    }
+    n.weights[key] = Weight{shape, std::make_shared<const std::vector<float>>(std::move(v))};
+  }
+}
+
 class Builder {
  public:
   explicit Builder(std::vector<int> input_shape, unsigned seed = 1) : rng_(seed) {
@@ -56,20 +75,7 @@ class Builder {
     std::vector<std::vector<int>> ins;
     for (int i : n.inputs) ins.push_back(g_.nodes[static_cast<std::size_t>(i)].out_shape);
     n.out_shape = detail::infer_shape(n, ins);
-    const int cin = ins.empty() ? 0 : ins[0].back();
-    int fan_in = cin * n.kernel_h * n.kernel_w;
-    if (n.kind == LayerKind::DepthwiseConv2D) fan_in = n.kernel_h * n.kernel_w;
-    for (const auto& [key, shape] : expected_weights(n, cin)) {
-      std::vector<float> v(Tensor::element_count(shape));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::uniform_real_distribution<float> uni(0.5f, 1.5f);
-      for (auto& x : v) {
-        if (key == "kernel" || key == "depthwise_kernel") x = normal(rng_) / std::sqrt(static_cast<float>(fan_in));
-        else if (key == "moving_variance" || key == "gamma") x = uni(rng_);
-        else x = 0.3f * normal(rng_);  // bias, beta, moving_mean
-      }
-      n.weights[key] = Weight{shape, std::make_shared<const std::vector<float>>(std::move(v))};
-    }
+    randomise_weights(n, ins.empty() ? 0 : ins[0].back(), rng_);
     g_.nodes.push_back(std::move(n));
     return static_cast<int>(g_.nodes.size()) - 1;
   }
@@ -674,6 +680,56 @@ TEST(CudnnPlan, MobileNetV2FeaturesInHalfPrecisionOnTheHost) {
   EXPECT_LT(eg, 2e-2);
 }
 
+// The model: Keras Applications' InceptionResNetV2 (include_top=False, pooling='avg'),
+// from its committed topology (scripts/keras_topology_inception_resnet_v2.py) at size×size with
+// random weights (the ImageNet ones are 215 MB). 781 layers: ScaledAdd residuals, Concatenate,
+// 'valid' stride-2 convs and pools, 1×n / n×1 kernels.
+Graph inception_resnet_v2(int size) {
+  std::ifstream in(test::vectors_dir() / "inception_resnet_v2" / "model_config.json");
+  const auto config = nlohmann::json::parse(in);
+  LoadOptions lo;
+  lo.input_hw = {size, size};
+  Graph g = detail::parse_keras_topology(config, lo);
+  std::mt19937 rng(2024);
+  for (LayerNode& n : g.nodes) {
+    if (n.kind == LayerKind::Input) continue;
+    std::vector<std::vector<int>> ins;
+    for (int i : n.inputs) ins.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape);
+    n.out_shape = detail::infer_shape(n, ins);
+    randomise_weights(n, ins.at(0).back(), rng);
+  }
+  infer_shapes_and_check(g);
+  return g;
+}
+
+TEST(CudnnPlan, InceptionResNetV2OnTheHost) {
+  // At 75×75 (Keras' smallest size for it) to keep the plain-loop host executor quick.
+  const Graph g = inception_resnet_v2(75);
+  EXPECT_EQ(g.nodes.size(), 781u);
+  EXPECT_EQ(g.nodes[static_cast<std::size_t>(g.outputs.at(0))].out_shape, std::vector<int>{1536});
+  const auto x = random_input(g, 1, 5);
+  const auto cpu = make_cpu_backend(g)->forward(x.data(), 1);
+  // Random weights must still give features worth comparing (pooled ReLU outputs: finite, many
+  // non-zero, not tiny).
+  const auto& f = cpu[0].data;
+  const auto nonzero = std::count_if(f.begin(), f.end(), [](float v) { return v != 0.0f; });
+  const float hi = *std::max_element(f.begin(), f.end());
+  std::printf("inception_resnet_v2 features: %td of %zu non-zero, largest %g\n", nonzero, f.size(), hi);
+  EXPECT_GT(nonzero, static_cast<std::ptrdiff_t>(f.size() / 4));
+  EXPECT_TRUE(std::isfinite(hi) && hi > 0.1f) << hi;
+  const cudnn::Plan plan = cudnn::lower_graph(g);
+  std::size_t residuals = 0, explicit_pads = 0;
+  for (const auto& op : plan.ops) residuals += op.residual >= 0, explicit_pads += op.explicit_pad;
+  std::printf("inception_resnet_v2 plan: %zu ops, %zu buffers (%zu values per sample), %zu fused residual adds, "
+              "%zu explicit pads\n",
+              plan.ops.size(), plan.buffer_size.size(), plan.activation_values(), residuals, explicit_pads);
+  for (DType d : {DType::F32, DType::F16}) {
+    const double e = max_rel_error(cudnn::run_plan_host(plan, x.data(), 1, d)[0], cpu[0].data);
+    std::printf("inception_resnet_v2 host plan %s vs cpu backend: %.3g\n", to_string(d), e);
+    EXPECT_LT(e, d == DType::F32 ? 1e-5 : 1e-2);
+  }
+}
+
 // ---- GPU ------------------------------------------------------------------------------------------------
 
 #define REQUIRE_GPU()                                                                                \
@@ -796,6 +852,22 @@ TEST(CudnnBackend, MobileNetV2FeaturesMatchCpuBackend) {
   copy_to_host_async(back.data(), views[0].data, back.size() * sizeof(float), s.get());
   s.synchronize();
   EXPECT_LT(max_rel_error(back, cpu.data), 1e-2);
+}
+
+TEST(CudnnBackend, InceptionResNetV2MatchesCpuBackend) {
+  REQUIRE_GPU();
+  const Graph g = inception_resnet_v2(299);  // the size the user trains at
+  const auto x = random_input(g, 2, 9);
+  const auto cpu = make_cpu_backend(g)->forward(x.data(), 2);
+  for (DType st : {DType::F16, DType::BF16}) {
+    CudnnBackendOptions o;
+    o.max_batch = 2;
+    o.storage = st;
+    auto gpu = make_cudnn_backend(g, o);
+    const double e = max_rel_error(gpu->forward(x.data(), 2)[0].data, cpu[0].data);
+    std::printf("inception_resnet_v2 gpu %s vs cpu: %.3g (%zu device bytes)\n", to_string(st), e, gpu->device_bytes());
+    EXPECT_LT(e, st == DType::F16 ? 1e-2 : 5e-2);
+  }
 }
 
 TEST(CudnnBackend, NoDeviceMemoryGrowthAndTwoStreams) {

@@ -14,10 +14,12 @@
 
 #include <stoker/trainer/tensor.hpp>
 
+#include "test_support.hpp"
+
 namespace stoker::test {
 
 inline std::filesystem::path vectors_dir() {
-  return std::filesystem::path(STOKER_SOURCE_DIR) / "tests" / "trainer" / "vectors";
+  return source_dir() / "tests" / "trainer" / "vectors";
 }
 
 struct VectorFile {
