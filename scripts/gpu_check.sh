@@ -30,10 +30,10 @@ prepare() {
   cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli \
     stoker_apps_tests cpu_backend_bench
   local carry=$build/carry
-  # Libraries with these sonames are in any Ubuntu 24.04 image with Python 3.12 and apt (the GPU
-  # machine's): not carried, to stay under the size limit. The rest (OpenCV's closure, oneTBB,
-  # TurboJPEG, HDF5, ...) is.
-  local ubuntu_has='libz|liblzma|libzstd|libbz2|libexpat|libffi|libuuid|libcrypto|libssl|libsqlite3|libgnutls|libnettle|libhogweed|libgmp|libp11-kit|libtasn1|libidn2|libcom_err|libkeyutils|libgssapi_krb5|libkrb5|libk5crypto|libkrb5support|libmd|libbsd|libpcre2-8|liblz4|libxxhash|libudev|libselinux'
+  # Libraries with these sonames come with any Ubuntu 24.04 image that has apt, grep and Python 3.12
+  # (the GPU machine's): not carried, to stay under the size limit. The rest (OpenCV's closure,
+  # oneTBB, TurboJPEG, HDF5, Kerberos, ...) is.
+  local ubuntu_has='libz|liblzma|libzstd|libbz2|libexpat|libffi|libuuid|libcrypto|libssl|libsqlite3|libgnutls|libnettle|libhogweed|libgmp|libp11-kit|libtasn1|libidn2|libpcre2-8|liblz4|libxxhash|libudev|libselinux'
   rm -rf "$carry/bin" "$carry/shared_data"
   mkdir -p "$carry/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
