@@ -107,7 +107,10 @@ step() {
   fi
   ((want > left)) && want=$left
   local t0=$SECONDS rc=0
-  timeout -k 5 "$want" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  # Line-buffered: a step killed at its limit (a hang) still leaves the lines up to the hang.
+  local unbuffer=()
+  command -v stdbuf >/dev/null 2>&1 && unbuffer=(stdbuf -oL -eL)
+  timeout -k 5 "$want" "${unbuffer[@]}" "$@" >"$work/$name.log" 2>&1 || rc=$?
   echo "-- $name: exit $rc after $((SECONDS - t0)) s$( ((rc == 124)) && echo " (TIMED OUT at ${want} s)")"
   return $rc
 }
