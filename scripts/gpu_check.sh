@@ -114,6 +114,30 @@ step() {
   echo "-- $name: exit $rc after $((SECONDS - t0)) s$( ((rc == 124)) && echo " (TIMED OUT at ${want} s)")"
   return $rc
 }
+# gtest NAME SECONDS BINARY FILTER: runs a GoogleTest binary as `step` does. A test that crashes
+# the process or hangs would hide every test after it: the binary is run again (twice at most)
+# without the test that was running, and each run keeps its own log (NAME.log, NAME.rerun1.log, ...).
+gtest() {
+  local name=$1 limit=$2 bin=$3 filter=$4 excluded="" rc=0 run log
+  for run in 0 1 2; do
+    log=$name$( ((run)) && echo ".rerun$run")
+    rc=0
+    (cd "$work" && step "$limit" "$log" "$bin" --gtest_filter="$filter${excluded:+-$excluded}" \
+      --gtest_output="xml:$work/$log.xml") || rc=$?
+    if grep -qE "^\[==========\] .* ran\." "$work/$log.log"; then  # the binary finished
+      [[ -n $excluded ]] && return 1  # a test crashed or hung on the way
+      return $rc
+    fi
+    ((rc == 125)) && return $rc                                       # skipped: no time left
+    local crashed
+    crashed=$(awk '/^\[ RUN +\]/ {t = $NF} /^\[ +(OK|FAILED|SKIPPED) +\]/ {t = ""} END {print t}' "$work/$log.log")
+    [[ -z $crashed ]] && return $rc
+    echo "!! $crashed crashed or hung (exit $rc): running the rest again without it"
+    excluded=${excluded:+$excluded:}$crashed
+  done
+  return 1
+}
+
 # Refreshes what comes back: the summary is tee'd already; every log goes into one archive.
 pack() { tar -C "$work" -czf "$out/logs.tar.gz.new" . 2>/dev/null && mv "$out/logs.tar.gz.new" "$out/logs.tar.gz"; }
 
@@ -167,8 +191,8 @@ skipped_for_lack_of_gpu() {
 run_feed() {
   echo "== GPU feed and augmentation tests"
   local tests_rc=0 bench_rc=0
-  (cd "$work" && step 150 gpu_tests "$carry/bin/stoker_gpu_tests" --gtest_output="xml:$work/gpu_tests.xml") || tests_rc=$?
-  grep -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$work/gpu_tests.log" | head -40
+  gtest gpu_tests 150 "$carry/bin/stoker_gpu_tests" '*' || tests_rc=$?
+  grep -h -E "^\[ *(PASSED|FAILED|SKIPPED) *\]|overlapping|after 100 batches|Failure|Expected|actual" "$work"/gpu_tests*.log | head -40
   skipped_for_lack_of_gpu "$work/gpu_tests.log" && tests_rc=3
 
   echo "== GPU benchmark"
@@ -198,10 +222,9 @@ run_feed() {
 run_trainer() {
   echo "== cuDNN backend tests"
   local tests_rc=0 bench_rc=0
-  (cd "$work" && step 180 trainer_gpu_tests "$carry/bin/stoker_trainer_tests" --gtest_filter='CudnnBackend.*:CudnnPlan.*' \
-    --gtest_output="xml:$work/trainer_gpu_tests.xml") || tests_rc=$?
-  grep -E "^\[ *(PASSED|FAILED|SKIPPED|  FAILED) *\]|^gpu |darknet|mobilenet|inception|device free|Failure|Expected|actual|Which is|error" \
-    "$work/trainer_gpu_tests.log" | head -60
+  gtest trainer_gpu_tests 180 "$carry/bin/stoker_trainer_tests" 'CudnnBackend.*:CudnnPlan.*' || tests_rc=$?
+  grep -h -E "^\[ *(PASSED|FAILED|SKIPPED|  FAILED) *\]|^gpu |darknet|mobilenet|inception|device free|Failure|Expected|actual|Which is|error" \
+    "$work"/trainer_gpu_tests*.log | head -60
   skipped_for_lack_of_gpu "$work/trainer_gpu_tests.log" && tests_rc=3
 
   echo "== cuDNN backend benchmark"
@@ -239,8 +262,7 @@ run_cli() {
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
   echo "== Cli.DeviceCuda: train on the GPU, GPU vs CPU predictions"
-  STOKER_CLI=$s step 120 cli_device_test "$carry/bin/stoker_apps_tests" \
-    --gtest_filter='Cli.DeviceCuda' || rc=1
+  STOKER_CLI=$s gtest cli_device_test 120 "$carry/bin/stoker_apps_tests" 'Cli.DeviceCuda' || rc=1
   grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/cli_device_test.log" | head -20
   echo "== stoker bench --suite gpu"
   step 120 cli_bench_gpu "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
