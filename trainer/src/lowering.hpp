@@ -2,14 +2,13 @@
 // a layer graph into their own op lists, so that they fold and fuse by the same rules:
 //   - value slots: every node's output lives in a slot; Dropout/Flatten (and whatever a backend
 //     folds away) alias their input's slot instead of getting one;
-//   - fusion: something may be fused into the op producing a slot only when that op is the slot's
-//     only reader's producer and carries no activation yet;
+//   - fusion: something may be fused into the op producing a slot only when the node being lowered
+//     is the slot's only reader and that op carries no activation yet;
 //   - frozen BatchNormalization as a per-channel affine, in double, rounded once where it lands.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
-#include <string>
 #include <utility>
 #include <vector>
 
