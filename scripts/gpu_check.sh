@@ -162,7 +162,15 @@ setup() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null
   export LD_LIBRARY_PATH="$carry/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local libs=/tmp/stoker_carried_libs
-  mkdir -p "$libs" && tar -C "$libs" -xJf "$carry/libs.tar.xz"
+  rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$carry/libs.tar.xz"
+  # Only what this machine lacks: a carried copy of a library the system has would shadow it for
+  # every process started from here, PyTorch's (the peers) included.
+  local system_libs f kept=0 dropped=0
+  system_libs=$(ldconfig -p 2>/dev/null | awk '{print $1}')
+  for f in "$libs"/*; do
+    if grep -qxF "$(basename "$f")" <<<"$system_libs"; then rm -f "$f"; ((++dropped)); else ((++kept)); fi
+  done
+  echo "carried libraries: $kept used, $dropped left to the system's own copies"
   export LD_LIBRARY_PATH="$carry/bin:$libs:$LD_LIBRARY_PATH"
   local cudnn_dir
   cudnn_dir=$(find_cudnn)
