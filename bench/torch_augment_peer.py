@@ -23,7 +23,7 @@ import argparse
 import math
 import sys
 
-from torch_timing import import_torch, measure
+from torch_timing import import_torch, measure, report_reference
 
 
 def main():
@@ -99,12 +99,7 @@ def main():
     print(f"{tag} img/s: {med:.0f}")
     sys.stdout.flush()
     if cuda:
-        try:
-            med16, lo16, hi16, wall16, _, ok16 = run(torch.float16)
-            print(f"{tag} img/s (fp16 sampling): {med16:.0f}  (min {lo16:.0f} max {hi16:.0f}, wall median {wall16:.0f}"
-                  f"{'' if ok16 else '; OUTPUT CHECK FAILED'})")
-        except Exception as e:  # a reference figure only: its failure must not hide the main one
-            print(f"# fp16 sampling variant failed: {type(e).__name__}: {e}")
+        report_reference(tag, "fp16 sampling", lambda: run(torch.float16))
     return 0
 
 

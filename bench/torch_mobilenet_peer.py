@@ -25,7 +25,7 @@ float32 channels-last on N CPU threads (default: PyTorch's), timed by the wall c
 import argparse
 import sys
 
-from torch_timing import import_torch, measure
+from torch_timing import import_torch, measure, report_reference
 
 
 def main():
@@ -92,12 +92,7 @@ def main():
     print(f"{tag} img/s: {med:.0f}  ({args.batch * 1000.0 / med:.2f} ms per batch of {args.batch})")
     sys.stdout.flush()
     del model, y
-    try:
-        med2, lo2, hi2, wall2, _, ok2 = run(backbone(True))
-        print(f"{tag} img/s (conv+bn folded): {med2:.0f}  (min {lo2:.0f} max {hi2:.0f}, wall median {wall2:.0f}"
-              f"{'' if ok2 else '; OUTPUT CHECK FAILED'})")
-    except Exception as e:  # a reference figure only: its failure must not hide the main one
-        print(f"# conv+bn folded variant failed: {type(e).__name__}: {e}")
+    report_reference(tag, "conv+bn folded", lambda: run(backbone(True)))
     return 0
 
 

@@ -45,3 +45,15 @@ def measure(torch, step, images_per_step, reps, iters, cuda):
     if not cuda:
         rates = walls
     return statistics.median(rates), min(rates), max(rates), statistics.median(walls), out
+
+
+def report_reference(tag, label, run):
+    """Prints "<tag> img/s (<label>): ..." for a reference variant; run() returns what the peer's
+    own run() does, (median, min, max, wall median, output, ok). A reference figure only: its
+    failure is printed as a comment and must not hide the main figure."""
+    try:
+        med, lo, hi, wall, _, ok = run()
+        print(f"{tag} img/s ({label}): {med:.0f}  (min {lo:.0f} max {hi:.0f}, wall median {wall:.0f}"
+              f"{'' if ok else '; OUTPUT CHECK FAILED'})")
+    except Exception as e:
+        print(f"# {label} variant failed: {type(e).__name__}: {e}")
