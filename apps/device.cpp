@@ -1,6 +1,7 @@
 #include "device.hpp"
 
 #include <charconv>
+#include <cstdio>
 #include <system_error>
 
 #include "stoker/error.hpp"
@@ -17,12 +18,12 @@ namespace {
 }  // namespace
 
 DeviceChoice choose_device(const std::string& request) {
-  if (request == "cpu") return {false, 0, "cpu"};
+  if (request == "cpu") return {false, 0, false, "cpu"};
   if (request == "auto") {
-    const int gpus = cuda_device_count();
-    return {false, 0,
-            gpus > 0 ? "cpu (auto stays on the CPU: the cuDNN backend is used only when asked for, with --device cuda)"
-                     : "cpu (no GPU found)"};
+    if (cuda_device_count() == 0) return {false, 0, true, "cpu (auto: " + cuda_unavailable_reason() + ")"};
+    if (!trainer::built_with_cudnn()) return {false, 0, true, "cpu (auto: this stoker was built without cuDNN)"};
+    set_device(0);
+    return {true, 0, true, "cuda:0 (" + cuda_device_description() + "; cuDNN backend; chosen by --device auto)"};
   }
   if (request.rfind("cuda", 0) != 0) bad_request(request);
   int index = 0;
@@ -46,19 +47,33 @@ DeviceChoice choose_device(const std::string& request) {
                           "STOKER_CUDNN=ON); use --device cpu");
   }
   set_device(index);
-  return {true, index, "cuda:" + std::to_string(index) + " (" + cuda_device_description() + "; cuDNN backend)"};
+  return {true, index, false, "cuda:" + std::to_string(index) + " (" + cuda_device_description() + "; cuDNN backend)"};
 }
 
-std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, const DeviceChoice& device,
+std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device,
                                                       int max_batch) {
   if (!device.cuda) return nullptr;  // the Model's default backend is the CPU one
-  set_device(device.index);           // streams and buffers made later (the GPU feed) go there too
-  trainer::CudnnBackendOptions options;
-  options.max_batch = max_batch;
-  options.device = device.index;
-  auto gpu = trainer::make_cudnn_backend(backbone.graph(), options);
-  backbone.set_backend(gpu);
-  return gpu;
+  try {
+    set_device(device.index);  // streams and buffers made later (the GPU feed) go there too
+    trainer::CudnnBackendOptions options;
+    options.max_batch = max_batch;
+    options.device = device.index;
+    auto gpu = trainer::make_cudnn_backend(backbone.graph(), options);
+    const double error = trainer::relative_error_to_cpu(backbone.graph(), *gpu);
+    if (!(error <= kGpuAgreementLimit)) {
+      char line[160];
+      std::snprintf(line, sizeof line, "cuda:%d: the cuDNN backbone differs from the CPU reference by %.3g (limit %.3g)",
+                    device.index, error, kGpuAgreementLimit);
+      throw Error(line);
+    }
+    backbone.set_backend(gpu);
+    return gpu;
+  } catch (const Error& e) {
+    if (!device.automatic) throw;
+    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", e.what());
+    device = {false, 0, true, "cpu (auto: the GPU failed its setup or check, see the warning)"};
+    return nullptr;
+  }
 }
 
 }  // namespace stoker::app

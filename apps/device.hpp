@@ -12,20 +12,27 @@ namespace stoker::app {
 struct DeviceChoice {
   bool cuda = false;
   int index = 0;
+  bool automatic = false;  // chosen by "auto": a GPU that cannot be used falls back to the CPU
   std::string description;
 };
 
-// "auto" | "cpu" | "cuda" | "cuda:N". Throws InvalidArgument with a one-line reason when the
-// request cannot be met (no usable GPU and why, no such index, a build without cuDNN). "auto"
-// stays on the CPU: the cuDNN backend has not run on a GPU yet, so it is used only when asked for
-// by name. A CUDA choice becomes the calling thread's current device and its description names
-// the card.
+// "auto" | "cpu" | "cuda" | "cuda:N". "auto" takes GPU 0 when there is one and this build has the
+// cuDNN backend, else the CPU (the description says why). Throws InvalidArgument with a one-line
+// reason when an explicit request cannot be met (no usable GPU and why, no such index, a build
+// without cuDNN). A CUDA choice becomes the calling thread's current device and its description
+// names the card.
 DeviceChoice choose_device(const std::string& request);
 
 // Puts the backbone on the chosen device: for CUDA the cuDNN backend (planned for `max_batch`
 // samples), returned so that device batches can go to it directly; null for the CPU backend.
-// Throws CudaError with the reason when the GPU cannot be used.
-std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, const DeviceChoice& device,
-                                                      int max_batch);
+// Before it is used, the cuDNN backend must compute what the CPU backend computes on two test
+// inputs (relative error within kGpuAgreementLimit). When that check or the GPU's setup fails, an
+// "auto" choice falls back to the CPU (a warning on stderr; `device` is updated to say so) and an
+// explicit one throws: CudaError from CUDA/cuDNN, Error with both numbers for a disagreement.
+std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device, int max_batch);
+
+// Twice the bound the tests hold fp16 storage to: a correct half-precision backend stays ~10x
+// below it, a wrong computation (layout, indexing, a missed op) is off by O(1).
+inline constexpr double kGpuAgreementLimit = 2e-2;
 
 }  // namespace stoker::app

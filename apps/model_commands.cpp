@@ -36,7 +36,8 @@ LoaderOptions prepare_options(const TrainedModel& m, const UseArgs& a) {
 // The trained model, its backbone on the requested device.
 TrainedModel load_for_use(const UseArgs& a) {
   TrainedModel m = load_trained_model(a.model_dir);
-  place_backbone(m.backbone_model, choose_device(a.device), a.batch_size);
+  DeviceChoice device = choose_device(a.device);
+  place_backbone(m.backbone_model, device, a.batch_size);
   return m;
 }
 

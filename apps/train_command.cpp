@@ -102,7 +102,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
 }
 
 void run_train(TrainConfig& c) {
-  const DeviceChoice device = choose_device(c.device);
+  DeviceChoice device = choose_device(c.device);
   std::error_code ec;
   fs::create_directories(c.out, ec);
   if (ec || !fs::is_directory(c.out)) throw IoError(c.out + ": cannot create the output folder");

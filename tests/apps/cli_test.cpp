@@ -68,7 +68,7 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
-  const CommandResult t = stoker(train_args());
+  const CommandResult t = stoker(train_args("--device cpu"));
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("utilisation: disk"), std::string::npos) << t.out;
@@ -176,6 +176,22 @@ TEST_F(Cli, DeviceCuda) {
   const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
   EXPECT_EQ(g[0]["class"], c[0]["class"]);
   EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
+}
+
+// The default device: the GPU when there is one (after its backbone agreed with the CPU
+// reference), else the CPU with the reason.
+TEST_F(Cli, DeviceAuto) {
+  const CommandResult t = stoker(train_args());
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
+  if (stoker::cuda_device_count() == 0) {
+    EXPECT_NE(t.out.find("device cpu (auto: "), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find("GPU not used"), std::string::npos) << t.out;
+    GTEST_SKIP() << "no CUDA device: auto chose the CPU, as it should";
+  }
+  EXPECT_NE(t.out.find("device cuda:0 ("), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("chosen by --device auto"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("GPU is not used"), std::string::npos) << "the GPU failed its setup or check: " << t.out;
 }
 
 TEST_F(Cli, InspectPrintsTheLayerGraph) {

@@ -1,7 +1,9 @@
 // Layer graphs built in code, run on the CPU backend, against direct loop implementations written
 // here (TensorFlow's padding rules spelled out), plus import error messages.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -185,7 +187,8 @@ TEST(Pooling, MaxAndAverageSameExcludePadding) {
   }
 }
 
-TEST(Graph, BatchNormFoldingMatchesUnfolded) {
+// input 9x9x4 -> conv 3x3 (6 filters) -> BatchNormalization -> ReLU(max 6)
+Graph conv_bn_relu6() {
   Graph g;
   g.nodes.push_back(input_node({9, 9, 4}));
   LayerNode conv;
@@ -217,12 +220,57 @@ TEST(Graph, BatchNormFoldingMatchesUnfolded) {
   g.inputs = {0};
   g.outputs = {3};
   infer_shapes_and_check(g);
+  return g;
+}
+
+TEST(Graph, BatchNormFoldingMatchesUnfolded) {
+  const Graph g = conv_bn_relu6();
   auto x = random_vec(2 * 9 * 9 * 4, 12);
   CpuBackendOptions plain;
   plain.fold_batch_norm = plain.fuse_activations = false;
   auto a = make_cpu_backend(g)->forward(x.data(), 2);
   auto b = make_cpu_backend(g, plain)->forward(x.data(), 2);
   EXPECT_LE(test::max_rel_error(a[0].data, b[0].data), 1e-6);
+}
+
+// The CPU reference with its output damaged the way a broken backend would damage it.
+class DamagedBackend final : public Backend {
+ public:
+  enum class Damage { SwapSamples, OneNaN, ExtraOutput };
+  DamagedBackend(const Graph& g, Damage d) : cpu_(make_cpu_backend(g)), damage_(d) {}
+  std::string name() const override { return "damaged"; }
+  std::vector<Tensor> forward(const float* input, int batch) const override {
+    std::vector<Tensor> out = cpu_->forward(input, batch);
+    std::vector<float>& v = out[0].data;
+    switch (damage_) {
+      case Damage::SwapSamples:  // e.g. a batch stride mixed up
+        std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        break;
+      case Damage::OneNaN:  // an element nobody wrote
+        v[v.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+        break;
+      case Damage::ExtraOutput:
+        out.push_back(out[0]);
+        break;
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_;
+  Damage damage_;
+};
+
+TEST(BackendCheck, PassesAnEquivalentBackendAndCatchesDamagedOutputs) {
+  const Graph g = conv_bn_relu6();
+  CpuBackendOptions plain;  // no folding, no fusion: other code, same function
+  plain.fold_batch_norm = plain.fuse_activations = false;
+  EXPECT_LE(relative_error_to_cpu(g, *make_cpu_backend(g, plain)), 1e-6);
+  EXPECT_LE(relative_error_to_cpu(g, *make_cpu_backend(g, plain), 3, 99), 1e-6);
+  EXPECT_GT(relative_error_to_cpu(g, DamagedBackend(g, DamagedBackend::Damage::SwapSamples)), 0.1);
+  EXPECT_TRUE(std::isinf(relative_error_to_cpu(g, DamagedBackend(g, DamagedBackend::Damage::OneNaN))));
+  EXPECT_TRUE(std::isinf(relative_error_to_cpu(g, DamagedBackend(g, DamagedBackend::Damage::ExtraOutput))));
+  EXPECT_THROW(relative_error_to_cpu(g, *make_cpu_backend(g), 0), InvalidArgument);
 }
 
 TEST(Graph, NoFusionIntoAValueWithOtherReaders) {

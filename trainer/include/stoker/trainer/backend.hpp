@@ -4,6 +4,7 @@
 // same interface.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,5 +31,12 @@ struct CpuBackendOptions {
 
 // float32 NHWC, multi-threaded with oneTBB. Throws InvalidArgument for a graph it cannot run.
 std::unique_ptr<Backend> make_cpu_backend(const Graph& graph, const CpuBackendOptions& options = {});
+
+// How far `candidate` is from the CPU reference: both run `samples` deterministic test inputs
+// (smooth patterns plus noise in [-1, 1], from `seed`) and the result is, over all outputs,
+// max |candidate - reference| / max |reference|. A NaN or infinity on one side only, or a shape
+// that differs, is an infinite error. A cheap check that a backend which has never run on this
+// machine computes the graph (layout or indexing bugs are off by O(1); half precision ~1e-3).
+double relative_error_to_cpu(const Graph& graph, const Backend& candidate, int samples = 2, std::uint64_t seed = 1);
 
 }  // namespace stoker::trainer
