@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <span>
 
 #include "progress.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
@@ -134,6 +136,23 @@ Features collect_features(FeatureSource& source, std::uint64_t epoch, const std:
   });
   progress.finish();
   return f;
+}
+
+double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_ptr<const Augmenter> augmenter,
+                      const trainer::Graph& graph, const Features& gpu_features, int samples) {
+  samples = std::min(samples, gpu_features.n);
+  if (samples <= 0 || gpu_features.dim <= 0) return 0;
+  Dataset first = dataset;
+  first.samples.resize(static_cast<std::size_t>(samples));
+  loader.shuffle = false;
+  loader.cache = {};
+  loader.transform = std::move(augmenter);
+  Loader cpu_loader(std::move(first), loader);
+  trainer::Model cpu_model(graph);  // its default backend: the CPU one
+  const Features cpu = collect_features(*cpu_feature_source(cpu_loader, cpu_model), 0, "checking GPU features");
+  const std::size_t values = static_cast<std::size_t>(samples) * static_cast<std::size_t>(gpu_features.dim);
+  if (cpu.dim != gpu_features.dim || gpu_features.x.size() < values) return std::numeric_limits<double>::infinity();
+  return trainer::relative_error(std::span<const float>(gpu_features.x.data(), values), cpu.x);
 }
 
 }  // namespace stoker::app

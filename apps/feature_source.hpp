@@ -57,4 +57,11 @@ struct Features {
 };
 Features collect_features(FeatureSource& source, std::uint64_t epoch, const std::string& progress_label);
 
+// How far features from the GPU path are from the CPU path's: the first `samples` images of
+// `dataset` (unshuffled, as `gpu_features` holds them) through a CPU loader with `loader`'s options
+// and `augmenter` as its transform, and the CPU backend of `graph`. max |gpu - cpu| / max |cpu|,
+// infinite for a NaN on one side. For deterministic (validation) augmentation only.
+double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_ptr<const Augmenter> augmenter,
+                      const trainer::Graph& graph, const Features& gpu_features, int samples);
+
 }  // namespace stoker::app

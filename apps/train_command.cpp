@@ -140,8 +140,7 @@ void run_train(TrainConfig& c) {
                           std::to_string(out.size()) + " dimensions; cut at a pooling or flatten layer (--cut-at)");
   }
   const int dim = out[0];
-  const auto gpu = place_backbone(backbone, device, c.loader.batch_size);
-  const std::optional<int> gpu_index = device.cuda ? std::optional<int>(device.index) : std::nullopt;
+  std::shared_ptr<trainer::CudnnBackend> gpu = place_backbone(backbone, device, c.loader.batch_size);
 
   // The CPU path: loaders with the Augmenter as their transform (float32 batches) into the
   // backbone. The GPU path: uint8 batches from plain-resize loaders into GPU feeds whose stage is
@@ -155,17 +154,21 @@ void run_train(TrainConfig& c) {
   const auto val_aug = std::make_shared<const Augmenter>(c.augment_spec(false));
   std::unique_ptr<Loader> train_loader, val_loader;
   std::unique_ptr<FeatureSource> train_source, val_source;
-  if (gpu) {
-    train_source = gpu_feature_source(train, lopt, train_aug, gpu);
-    val_source = gpu_feature_source(val, vopt, val_aug, gpu);
-  } else {
-    lopt.transform = train_aug;
-    vopt.transform = val_aug;
-    train_loader = std::make_unique<Loader>(train, lopt);
-    val_loader = std::make_unique<Loader>(val, vopt);
+  auto make_sources = [&] {
+    if (gpu) {
+      train_source = gpu_feature_source(train, lopt, train_aug, gpu);
+      val_source = gpu_feature_source(val, vopt, val_aug, gpu);
+      return;
+    }
+    LoaderOptions tl = lopt, vl = vopt;
+    tl.transform = train_aug;
+    vl.transform = val_aug;
+    train_loader = std::make_unique<Loader>(train, tl);
+    val_loader = std::make_unique<Loader>(val, vl);
     train_source = cpu_feature_source(*train_loader, backbone);
     val_source = cpu_feature_source(*val_loader, backbone);
-  }
+  };
+  make_sources();
 
   std::printf("train: %zu images, validation: %zu images, classes:", train.size(), val.size());
   for (const auto& n : train.class_names) std::printf(" %s", n.c_str());
@@ -183,7 +186,27 @@ void run_train(TrainConfig& c) {
   const fs::path head_file = fs::path(c.out) / "head.stkh";
   write_model_info(c.out, c, train.class_names);
 
-  const Features vf = collect_features(*val_source, 0, "validation features");
+  Features vf = collect_features(*val_source, 0, "validation features");
+  if (gpu) {
+    // The feed and the CUDA augmentation, checked where they run: the first validation batch's
+    // features against the CPU path's (the backbone alone was checked by place_backbone).
+    const double error = gpu_path_error(val, vopt, val_aug, backbone.graph(), vf, c.loader.batch_size);
+    if (!(error <= kGpuAgreementLimit)) {
+      char line[200];
+      std::snprintf(line, sizeof line, "%s: features from the GPU feed differ from the CPU path's by %.3g (limit %.3g)",
+                    device.description.c_str(), error, kGpuAgreementLimit);
+      if (!device.automatic) throw Error(line);
+      std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", line);
+      device = {false, 0, true, "cpu (auto: the GPU failed its check, see the warning)"};
+      train_source.reset();
+      val_source.reset();
+      gpu.reset();
+      backbone.set_backend(nullptr);
+      make_sources();
+      vf = collect_features(*val_source, 0, "validation features");
+    }
+  }
+  const std::optional<int> gpu_index = device.cuda ? std::optional<int>(device.index) : std::nullopt;
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   const auto run_start = Clock::now();

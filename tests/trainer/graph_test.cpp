@@ -273,6 +273,15 @@ TEST(BackendCheck, PassesAnEquivalentBackendAndCatchesDamagedOutputs) {
   EXPECT_THROW(relative_error_to_cpu(g, *make_cpu_backend(g), 0), InvalidArgument);
 }
 
+TEST(BackendCheck, RelativeErrorIsStrict) {
+  const std::vector<float> ref = {1.0f, -4.0f, 2.0f};
+  EXPECT_DOUBLE_EQ(relative_error(std::vector<float>{1.0f, -4.0f, 2.0f}, ref), 0.0);
+  EXPECT_DOUBLE_EQ(relative_error(std::vector<float>{1.0f, -3.0f, 2.0f}, ref), 0.25);  // relative to max |ref|
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isinf(relative_error(std::vector<float>{1.0f, nan, 2.0f}, ref)));
+  EXPECT_TRUE(std::isinf(relative_error(std::vector<float>{1.0f, -4.0f}, ref)));
+}
+
 TEST(Graph, NoFusionIntoAValueWithOtherReaders) {
   // conv -> dropout -> relu, and add(conv, relu): the relu must not be fused into the conv, whose
   // plain output the add also reads (through the dropout alias).

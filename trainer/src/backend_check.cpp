@@ -1,4 +1,4 @@
-// relative_error_to_cpu(): a backend measured against the CPU reference on generated inputs.
+// relative_error() and relative_error_to_cpu(): a backend measured against the CPU reference.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -32,6 +32,19 @@ std::vector<float> test_inputs(const std::vector<int>& hwc, int samples, std::ui
 
 }  // namespace
 
+double relative_error(std::span<const float> got, std::span<const float> ref) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (got.size() != ref.size()) return inf;
+  double scale = 1e-6, err = 0;
+  for (float v : ref)
+    if (std::isfinite(v)) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isfinite(got[i]) != std::isfinite(ref[i])) return inf;
+    if (std::isfinite(got[i])) err = std::max(err, std::abs(static_cast<double>(got[i]) - ref[i]));
+  }
+  return err / scale;
+}
+
 double relative_error_to_cpu(const Graph& graph, const Backend& candidate, int samples, std::uint64_t seed) {
   if (graph.inputs.size() != 1) throw InvalidArgument("relative_error_to_cpu: the graph must have one input");
   if (samples < 1) throw InvalidArgument("relative_error_to_cpu: samples must be >= 1");
@@ -40,20 +53,11 @@ double relative_error_to_cpu(const Graph& graph, const Backend& candidate, int s
   const std::vector<Tensor> ref = make_cpu_backend(graph)->forward(x.data(), samples);
   const std::vector<Tensor> got = candidate.forward(x.data(), samples);
 
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  if (got.size() != ref.size()) return inf;
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (std::size_t k = 0; k < ref.size(); ++k) {
-    if (got[k].shape != ref[k].shape) return inf;
-    double scale = 1e-6, err = 0;
-    for (float v : ref[k].data)
-      if (std::isfinite(v)) scale = std::max(scale, static_cast<double>(std::abs(v)));
-    for (std::size_t i = 0; i < ref[k].data.size(); ++i) {
-      const float a = got[k].data[i], b = ref[k].data[i];
-      if (std::isfinite(a) != std::isfinite(b)) return inf;
-      if (std::isfinite(a)) err = std::max(err, std::abs(static_cast<double>(a) - b));
-    }
-    worst = std::max(worst, err / scale);
+    if (got[k].shape != ref[k].shape) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, relative_error(got[k].data, ref[k].data));
   }
   return worst;
 }

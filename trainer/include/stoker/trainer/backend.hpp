@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct CpuBackendOptions {
 
 // float32 NHWC, multi-threaded with oneTBB. Throws InvalidArgument for a graph it cannot run.
 std::unique_ptr<Backend> make_cpu_backend(const Graph& graph, const CpuBackendOptions& options = {});
+
+// max |got - ref| / max |ref| (finite values; at least 1e-6 below): an error relative to the
+// reference's scale. Infinite when the sizes differ or a value is finite on one side only.
+double relative_error(std::span<const float> got, std::span<const float> ref);
 
 // How far `candidate` is from the CPU reference: both run `samples` deterministic test inputs
 // (smooth patterns plus noise in [-1, 1], from `seed`) and the result is, over all outputs,

@@ -58,7 +58,7 @@ class Model {
   Tensor forward(const float* input, int batch) const;
   std::vector<Tensor> forward_all(const float* input, int batch) const;
 
-  // Replaces the backend (default: CPU, compiled lazily on the first forward).
+  // Replaces the backend (default, or null: the CPU backend, compiled lazily on the first forward).
   void set_backend(std::shared_ptr<const Backend> backend);
   const Backend& backend() const;
 
