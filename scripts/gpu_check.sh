@@ -269,8 +269,8 @@ run_cli() {
   step 60 cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
-  echo "== Cli.DeviceCuda: train on the GPU, GPU vs CPU predictions"
-  STOKER_CLI=$s gtest cli_device_test 120 "$carry/bin/stoker_apps_tests" 'Cli.DeviceCuda' || rc=1
+  echo "== Cli.DeviceCuda, Cli.DeviceAuto: train on the GPU, GPU vs CPU predictions, the default device"
+  STOKER_CLI=$s gtest cli_device_test 120 "$carry/bin/stoker_apps_tests" 'Cli.DeviceCuda:Cli.DeviceAuto' || rc=1
   grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/cli_device_test.log" | head -20
   echo "== stoker bench --suite gpu"
   step 120 cli_bench_gpu "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
