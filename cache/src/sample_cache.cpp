@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/error.hpp"
 
@@ -65,7 +67,20 @@ struct SampleCache::Entry {
 
 namespace {
 constexpr std::size_t kAllocationOverhead = 32;  // what the allocator keeps next to each block
+
+// The cache file is written at the end of the first epoch, into its folder (temp name, then
+// rename): a folder that does not exist or cannot be written is reported now, not an epoch later.
+void require_writable_folder(const std::filesystem::path& file) {
+  const std::filesystem::path folder = file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    throw IoError(file.string() + ": cannot write the cache file: " + folder.string() + " is not an existing folder");
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw IoError(file.string() + ": cannot write the cache file in " + folder.string() + ": " + std::strerror(errno));
+  }
 }
+}  // namespace
 
 SampleCache::SampleCache(CacheOptions options, CacheKey key, std::vector<std::string> paths)
     : options_(std::move(options)), key_(key), paths_(std::move(paths)), entries_(new Entry[paths_.size()]) {
@@ -74,6 +89,7 @@ SampleCache::SampleCache(CacheOptions options, CacheKey key, std::vector<std::st
   for (const auto& p : paths_) bookkeeping_bytes_ += p.capacity() > 15 ? p.capacity() + kAllocationOverhead : 0;
 
   if (!options_.file.empty()) {
+    require_writable_folder(options_.file);
     file_ = CacheFile::open(options_.file, key_);
     switch (file_->state()) {
       case CacheFileState::Missing:

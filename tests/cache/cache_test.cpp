@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 
@@ -304,6 +306,34 @@ TEST(CacheFile, AForeignFileIsRefusedAndLeftUntouched) {
   }
   const auto after = test::read_bytes(f.file);
   EXPECT_EQ(std::string(after.begin(), after.end()), precious);
+}
+
+// The file is written after the first epoch; where it cannot be, the loader says so at once.
+TEST(CacheFile, AMissingFolderFailsAtConstruction) {
+  CacheFileFixture f;
+  for (const fs::path& bad : {f.photos.dir / "no_such_folder" / "cache.stoker", fs::path(f.ds.samples[0].path) / "cache.stoker"}) {
+    auto o = f.with_file();
+    o.cache.file = bad;
+    try {
+      Loader loader(f.ds, o);
+      FAIL() << bad;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("is not an existing folder"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CacheFile, AReadOnlyFolderFailsAtConstruction) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: a read-only folder is still writable";
+  CacheFileFixture f;
+  const fs::path locked = f.photos.dir / "locked";
+  fs::create_directories(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  auto o = f.with_file();
+  o.cache.file = locked / "cache.stoker";
+  EXPECT_THROW(Loader(f.ds, o), IoError);
+  fs::permissions(locked, fs::perms::owner_all);
 }
 
 TEST(CacheFile, AChangedSourceImageIsReRead) {
