@@ -17,6 +17,12 @@ namespace {
 
 }  // namespace
 
+std::string disagreement(const std::string& what, double error) {
+  char numbers[80];
+  std::snprintf(numbers, sizeof numbers, " by %.3g (limit %.3g)", error, kGpuAgreementLimit);
+  return what + numbers;
+}
+
 DeviceChoice choose_device(const std::string& request) {
   if (request == "cpu") return {false, 0, false, "cpu"};
   if (request == "auto") {
@@ -61,10 +67,8 @@ std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, 
     auto gpu = trainer::make_cudnn_backend(backbone.graph(), options);
     const double error = trainer::relative_error_to_cpu(backbone.graph(), *gpu);
     if (!(error <= kGpuAgreementLimit)) {
-      char line[160];
-      std::snprintf(line, sizeof line, "cuda:%d: the cuDNN backbone differs from the CPU reference by %.3g (limit %.3g)",
-                    device.index, error, kGpuAgreementLimit);
-      throw Error(line);
+      throw Error(disagreement("cuda:" + std::to_string(device.index) + ": the cuDNN backbone differs from the CPU reference",
+                               error));
     }
     backbone.set_backend(gpu);
     return gpu;

@@ -2,6 +2,7 @@
 // features; a new Dense head (sigmoid for two classes, softmax for more) trains on them with Adam.
 // Without augmentation every image's features are computed once and reused across epochs; with
 // augmentation each epoch decodes, augments and runs the backbone again.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -188,15 +189,14 @@ void run_train(TrainConfig& c) {
 
   Features vf = collect_features(*val_source, 0, "validation features");
   if (gpu) {
-    // The feed and the CUDA augmentation, checked where they run: the first validation batch's
-    // features against the CPU path's (the backbone alone was checked by place_backbone).
-    const double error = gpu_path_error(val, vopt, val_aug, backbone.graph(), vf, c.loader.batch_size);
+    // The feed and the CUDA augmentation, checked where they run: the first (up to 32) validation
+    // images' features against the CPU path's (the backbone alone was checked by place_backbone).
+    const double error = gpu_path_error(val, vopt, val_aug, backbone.graph(), vf, std::min(c.loader.batch_size, 32));
     if (!(error <= kGpuAgreementLimit)) {
-      char line[200];
-      std::snprintf(line, sizeof line, "%s: features from the GPU feed differ from the CPU path's by %.3g (limit %.3g)",
-                    device.description.c_str(), error, kGpuAgreementLimit);
-      if (!device.automatic) throw Error(line);
-      std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", line);
+      const std::string why =
+          disagreement("cuda:" + std::to_string(device.index) + ": features from the GPU feed differ from the CPU path's", error);
+      if (!device.automatic) throw Error(why);
+      std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
       device = {false, 0, true, "cpu (auto: the GPU failed its check, see the warning)"};
       train_source.reset();
       val_source.reset();
