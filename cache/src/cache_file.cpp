@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'O', 'K', 'R', 'C', 'A', 'C'};
 constexpr std::uint64_t kAlign = 64;
+constexpr std::uint32_t kMaxDim = std::numeric_limits<int>::max();  // SampleCache holds dimensions as int
 
 struct FileHeader {
   char magic[8];
@@ -52,6 +54,11 @@ struct FileRecord {
 static_assert(sizeof(FileRecord) == 64);
 
 std::uint64_t align_up(std::uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// [offset, offset + size) lies within [0, limit), without overflowing on bogus 64-bit fields.
+bool within(std::uint64_t offset, std::uint64_t size, std::uint64_t limit) {
+  return offset <= limit && size <= limit - offset;
+}
 
 std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 std::uint64_t load64(const std::uint8_t* p) {
@@ -145,6 +152,11 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     return stale("truncated or torn: " + std::to_string(size_) + " bytes, the header says " +
                  std::to_string(h.file_size));
   }
+  if (h.kind != static_cast<std::uint32_t>(CacheKind::Encoded) && h.kind != static_cast<std::uint32_t>(CacheKind::Decoded))
+    return stale("unknown cache kind " + std::to_string(h.kind));
+  if (h.min_height > static_cast<std::uint32_t>(std::numeric_limits<int>::max()) ||
+      h.min_width > static_cast<std::uint32_t>(std::numeric_limits<int>::max()))
+    return stale("implausible minimum size " + std::to_string(h.min_height) + "x" + std::to_string(h.min_width));
   key_ = CacheKey{static_cast<CacheKind>(h.kind), static_cast<int>(h.min_height), static_cast<int>(h.min_width),
                   h.transform};
   if (expected && !(key_ == *expected)) {
@@ -154,10 +166,11 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     };
     return stale("built for a " + describe(key_) + ", this run needs a " + describe(*expected));
   }
+  if (h.entry_count > size_ / sizeof(FileRecord)) return stale("inconsistent layout");
   const std::uint64_t index_bytes = h.entry_count * sizeof(FileRecord);
-  if (h.entry_count > size_ / sizeof(FileRecord) || h.index_offset != sizeof(FileHeader) ||
-      h.strings_offset != h.index_offset + index_bytes || h.strings_offset + h.strings_size > size_ ||
-      h.data_offset + h.data_size > size_) {
+  if (h.index_offset != sizeof(FileHeader) || !within(h.index_offset, index_bytes, size_) ||
+      h.strings_offset != h.index_offset + index_bytes || !within(h.strings_offset, h.strings_size, size_) ||
+      !within(h.data_offset, h.data_size, size_)) {
     return stale("inconsistent layout");
   }
   if (checksum64(map_ + h.index_offset, index_bytes + h.strings_size) != h.index_checksum) {
@@ -168,8 +181,8 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
   for (std::uint64_t i = 0; i < h.entry_count; ++i) {
     FileRecord r;
     std::memcpy(&r, map_ + h.index_offset + i * sizeof(FileRecord), sizeof r);
-    if (r.path_offset + r.path_size > h.strings_size || r.data_offset < h.data_offset ||
-        r.data_offset + r.data_size > h.data_offset + h.data_size) {
+    if (!within(r.path_offset, r.path_size, h.strings_size) || r.data_offset < h.data_offset ||
+        !within(r.data_offset - h.data_offset, r.data_size, h.data_size)) {
       return stale("entry " + std::to_string(i) + " points outside the file");
     }
     CacheFileEntry e;
@@ -181,8 +194,11 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     e.width = r.width;
     e.channels = r.channels;
     e.checksum = r.checksum;
+    // Decoded entries become cv::Mat-like images indexed with int: each dimension must fit, and
+    // the product is checked in 128 bits so a wrapped product cannot match data_size by accident.
     if (key_.kind == CacheKind::Decoded &&
-        static_cast<std::uint64_t>(e.height) * e.width * e.channels != e.data_size) {
+        (e.height > kMaxDim || e.width > kMaxDim || e.channels > kMaxDim ||
+         static_cast<unsigned __int128>(e.height) * e.width * e.channels != e.data_size)) {
       return stale("entry " + std::to_string(i) + " has a size that does not match its image shape");
     }
     by_path_.emplace(e.path, static_cast<std::int64_t>(i));

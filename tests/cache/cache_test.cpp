@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -359,6 +360,62 @@ TEST(CacheOptions, ParsesKindsAndSizes) {
   EXPECT_EQ(parse_byte_size("1000"), 1000u);
   EXPECT_THROW(parse_byte_size("lots"), InvalidArgument);
   EXPECT_THROW(parse_byte_size("5 parsecs"), InvalidArgument);
+}
+
+// Found by tests/fuzz/fuzz_cache_file: 64-bit offset/size fields whose sum wraps passed the
+// layout checks (a path or data span pointing before the mapping), an unknown kind became a key,
+// and a height × width × channels product that wraps to data_size passed the shape check. Each
+// file is re-sealed (index and header checksums) so only the bogus field is wrong.
+TEST(CacheFile, BogusSizeFieldsWithValidChecksumsAreStaleNotMapped) {
+  TempDir dir;
+  const fs::path file = dir / "bogus.stoker";
+  const std::vector<std::uint8_t> pixels(2 * 4 * 3, 7);
+  CacheFileRecord rec;
+  rec.meta.path = "a/cat.jpg";
+  rec.meta.height = 2, rec.meta.width = 4, rec.meta.channels = 3;
+  rec.data = pixels;
+  write_cache_file(file, CacheKey{CacheKind::Decoded, 32, 32, 0}, {rec});
+  const auto good = test::read_bytes(file);
+  ASSERT_EQ(CacheFile::inspect(file)->state(), CacheFileState::Valid);
+
+  auto put64 = [](std::vector<std::uint8_t>& b, std::size_t at, std::uint64_t v) { std::memcpy(b.data() + at, &v, 8); };
+  auto put32 = [](std::vector<std::uint8_t>& b, std::size_t at, std::uint32_t v) { std::memcpy(b.data() + at, &v, 4); };
+  auto reseal = [&](std::vector<std::uint8_t> b) {
+    std::uint64_t strings_size;
+    std::memcpy(&strings_size, b.data() + 48, 8);
+    put64(b, 80, checksum64(b.data() + 128, 64 + strings_size));  // one record + the path strings
+    put64(b, 120, checksum64(b.data(), 120));
+    return b;
+  };
+  auto expect_stale = [&](const std::vector<std::uint8_t>& bytes, const std::string& problem) {
+    test::write_bytes(file, bytes);
+    auto f = CacheFile::inspect(file);
+    EXPECT_EQ(f->state(), CacheFileState::Stale) << problem;
+    EXPECT_NE(f->problem().find(problem), std::string::npos) << f->problem();
+    EXPECT_TRUE(f->entries().empty());
+  };
+  constexpr std::size_t rec0 = 128;  // the first record: path_offset +0, data_offset +32, data_size +40, height +48
+  auto b = good;
+  put64(b, rec0 + 0, ~std::uint64_t{0} - 2);  // path_offset + path_size wraps to 6
+  expect_stale(reseal(b), "points outside the file");
+  b = good;
+  std::uint64_t data_offset;
+  std::memcpy(&data_offset, b.data() + rec0 + 32, 8);
+  put64(b, rec0 + 32, data_offset + 64);
+  put64(b, rec0 + 40, ~std::uint64_t{0} - 40);  // data_offset + data_size wraps
+  expect_stale(reseal(b), "points outside the file");
+  b = good;
+  put64(b, 64, ~std::uint64_t{0} - 100);  // header data_offset + data_size wraps
+  expect_stale(reseal(b), "inconsistent layout");
+  b = good;
+  put32(b, 12, 7);  // kind
+  expect_stale(reseal(b), "unknown cache kind 7");
+  b = good;
+  put32(b, rec0 + 12, 4);            // channels
+  put32(b, rec0 + 48, 0x80000000u);  // height: 2^31 x 2^31 x 4 = 2^64, wraps to data_size 0
+  put32(b, rec0 + 52, 0x80000000u);  // width
+  put64(b, rec0 + 40, 0);
+  expect_stale(reseal(b), "does not match its image shape");
 }
 
 TEST(Checksum, DetectsSingleBitFlipsAnywhere) {
