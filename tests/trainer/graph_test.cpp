@@ -470,5 +470,152 @@ TEST(Import, MissingWeightAndShortShardAreErrors) {
   EXPECT_THROW(load_model(tmp.path()), IoError);  // shard too short
 }
 
+// Found by tests/fuzz/fuzz_keras_topology: sizes of 0 or less reached the shape arithmetic and the
+// CPU backend (a division by zero for a stride of 0 or Dense(units=0)), and a product of large
+// dimensions overflowed int. infer_shapes_and_check now names the layer and the bad value.
+TEST(Graph, ZeroNegativeAndOverflowingSizesAreRejectedByName) {
+  auto expect_error = [](std::vector<int> in_shape, LayerNode node, const std::string& what,
+                         const std::string& layer = "'bad_layer'") {
+    node.name = "bad_layer";
+    try {
+      chain(std::move(in_shape), node);
+      FAIL() << "expected InvalidArgument about " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(layer), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  LayerNode conv;
+  conv.kind = LayerKind::Conv2D;
+  conv.filters = 2, conv.kernel_h = conv.kernel_w = 1, conv.use_bias = false;
+  conv.stride_h = 0;
+  expect_error({4, 4, 1}, conv, "strides must be >= 1");
+  LayerNode pool;
+  pool.kind = LayerKind::MaxPooling2D;
+  pool.kernel_h = 0, pool.kernel_w = 2;
+  expect_error({4, 4, 1}, pool, "pool_size must be >= 1");
+  LayerNode dense;
+  dense.kind = LayerKind::Dense;
+  dense.filters = 0;
+  expect_error({3}, dense, "units must be >= 1");
+  LayerNode pad;
+  pad.kind = LayerKind::ZeroPadding2D;
+  pad.pad_top = -3;
+  expect_error({4, 4, 1}, pad, "padding must be >= 0");
+  pad.pad_top = std::numeric_limits<int>::max();
+  expect_error({4, 4, 1}, pad, "padded height");
+  LayerNode flat;
+  flat.kind = LayerKind::Flatten;
+  expect_error({65536, 65536, 2}, flat, "values per sample", "'input'");  // the input's shape already
+  LayerNode act;
+  act.kind = LayerKind::Activation;
+  expect_error({4, 0, 1}, act, "has a dimension < 1", "'input'");
+  LayerNode wide;  // a padded shape over INT_MAX values, from an input that is fine on its own
+  wide.kind = LayerKind::Flatten;
+  LayerNode up;
+  up.kind = LayerKind::ZeroPadding2D;
+  up.pad_bottom = 40000;
+  Graph g;
+  g.nodes.push_back(input_node({30000, 30000, 2}));
+  g.inputs = {0};
+  up.name = "pad", up.inputs = {0};
+  g.nodes.push_back(up);
+  wide.name = "flat", wide.inputs = {1};
+  g.nodes.push_back(wide);
+  g.outputs = {2};
+  try {
+    infer_shapes_and_check(g);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'pad'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("values per sample"), std::string::npos) << e.what();
+  }
+}
+
+// Also found by the fuzzer: integers out of int range were wrapped by get<int>() (units
+// 4294967298 loaded as a Dense of 2 units), and a truncated input_layers reference was read past
+// its end (const operator[] does not check).
+TEST(Import, OutOfRangeIntegersAndShortReferencesAreErrors) {
+  test::TempDir tmp;
+  auto expect_error = [&](const std::string& what) {
+    try {
+      load_model(tmp.path());
+      FAIL() << "expected InvalidArgument about " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto wide = dense_layer("d1", 2, true);
+  wide["config"]["units"] = 4294967298ull;
+  write_tfjs(tmp.path(), nlohmann::json::array({wide}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}), 8);
+  expect_error("units 4294967298 is out of range");
+  auto fractional = dense_layer("d1", 2, true);
+  fractional["config"]["units"] = 1e30;
+  write_tfjs(tmp.path(), nlohmann::json::array({fractional}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}), 8);
+  expect_error("units must be an integer");
+  auto zero_input = dense_layer("d1", 2, true);
+  zero_input["config"]["batch_input_shape"] = {nullptr, 0};
+  write_tfjs(tmp.path(), nlohmann::json::array({zero_input}),
+             nlohmann::json::array({wspec("d1/kernel", {0, 2}), wspec("d1/bias", {2})}), 2);
+  expect_error("has a dimension < 1");
+
+  write_functional(tmp.path(), dense_layer("m", 2, false));
+  nlohmann::json doc;
+  std::ifstream(tmp.path() / "model.json") >> doc;
+  doc["modelTopology"]["config"]["input_layers"] = nlohmann::json::array({nlohmann::json::array({"in"})});
+  std::ofstream(tmp.path() / "model.json") << doc.dump();
+  expect_error("malformed model topology");
+}
+
+// Found by tests/fuzz/fuzz_tfjs: a weight shape of [2^31, 2^31] made its byte count wrap to 0, past
+// the shard-size check, into a vector of 2^62 floats (std::length_error); shard paths could name
+// any file (an absolute path, "..", or /dev/zero, which never ends); a non-string "format" threw
+// nlohmann's type_error.
+TEST(Import, TfjsBogusWeightShapesAndShardPathsAreErrors) {
+  test::TempDir tmp;
+  auto expect_error = [&](const std::string& what) {
+    try {
+      load_model(tmp.path() / "model.json");
+      FAIL() << "expected InvalidArgument about " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  auto huge = wspec("d1/kernel", {});
+  huge["shape"] = {2147483648ll, 2147483648ll};
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({huge, wspec("d1/bias", {2})}), 8);
+  expect_error("invalid dimension 2147483648");
+  auto negative = wspec("d1/kernel", {});
+  negative["shape"] = {-1, -1};
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({negative, wspec("d1/bias", {2})}), 8);
+  expect_error("invalid dimension -1");
+
+  const auto inner = tmp.path() / "model";
+  std::filesystem::create_directories(inner);
+  write_tfjs(inner, nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}), 8);
+  std::filesystem::copy_file(inner / "weights.bin", tmp.path() / "outside.bin");
+  nlohmann::json doc;
+  std::ifstream(inner / "model.json") >> doc;
+  for (const char* path : {"../outside.bin", "/dev/zero"}) {
+    doc["weightsManifest"][0]["paths"] = nlohmann::json::array({path});
+    std::ofstream(inner / "model.json") << doc.dump();
+    try {
+      load_model(inner / "model.json");
+      FAIL() << "expected InvalidArgument for shard path " << path;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("must be relative to model.json's folder"), std::string::npos) << e.what();
+    }
+  }
+  doc["weightsManifest"][0]["paths"] = nlohmann::json::array({"weights.bin"});
+  doc["format"] = 5;
+  std::ofstream(inner / "model.json") << doc.dump();
+  EXPECT_EQ(load_model(inner / "model.json").output_shape(), (std::vector<int>{2}));
+}
+
 }  // namespace
 }  // namespace stoker::trainer

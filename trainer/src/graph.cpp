@@ -1,5 +1,7 @@
 // Layer graph: names, activations, shape inference, weight checks.
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include <stoker/error.hpp>
@@ -126,15 +128,18 @@ RawWeight* WeightStore::find(const std::string& layer, const std::string& weight
 }
 
 PadInfo tf_padding(int in, int kernel, int stride, int dilation, Padding padding) {
-  const int eff = (kernel - 1) * dilation + 1;
+  // 64-bit intermediates: a large kernel × dilation or output × stride must not overflow. Callers
+  // pass kernel, stride, dilation >= 1 (infer_shape rejects anything else).
+  const std::int64_t eff = (static_cast<std::int64_t>(kernel) - 1) * dilation + 1;
+  const std::int64_t s = std::max(stride, 1);
   PadInfo p;
   if (padding == Padding::Valid) {
-    p.out = in >= eff ? (in - eff) / stride + 1 : 0;
+    p.out = in >= eff ? static_cast<int>((in - eff) / s + 1) : 0;
   } else {
-    p.out = (in + stride - 1) / stride;
-    const int total = std::max((p.out - 1) * stride + eff - in, 0);
-    p.pad_before = total / 2;  // TensorFlow puts the odd pixel at the bottom / right
-    p.pad_after = total - p.pad_before;
+    p.out = static_cast<int>((static_cast<std::int64_t>(in) + s - 1) / s);
+    const std::int64_t total = std::max<std::int64_t>((p.out - 1) * s + eff - in, 0);
+    p.pad_before = static_cast<int>(std::min<std::int64_t>(total / 2, std::numeric_limits<int>::max()));
+    p.pad_after = static_cast<int>(std::min<std::int64_t>(total - total / 2, std::numeric_limits<int>::max()));
   }
   return p;
 }
@@ -151,6 +156,41 @@ void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank)
                 shape_to_string(in) + " per sample");
 }
 
+// Per-sample tensors are indexed with int: every dimension >= 1 and their product <= INT_MAX.
+constexpr std::int64_t kMaxElements = std::numeric_limits<int>::max();
+
+void need_at_least(const LayerNode& n, const char* what, std::int64_t value, std::int64_t minimum) {
+  if (value < minimum)
+    fail(n, std::string(what) + " must be >= " + std::to_string(minimum) + ", received " + std::to_string(value));
+}
+
+void check_shape(const LayerNode& n, const std::vector<int>& shape, const char* what) {
+  std::int64_t count = 1;
+  for (int d : shape) {
+    if (d < 1) fail(n, std::string(what) + " shape " + shape_to_string(shape) + " has a dimension < 1");
+    count *= d;
+    if (count > kMaxElements)
+      fail(n, std::string(what) + " shape " + shape_to_string(shape) + " holds more than " +
+                  std::to_string(kMaxElements) + " values per sample");
+  }
+}
+
+// Values in a weight of this shape; fails when the product would overflow (a bogus config).
+std::size_t weight_count(const LayerNode& n, const std::string& key, const std::vector<int>& shape) {
+  std::size_t count = 1;
+  for (int d : shape) {
+    if (d < 0 || (d > 0 && count > (std::size_t{1} << 40) / static_cast<std::size_t>(d)))
+      fail(n, "weight '" + key + "' " + shape_to_string(shape) + " is too large");
+    count *= static_cast<std::size_t>(d);
+  }
+  return count;
+}
+
+int checked_int(const LayerNode& n, std::int64_t v, const std::string& what) {
+  if (v < 1 || v > kMaxElements) fail(n, what + " " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
 int channel_axis(const LayerNode& n, int axis, std::size_t rank) {
   // Keras axes count the batch dimension; the last axis is -1 or rank.
   if (axis == -1 || axis == static_cast<int>(rank)) return static_cast<int>(rank) - 1;
@@ -158,21 +198,35 @@ int channel_axis(const LayerNode& n, int axis, std::size_t rank) {
 }
 }  // namespace
 
-std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+namespace {
+std::vector<int> infer_shape_unchecked(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   auto one = [&]() -> const std::vector<int>& {
     if (in.size() != 1) fail(n, "expects 1 input, received " + std::to_string(in.size()));
+    if (in[0].empty()) fail(n, "received an input without dimensions");
     return in[0];
   };
   switch (n.kind) {
-    case LayerKind::Input: return n.out_shape;
+    case LayerKind::Input:
+      if (n.out_shape.empty()) fail(n, "the input has no shape");
+      return n.out_shape;
     case LayerKind::Conv2D:
     case LayerKind::DepthwiseConv2D:
     case LayerKind::MaxPooling2D:
     case LayerKind::AveragePooling2D: {
       const auto& s = one();
       need_rank(n, s, 3);
-      const int dh = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ? n.dilation_h : 1;
-      const int dw = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ? n.dilation_w : 1;
+      const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D;
+      const int dh = conv ? n.dilation_h : 1;
+      const int dw = conv ? n.dilation_w : 1;
+      need_at_least(n, conv ? "kernel_size" : "pool_size", std::min(n.kernel_h, n.kernel_w), 1);
+      need_at_least(n, "strides", std::min(n.stride_h, n.stride_w), 1);
+      need_at_least(n, "dilation_rate", std::min(dh, dw), 1);
+      if (n.kind == LayerKind::Conv2D) need_at_least(n, "filters", n.filters, 1);
+      if (n.kind == LayerKind::DepthwiseConv2D) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+      if ((static_cast<std::int64_t>(n.kernel_h) - 1) * dh + 1 > kMaxElements ||
+          (static_cast<std::int64_t>(n.kernel_w) - 1) * dw + 1 > kMaxElements)
+        fail(n, "kernel " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " with dilation " +
+                    std::to_string(dh) + "x" + std::to_string(dw) + " is too large");
       auto ph = tf_padding(s[0], n.kernel_h, n.stride_h, dh, n.padding);
       auto pw = tf_padding(s[1], n.kernel_w, n.stride_w, dw, n.padding);
       if (ph.out <= 0 || pw.out <= 0)
@@ -180,7 +234,8 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
                     shape_to_string(s));
       int c = s[2];
       if (n.kind == LayerKind::Conv2D) c = n.filters;
-      if (n.kind == LayerKind::DepthwiseConv2D) c = s[2] * n.depth_multiplier;
+      if (n.kind == LayerKind::DepthwiseConv2D)
+        c = checked_int(n, static_cast<std::int64_t>(s[2]) * n.depth_multiplier, "output channels");
       return {ph.out, pw.out, c};
     }
     case LayerKind::BatchNormalization: {
@@ -193,7 +248,9 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
     case LayerKind::ZeroPadding2D: {
       const auto& s = one();
       need_rank(n, s, 3);
-      return {s[0] + n.pad_top + n.pad_bottom, s[1] + n.pad_left + n.pad_right, s[2]};
+      need_at_least(n, "padding", std::min({n.pad_top, n.pad_bottom, n.pad_left, n.pad_right}), 0);
+      return {checked_int(n, static_cast<std::int64_t>(s[0]) + n.pad_top + n.pad_bottom, "padded height"),
+              checked_int(n, static_cast<std::int64_t>(s[1]) + n.pad_left + n.pad_right, "padded width"), s[2]};
     }
     case LayerKind::ScaledAdd:
       if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
@@ -206,14 +263,17 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
     }
     case LayerKind::Concatenate: {
       if (in.empty()) fail(n, "expects inputs");
+      if (in[0].empty()) fail(n, "received an input without dimensions");
       channel_axis(n, n.axis, in[0].size());
       auto out = in[0];
-      out.back() = 0;
+      std::int64_t channels = 0;
       for (const auto& s : in) {
         if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin()))
           fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(s) + " differ outside the last axis");
-        out.back() += s.back();
+        channels += s.back();
+        if (channels > kMaxElements) fail(n, "the concatenated axis is too large");
       }
+      out.back() = static_cast<int>(channels);
       return out;
     }
     case LayerKind::GlobalAveragePooling2D: {
@@ -224,15 +284,26 @@ std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<i
     }
     case LayerKind::Flatten: {
       const auto& s = one();
-      return {static_cast<int>(Tensor::element_count(s))};
+      std::int64_t count = 1;
+      for (int d : s) count *= d;  // the input passed check_shape: no overflow, fits int
+      return {static_cast<int>(count)};
     }
     case LayerKind::Dense: {
+      need_at_least(n, "units", n.filters, 1);
       auto s = one();
       s.back() = n.filters;
       return s;
     }
   }
   fail(n, "unknown layer kind");
+}
+}  // namespace
+
+std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  for (const auto& s : in) check_shape(n, s, "input");  // inputs from a hand-built graph get the same checks
+  std::vector<int> out = infer_shape_unchecked(n, in);
+  check_shape(n, out, "output");
+  return out;
 }
 
 void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
@@ -242,14 +313,15 @@ void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
     n.out_shape = infer_shape(n, ins);
     const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
     for (const auto& [key, expected] : expected_weights(n, cin)) {
+      const std::size_t count = weight_count(n, key, expected);
       RawWeight* w = store.find(n.name, key);
       if (!w) fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing from " + source);
       if (w->shape != expected)
         fail(n, "weight '" + w->full_name + "' has shape " + shape_to_string(w->shape) + ", expected " +
                     shape_to_string(expected));
-      if (w->data.size() != Tensor::element_count(expected))
+      if (w->data.size() != count)
         fail(n, "weight '" + w->full_name + "' holds " + std::to_string(w->data.size()) + " values, expected " +
-                    std::to_string(Tensor::element_count(expected)));
+                    std::to_string(count));
       n.weights[key] = Weight{expected, std::make_shared<const std::vector<float>>(std::move(w->data))};
     }
   }
@@ -296,7 +368,7 @@ void infer_shapes_and_check(Graph& g) {
     for (const auto& [key, expected] : expected_weights(n, cin)) {
       const Weight* w = n.weight(key);
       if (!w || !w->data) detail::fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing");
-      if (w->shape != expected || w->size() != Tensor::element_count(expected))
+      if (w->shape != expected || w->size() != detail::weight_count(n, key, expected))
         detail::fail(n, "weight '" + key + "' has shape " + shape_to_string(w->shape) + ", expected " +
                             shape_to_string(expected));
     }

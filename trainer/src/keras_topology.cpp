@@ -1,6 +1,8 @@
 // Keras topology JSON -> flattened layer graph.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,16 +29,35 @@ std::string layer_name_of(const json& layer) {
   throw InvalidArgument("layer '" + layer + "': " + what);
 }
 
+// A JSON integer that fits an int (get<int>() would wrap a larger one, or convert a float with
+// undefined behaviour when it is out of range).
+int to_int(const json& v, const std::string& layer, const std::string& what) {
+  if (!v.is_number_integer()) fail(layer, what + " must be an integer, received " + v.dump().substr(0, 100));
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+                        : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                              v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) fail(layer, what + " " + v.dump() + " is out of range");
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+int int_at(const json& cfg, const char* key, const std::string& layer) { return to_int(cfg.at(key), layer, key); }
+
+int int_or(const json& cfg, const char* key, int fallback, const std::string& layer) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return fallback;
+  return to_int(cfg[key], layer, key);
+}
+
 // An int or a list of ints of length n (Keras accepts both for kernel_size, strides, ...).
 std::vector<int> int_list(const json& cfg, const char* key, std::size_t n, int fallback, const std::string& layer) {
   if (!cfg.contains(key) || cfg[key].is_null()) return std::vector<int>(n, fallback);
   const json& v = cfg[key];
-  if (v.is_number_integer()) return std::vector<int>(n, v.get<int>());
+  if (v.is_number_integer()) return std::vector<int>(n, to_int(v, layer, key));
   if (v.is_array() && v.size() == n) {
     std::vector<int> r;
     for (const auto& e : v) {
       if (!e.is_number_integer()) fail(layer, std::string(key) + " must hold integers, received " + v.dump());
-      r.push_back(e.get<int>());
+      r.push_back(to_int(e, layer, key));
     }
     return r;
   }
@@ -96,15 +117,15 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   if (cls == "Conv2D" || cls == "Convolution2D") {
     n.kind = LayerKind::Conv2D;
     check_channels_last(cfg, name);
-    n.filters = cfg.at("filters").get<int>();
+    n.filters = int_at(cfg, "filters", name);
     auto k = int_list(cfg, "kernel_size", 2, 1, name);
     auto s = int_list(cfg, "strides", 2, 1, name);
     auto d = int_list(cfg, "dilation_rate", 2, 1, name);
     n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
     if ((n.stride_h > 1 || n.stride_w > 1) && (n.dilation_h > 1 || n.dilation_w > 1))
       fail(name, "strides > 1 together with dilation_rate > 1 is not supported by Keras either");
-    if (cfg.contains("groups") && cfg["groups"].is_number_integer() && cfg["groups"].get<int>() != 1)
-      fail(name, "grouped convolution (groups=" + std::to_string(cfg["groups"].get<int>()) + ") is not supported");
+    if (cfg.contains("groups") && !cfg["groups"].is_null() && int_or(cfg, "groups", 1, name) != 1)
+      fail(name, "grouped convolution (groups=" + cfg["groups"].dump() + ") is not supported");
     n.padding = parse_padding(cfg, name);
     n.use_bias = cfg.value("use_bias", true);
     n.activation = activation_of(cfg, name);
@@ -115,7 +136,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     auto s = int_list(cfg, "strides", 2, 1, name);
     auto d = int_list(cfg, "dilation_rate", 2, 1, name);
     n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
-    n.depth_multiplier = cfg.value("depth_multiplier", 1);
+    n.depth_multiplier = int_or(cfg, "depth_multiplier", 1, name);
     n.padding = parse_padding(cfg, name);
     n.use_bias = cfg.value("use_bias", true);
     n.activation = activation_of(cfg, name);
@@ -124,8 +145,8 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     int axis = -1;
     if (cfg.contains("axis")) {
       const json& a = cfg["axis"];
-      if (a.is_number_integer()) axis = a.get<int>();
-      else if (a.is_array() && a.size() == 1) axis = a[0].get<int>();
+      if (a.is_number_integer()) axis = to_int(a, name, "axis");
+      else if (a.is_array() && a.size() == 1) axis = to_int(a[0], name, "axis");
       else fail(name, "BatchNormalization over axis " + a.dump() + " is not supported (only the channel axis)");
     }
     n.axis = axis;
@@ -147,7 +168,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.activation = activation_of(cfg, name);
   } else if (cls == "Softmax") {
     n.kind = LayerKind::Activation;
-    if (cfg.contains("axis") && cfg["axis"].is_number_integer() && cfg["axis"].get<int>() != -1)
+    if (cfg.contains("axis") && !cfg["axis"].is_null() && int_or(cfg, "axis", -1, name) != -1)
       fail(name, "Softmax over axis " + cfg["axis"].dump() + " is not supported (only -1)");
     n.activation.kind = ActKind::Softmax;
   } else if (cls == "ZeroPadding2D") {
@@ -155,13 +176,14 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     check_channels_last(cfg, name);
     const json& p = cfg.at("padding");
     if (p.is_number_integer()) {
-      n.pad_top = n.pad_bottom = n.pad_left = n.pad_right = p.get<int>();
+      n.pad_top = n.pad_bottom = n.pad_left = n.pad_right = to_int(p, name, "padding");
     } else if (p.is_array() && p.size() == 2 && p[0].is_number_integer()) {
-      n.pad_top = n.pad_bottom = p[0].get<int>();
-      n.pad_left = n.pad_right = p[1].get<int>();
-    } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[0].size() == 2 && p[1].size() == 2) {
-      n.pad_top = p[0][0].get<int>(), n.pad_bottom = p[0][1].get<int>();
-      n.pad_left = p[1][0].get<int>(), n.pad_right = p[1][1].get<int>();
+      n.pad_top = n.pad_bottom = to_int(p[0], name, "padding");
+      n.pad_left = n.pad_right = to_int(p[1], name, "padding");
+    } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[0].size() == 2 && p[1].is_array() &&
+               p[1].size() == 2) {
+      n.pad_top = to_int(p[0][0], name, "padding"), n.pad_bottom = to_int(p[0][1], name, "padding");
+      n.pad_left = to_int(p[1][0], name, "padding"), n.pad_right = to_int(p[1][1], name, "padding");
     } else {
       fail(name, "padding " + p.dump() + " is not understood");
     }
@@ -177,7 +199,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.residual_scale = cfg.at("arguments").at("scale").get<float>();
   } else if (cls == "Concatenate") {
     n.kind = LayerKind::Concatenate;
-    n.axis = cfg.value("axis", -1);
+    n.axis = int_or(cfg, "axis", -1, name);
   } else if (cls == "MaxPooling2D" || cls == "AveragePooling2D" || cls == "MaxPool2D" || cls == "AvgPool2D") {
     n.kind = (cls == "MaxPooling2D" || cls == "MaxPool2D") ? LayerKind::MaxPooling2D : LayerKind::AveragePooling2D;
     check_channels_last(cfg, name);
@@ -195,7 +217,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     check_channels_last(cfg, name);
   } else if (cls == "Dense") {
     n.kind = LayerKind::Dense;
-    n.filters = cfg.at("units").get<int>();
+    n.filters = int_at(cfg, "units", name);
     n.use_bias = cfg.value("use_bias", true);
     n.activation = activation_of(cfg, name);
   } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
@@ -218,7 +240,9 @@ std::vector<int> input_shape_of(const json& cfg, const std::string& name, const 
   for (std::size_t i = 1; i < s->size(); ++i) {
     const json& d = (*s)[i];
     if (d.is_number_integer()) {
-      shape.push_back(d.get<int>());
+      const int v = to_int(d, name, "input dimension");
+      if (v < 1) fail(name, "input shape " + s->dump() + " has a dimension < 1");
+      shape.push_back(v);
     } else if (shape.size() < 2 && options.input_hw.size() == 2) {
       shape.push_back(options.input_hw[shape.size()]);
     } else {
@@ -239,8 +263,9 @@ struct Ref {
 void collect_keras3_refs(const json& v, std::vector<Ref>& out) {
   if (v.is_object()) {
     if (v.value("class_name", std::string()) == "__keras_tensor__" && v.contains("config")) {
-      const json& h = v["config"].at("keras_history");
-      out.push_back({h[0].get<std::string>(), h[1].get<int>(), h[2].get<int>()});
+      const json& h = v["config"].at("keras_history");  // .at(): const operator[] does not check the index
+      out.push_back({h.at(0).get<std::string>(), to_int(h.at(1), "", "keras_history node index"),
+                     to_int(h.at(2), "", "keras_history tensor index")});
       return;
     }
     for (const auto& [k, e] : v.items()) collect_keras3_refs(e, out);
@@ -254,7 +279,7 @@ std::vector<Ref> parse_inbound_node(const json& node) {
   if (node.is_array()) {  // Keras 2: [[name, node_index, tensor_index, kwargs], ...]
     for (const auto& r : node) {
       if (r.is_array() && r.size() >= 3 && r[0].is_string())
-        refs.push_back({r[0].get<std::string>(), r[1].get<int>(), r[2].get<int>()});
+        refs.push_back({r[0].get<std::string>(), to_int(r[1], "", "inbound node index"), to_int(r[2], "", "inbound tensor index")});
     }
   } else if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
     collect_keras3_refs(node, refs);
@@ -341,12 +366,17 @@ class Flattener {
   std::vector<int> add_functional(const json& cfg, const std::string& name, const std::vector<int>& inputs) {
     const json& layers = cfg.at("layers");
     std::map<std::string, std::vector<int>> produced;  // layer name -> its output nodes
-    auto normalise_io = [](const json& io) {
+    auto normalise_io = [&name](const json& io) {
       std::vector<Ref> refs;
+      // .at(): operator[] on a const array does not check the index.
+      auto ref = [&](const json& r) {
+        return Ref{r.at(0).get<std::string>(), to_int(r.at(1), name, "input/output node index"),
+                   to_int(r.at(2), name, "input/output tensor index")};
+      };
       if (io.is_array() && !io.empty() && io[0].is_string()) {
-        refs.push_back({io[0].get<std::string>(), io[1].get<int>(), io[2].get<int>()});
+        refs.push_back(ref(io));
       } else if (io.is_array()) {
-        for (const auto& r : io) refs.push_back({r[0].get<std::string>(), r[1].get<int>(), r[2].get<int>()});
+        for (const auto& r : io) refs.push_back(ref(r));
       }
       return refs;
     };
