@@ -21,9 +21,23 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "TF.js shards are little-endian; add byte swapping");
 
 std::vector<char> read_file(const std::filesystem::path& p) {
+  // A regular file only: a manifest naming a device (/dev/zero) or a FIFO must not hang the import.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(p, ec)) throw IoError(p.string() + ": weight shard is not a regular file");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw IoError(p.string() + ": cannot open");
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A shard path from the manifest: relative to model.json's folder, as TF.js resolves it against
+// model.json's URL; absolute paths and paths that climb out of the folder are refused.
+std::filesystem::path shard_path(const std::filesystem::path& dir, const std::string& name, const std::string& where) {
+  const std::filesystem::path rel(name);
+  bool climbs = false;
+  for (const auto& part : rel) climbs = climbs || part == "..";
+  if (name.empty() || rel.has_root_path() || climbs)
+    throw InvalidArgument(where + ": weight shard path '" + name + "' must be relative to model.json's folder");
+  return dir / rel;
 }
 
 float half_to_float(std::uint16_t h) {
@@ -56,8 +70,9 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
       throw InvalidArgument(where + ": not valid JSON: " + e.what());
     }
   }
-  if (!doc.contains("modelTopology")) throw InvalidArgument(where + ": no 'modelTopology' (not a TF.js layers model)");
-  if (doc.value("format", std::string("layers-model")) == "graph-model")
+  if (!doc.is_object() || !doc.contains("modelTopology"))
+    throw InvalidArgument(where + ": no 'modelTopology' (not a TF.js layers model)");
+  if (doc.contains("format") && doc["format"] == "graph-model")
     throw InvalidArgument(where + ": a TF.js graph model is not supported (only layers models)");
   const nlohmann::json& topo = doc["modelTopology"];
   const nlohmann::json& model_config = topo.contains("model_config") ? topo["model_config"] : topo;
@@ -68,15 +83,29 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
     for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
       std::vector<char> bytes;
       for (const auto& shard : group.at("paths")) {
-        auto b = read_file(dir / shard.get<std::string>());
+        auto b = read_file(shard_path(dir, shard.get<std::string>(), where));
         bytes.insert(bytes.end(), b.begin(), b.end());
       }
       std::size_t offset = 0;
       for (const auto& spec : group.at("weights")) {
         detail::RawWeight w;
         w.full_name = spec.at("name").get<std::string>();
+        // Dimensions are checked before they are multiplied: a negative or huge one must not wrap
+        // the count past the bounds check below (or into a giant allocation).
         std::size_t n = 1;
-        for (const auto& d : spec.at("shape")) w.shape.push_back(d.get<int>()), n *= d.get<std::size_t>();
+        for (const auto& d : spec.at("shape")) {
+          if (!d.is_number_integer() || d.get<std::int64_t>() < 0 ||
+              (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT32_MAX)) ||
+              d.get<std::int64_t>() > INT32_MAX)
+            throw InvalidArgument(where + ": weight '" + w.full_name + "' has an invalid dimension " +
+                                  d.dump().substr(0, 100) + " in its shape");
+          const auto dim = static_cast<std::size_t>(d.get<std::int64_t>());
+          if (dim != 0 && n > (std::size_t{1} << 40) / dim)
+            throw InvalidArgument(where + ": weight '" + w.full_name + "' shape " + spec.at("shape").dump() +
+                                  " is too large");
+          w.shape.push_back(static_cast<int>(dim));
+          n *= dim;
+        }
         std::string dtype = spec.value("dtype", std::string("float32"));
         float scale = 1.0f, minv = 0.0f;
         bool quantized = spec.contains("quantization");
@@ -87,7 +116,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
           minv = q.value("min", 0.0f);
         }
         const std::size_t bytes_needed = n * dtype_bytes(dtype, where + " weight '" + w.full_name + "'");
-        if (offset + bytes_needed > bytes.size())
+        if (bytes_needed > bytes.size() - offset)  // offset <= bytes.size() holds: it only grows by checked sizes
           throw IoError(where + ": weight '" + w.full_name + "' needs bytes " + std::to_string(offset) + ".." +
                         std::to_string(offset + bytes_needed) + " but its shards hold " + std::to_string(bytes.size()));
         const char* p = bytes.data() + offset;
