@@ -2,9 +2,12 @@
 // (vectors/layers/adam_*.json from scripts/keras_reference_layers.py), convergence on separable
 // features, and save -> load round trips.
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <stoker/error.hpp>
 #include <stoker/trainer/head.hpp>
@@ -168,6 +171,73 @@ TEST(Head, BadInputsThrow) {
   test::write_bytes(tmp / "junk", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17});
   EXPECT_THROW(Head::load(tmp / "junk"), IoError);
   EXPECT_THROW(Head::load(tmp / "absent"), IoError);
+}
+
+// Found by tests/fuzz/fuzz_head: a tensor offset near 2^64 wrapped past the bounds check (memcpy
+// from before the buffer), a huge input_dim x units was allocated before anything was checked,
+// out-of-range numbers went through get<int>() / get<size_t>(), a header without a "kernel" tensor
+// loaded a randomly initialised head, and Head's own InvalidArgument escaped as a non-IoError.
+TEST(Head, BogusHeaderFieldsAreIoErrorsNamingTheFile) {
+  test::TempDir tmp;
+  Head good = Head::sigmoid(3, {}, 1);
+  good.save(tmp / "good.stkh");
+  const auto bytes = test::read_bytes(tmp / "good.stkh");
+  std::uint64_t len;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  const auto header = nlohmann::json::parse(bytes.begin() + 16, bytes.begin() + 16 + static_cast<long>(len));
+  const std::vector<std::uint8_t> tensors(bytes.begin() + 16 + static_cast<long>(len), bytes.end());
+  auto write_with = [&](const nlohmann::json& h) {
+    const std::string text = h.dump();
+    std::vector<std::uint8_t> file(16 + text.size() + tensors.size());
+    const std::uint64_t size = text.size();
+    std::memcpy(file.data(), bytes.data(), 8);  // the magic
+    std::memcpy(file.data() + 8, &size, 8);
+    std::memcpy(file.data() + 16, text.data(), text.size());
+    std::memcpy(file.data() + 16 + text.size(), tensors.data(), tensors.size());
+    test::write_bytes(tmp / "bad.stkh", file);
+  };
+  auto expect_error = [&](const nlohmann::json& h, const std::string& what) {
+    write_with(h);
+    try {
+      Head::load(tmp / "bad.stkh");
+      FAIL() << "expected IoError about " << what;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.stkh"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  write_with(header);  // control: the re-assembled file loads
+  EXPECT_EQ(Head::load(tmp / "bad.stkh").kernel(), good.kernel());
+
+  ASSERT_EQ(header["tensors"][1]["name"], "bias");
+  auto h = header;
+  h["tensors"][1]["offset"] = std::numeric_limits<std::uint64_t>::max();  // offset + 1 wraps to 0
+  expect_error(h, "offset of tensor 'bias' 18446744073709551615 is out of range");
+  h["tensors"][1]["offset"] = 12;  // one past the last value
+  expect_error(h, "tensor 'bias' lies past the end of the file");
+  h = header;
+  h["input_dim"] = 1000000;
+  h["tensors"][0]["shape"] = {1000000, 1};
+  expect_error(h, "needs more weights than the file's");
+  h = header;
+  h["input_dim"] = 1e10;
+  expect_error(h, "input_dim must be an integer");
+  h = header;
+  h["units"] = 4294967297ll;
+  expect_error(h, "units 4294967297 is out of range");
+  h = header;
+  h["tensors"].erase(0);
+  expect_error(h, "has no 'kernel' tensor");
+  h = header;
+  h["tensors"][0]["shape"] = {1, 3};
+  expect_error(h, "tensor 'kernel' has shape [1,3]");
+  h = header;
+  h["optimizer"]["iterations"] = -5;
+  expect_error(h, "optimizer iterations -5 is out of range");
+  h = header;
+  h["units"] = 2;  // a sigmoid head has one unit: Head's InvalidArgument, reported as the file's error
+  h["tensors"] = nlohmann::json::array();
+  expect_error(h, "a sigmoid head has 1 unit");
 }
 
 }  // namespace

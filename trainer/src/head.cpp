@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -280,6 +281,22 @@ void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) 
   if (ec) throw IoError(file.string() + ": cannot replace: " + ec.message());
 }
 
+namespace {
+
+// A JSON integer in [lo, hi] (get<int>() would wrap a larger one, and converting an out-of-range
+// float is undefined behaviour).
+std::int64_t header_int(const nlohmann::json& v, const std::string& where, const std::string& what, std::int64_t lo,
+                        std::int64_t hi) {
+  if (!v.is_number_integer()) throw IoError(where + ": " + what + " must be an integer, received " + v.dump().substr(0, 100));
+  if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)
+                             : v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
+    throw IoError(where + ": " + what + " " + v.dump() + " is out of range [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "]");
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
 Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
   const std::string where = file.string();
   std::ifstream in(file, std::ios::binary);
@@ -293,12 +310,20 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
   std::string header(len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(len));
   if (!in) throw IoError(where + ": truncated header");
+  // The tensors: everything after the header, as float32.
+  std::vector<float> data;
+  {
+    std::vector<char> rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    data.resize(rest.size() / sizeof(float));
+    if (!data.empty()) std::memcpy(data.data(), rest.data(), data.size() * sizeof(float));
+  }
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(header);
-    if (h.at("format") != "stoker-head" || h.at("version").get<int>() != 1)
-      throw IoError(where + ": unsupported head format " + h.value("format", std::string()) + " version " +
-                    std::to_string(h.value("version", 0)));
+    if (h.at("format") != "stoker-head" || h.at("version") != 1)
+      throw IoError(where + ": unsupported head format " + h.at("format").dump().substr(0, 100) + " version " +
+                    h.at("version").dump().substr(0, 100));
     AdamConfig adam;
     const auto& o = h.at("optimizer");
     adam.learning_rate = o.at("learning_rate").get<float>();
@@ -307,26 +332,44 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
     adam.epsilon = o.at("epsilon").get<float>();
     const std::string act = h.at("activation").get<std::string>();
     if (act != "sigmoid" && act != "softmax") throw IoError(where + ": unknown activation '" + act + "'");
-    Head head(h.at("input_dim").get<int>(), h.at("units").get<int>(),
+    const auto input_dim = header_int(h.at("input_dim"), where, "input_dim", 1, kIntMax);
+    const auto units = header_int(h.at("units"), where, "units", 1, kIntMax);
+    // The kernel must be in the file: a bogus input_dim × units cannot make us allocate more.
+    if (static_cast<std::uint64_t>(input_dim) * static_cast<std::uint64_t>(units) > data.size())
+      throw IoError(where + ": input_dim " + std::to_string(input_dim) + " x units " + std::to_string(units) +
+                    " needs more weights than the file's " + std::to_string(data.size()) + " values");
+    Head head(static_cast<int>(input_dim), static_cast<int>(units),
               act == "sigmoid" ? HeadActivation::Sigmoid : HeadActivation::Softmax, adam);
-    head.step_ = o.at("iterations").get<std::int64_t>();
-    std::vector<float> data;
-    {
-      std::vector<char> rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      data.resize(rest.size() / sizeof(float));
-      std::memcpy(data.data(), rest.data(), data.size() * sizeof(float));
-    }
+    head.step_ = header_int(o.at("iterations"), where, "optimizer iterations", 0,
+                            std::numeric_limits<std::int64_t>::max());
+    bool have_kernel = false, have_bias = false;
     for (const auto& t : h.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
       std::vector<float>* dst = name == "kernel" ? &head.kernel_ : name == "bias" ? &head.bias_
                               : name == "adam_m_kernel" ? &head.m_kernel_ : name == "adam_v_kernel" ? &head.v_kernel_
                               : name == "adam_m_bias" ? &head.m_bias_ : name == "adam_v_bias" ? &head.v_bias_ : nullptr;
       if (!dst) continue;  // unknown tensors from a newer writer are ignored
-      const std::size_t off = t.at("offset").get<std::size_t>();
-      if (off + dst->size() > data.size())
+      if (t.contains("shape")) {
+        const bool is_kernel = name.find("kernel") != std::string::npos;
+        const std::vector<std::int64_t> expected =
+            is_kernel ? std::vector<std::int64_t>{input_dim, units} : std::vector<std::int64_t>{units};
+        const auto& shape = t.at("shape");
+        bool same = shape.is_array() && shape.size() == expected.size();
+        for (std::size_t i = 0; same && i < expected.size(); ++i) same = shape[i] == expected[i];
+        if (!same)
+          throw IoError(where + ": tensor '" + name + "' has shape " + shape.dump().substr(0, 100) +
+                        ", the header's input_dim and units need " + nlohmann::json(expected).dump());
+      }
+      const auto off = static_cast<std::uint64_t>(
+          header_int(t.at("offset"), where, "offset of tensor '" + name + "'", 0, std::numeric_limits<std::int64_t>::max()));
+      if (off > data.size() || dst->size() > data.size() - off)
         throw IoError(where + ": tensor '" + name + "' lies past the end of the file");
       std::memcpy(dst->data(), data.data() + off, dst->size() * sizeof(float));
+      have_kernel = have_kernel || name == "kernel";
+      have_bias = have_bias || name == "bias";
     }
+    if (!have_kernel || !have_bias)
+      throw IoError(where + ": the head file has no '" + std::string(have_kernel ? "bias" : "kernel") + "' tensor");
     if (backbone) {
       const auto& b = h.at("backbone");
       backbone->model = b.value("model", std::string());
@@ -336,6 +379,8 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
     return head;
   } catch (const nlohmann::json::exception& e) {
     throw IoError(where + ": malformed header: " + e.what());
+  } catch (const InvalidArgument& e) {  // Head's own checks (Adam settings, sigmoid with 2 units, ...)
+    throw IoError(where + ": " + e.what());
   }
 }
 
