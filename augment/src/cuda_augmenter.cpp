@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "stoker/error.hpp"
+#if defined(STOKER_CUDA_EMULATION)
+#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#endif
 
 namespace stoker {
 
@@ -68,6 +71,42 @@ void check_box(int i, const augment::SampleParams& s, int height, int width) {
                           std::to_string(s.crop_y) + ") is not inside its " + std::to_string(width) + "x" +
                           std::to_string(height) + " source");
   }
+}
+
+// The kernels' work for one job on the host: the statistics pass (integer min/max/luma reduce to
+// the same values in any order; the sample sums in sequential order, within rounding of the
+// kernel's tree) and the output pixels. run_on_host and the emulated launches share them.
+void job_stats_on_host(const augment::AugmentPlan& p, SampleJob& j, bool warp_stats, bool sample_stats) {
+  const int w = p.out_width, h = p.out_height, cn = p.channels;
+  if (warp_stats && augment::needs_warp_stats(j.params)) {
+    augment::StatsPartial s;
+    std::uint8_t u[augment::kMaxChannels];
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        augment::job_warp(p, j, x, y, u);
+        s.add(u, cn);
+      }
+    augment::finish_warp_stats(j, s);
+  }
+  if (sample_stats) {
+    double sum = 0.0, sq = 0.0;
+    float v[augment::kMaxChannels];
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        augment::job_values(p, j, x, y, v);
+        for (int c = 0; c < cn; ++c) {
+          const double r = static_cast<double>(v[c]) * p.rescale;
+          sum += r;
+          sq += r * r;
+        }
+      }
+    augment::finish_sample_stats(p, j, sum, sq);
+  }
+}
+
+void job_output_on_host(const augment::AugmentPlan& p, DType dtype, const SampleJob& j, void* sample_out) {
+  for (int y = 0; y < p.out_height; ++y)
+    for (int x = 0; x < p.out_width; ++x) augment::job_output_pixel(p, dtype, j, x, y, sample_out);
 }
 
 }  // namespace
@@ -150,7 +189,7 @@ void CudaAugmenter::run_on_host(std::span<const ImageView> images, std::span<con
                           std::to_string(params.size()) + " parameter sets");
   }
   const augment::AugmentPlan& p = augmenter_->plan();
-  const int w = p.out_width, h = p.out_height, cn = p.channels;
+  const int cn = p.channels;
   const std::size_t sample_bytes = output_.sample_elements * dtype_size(output_.dtype);
   for (std::size_t i = 0; i < images.size(); ++i) {
     const ImageView& im = images[i];
@@ -165,34 +204,8 @@ void CudaAugmenter::run_on_host(std::span<const ImageView> images, std::span<con
     j.src = {im.data, im.height, im.width, cn, im.row_stride};
     j.params = params[i];
     augment::init_job(p, j);
-    // The statistics pass (the stats kernel's work, reduced in one order: integers, so the same).
-    if (augment::needs_warp_stats(j.params)) {
-      augment::StatsPartial s;
-      std::uint8_t u[augment::kMaxChannels];
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x) {
-          augment::job_warp(p, j, x, y, u);
-          s.add(u, cn);
-        }
-      augment::finish_warp_stats(j, s);
-    }
-    if (augment::needs_sample_stats(p)) {
-      double sum = 0.0, sq = 0.0;
-      float v[augment::kMaxChannels];
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x) {
-          augment::job_values(p, j, x, y, v);
-          for (int c = 0; c < cn; ++c) {
-            const double r = static_cast<double>(v[c]) * p.rescale;
-            sum += r;
-            sq += r * r;
-          }
-        }
-      augment::finish_sample_stats(p, j, sum, sq);
-    }
-    void* sample_out = static_cast<std::byte*>(out) + sample_bytes * i;
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x) augment::job_output_pixel(p, output_.dtype, j, x, y, sample_out);
+    job_stats_on_host(p, j, true, augment::needs_sample_stats(p));
+    job_output_on_host(p, output_.dtype, j, static_cast<std::byte*>(out) + sample_bytes * i);
   }
 }
 
@@ -242,7 +255,26 @@ std::unique_ptr<DeviceStageSlot> CudaAugmenter::make_slot(const SampleShape& inp
   return std::make_unique<AugmentSlot>(*this, batch_size);
 }
 
-#if !defined(STOKER_HAVE_CUDA)
+#if defined(STOKER_CUDA_EMULATION)
+namespace detail {
+// The kernels of cuda_augmenter.cu as host functions on the stream (the job table is in host memory).
+void launch_augment_stats(const augment::AugmentPlan& plan, SampleJob* jobs, int n, bool warp_stats, bool sample_stats,
+                          StreamHandle stream) {
+  emulation::launch(stream, [=] {
+    for (int i = 0; i < n; ++i) job_stats_on_host(plan, jobs[i], warp_stats, sample_stats);
+  });
+}
+void launch_augment_batch(const augment::AugmentPlan& plan, const augment::BatchOutput& output, const SampleJob* jobs,
+                          int n, void* out, StreamHandle stream) {
+  const std::size_t sample_bytes = output.sample_elements * dtype_size(output.dtype);
+  emulation::launch(stream, [=] {
+    for (int i = 0; i < n; ++i) {
+      job_output_on_host(plan, output.dtype, jobs[i], static_cast<std::byte*>(out) + sample_bytes * static_cast<std::size_t>(i));
+    }
+  });
+}
+}  // namespace detail
+#elif !defined(STOKER_HAVE_CUDA)
 namespace detail {
 void launch_augment_stats(const augment::AugmentPlan&, augment::SampleJob*, int, bool, bool, StreamHandle) {
   require_cuda_device("CudaAugmenter");

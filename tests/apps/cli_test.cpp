@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stoker/pipeline/cuda.hpp"
+#include "stoker/trainer/cudnn_backend.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -141,6 +142,9 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
 // Without a GPU: a one-line reason and a non-zero exit. With one: the GPU path trains, reports its
 // GPU time, and the head it wrote predicts the same on the CPU and on the GPU.
 TEST_F(Cli, DeviceCuda) {
+  if (stoker::cuda_device_count() > 0 && !stoker::trainer::built_with_cudnn()) {
+    GTEST_SKIP() << "a CUDA device but no cuDNN backend (e.g. the emulated device)";
+  }
   if (stoker::cuda_device_count() == 0) {
     for (const std::string& args : {train_args("--device cuda"), train_args("--device cuda:0 --rotation-range 10")}) {
       const CommandResult r = stoker(args);
@@ -184,10 +188,10 @@ TEST_F(Cli, DeviceAuto) {
   const CommandResult t = stoker(train_args());
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
-  if (stoker::cuda_device_count() == 0) {
+  if (stoker::cuda_device_count() == 0 || !stoker::trainer::built_with_cudnn()) {
     EXPECT_NE(t.out.find("device cpu (auto: "), std::string::npos) << t.out;
     EXPECT_NE(t.out.find("GPU not used"), std::string::npos) << t.out;
-    GTEST_SKIP() << "no CUDA device: auto chose the CPU, as it should";
+    GTEST_SKIP() << "no usable CUDA device or no cuDNN backend: auto chose the CPU, as it should";
   }
   EXPECT_NE(t.out.find("device cuda:0 ("), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("chosen by --device auto"), std::string::npos) << t.out;

@@ -1,6 +1,7 @@
-// GPU tests of GpuFeed (skip without a device): batches equal the CPU loader's, the conversion and
-// augmentation stages, copy/compute overlap measured with events, 1,000 batches without memory
-// growth, shutdown mid-epoch with no pending stream work, budgets and errors.
+// GPU tests of GpuFeed (skip without a device; run on the emulated device of a
+// STOKER_CUDA_EMULATION build): batches equal the CPU loader's, the conversion and augmentation
+// stages, copy/compute overlap measured with events, 1,000 batches without memory growth,
+// shutdown mid-epoch with no pending stream work, budgets and errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,6 +48,13 @@ class GpuFeedTest : public ::testing::Test {
     o.seed = 11;
     return o;
   }
+  // Consumer work that reads nothing of a batch: on a GPU, `gpu_reps` conversions of a 12 MB
+  // image; on the emulated device (host code, a thousand times slower) 16 of a 192 KiB one.
+  static SampleShape work_shape() {
+    return cuda_is_emulated() ? SampleShape{256, 256, 3, DType::U8, Layout::NHWC}
+                              : SampleShape{2048, 2048, 3, DType::U8, Layout::NHWC};
+  }
+  static int work_reps(int gpu_reps) { return cuda_is_emulated() ? 16 : gpu_reps; }
   template <typename T>
   static std::vector<T> download(const void* p, std::size_t count) {
     std::vector<T> out(count);
@@ -173,8 +181,8 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
   lo.cache.kind = CacheKind::Decoded;  // warm epochs: the host side is a copy
   GpuFeed feed(ds, lo, {.depth = 2, .record_copy_timing = true});
   const Stream consumer;
-  // Consumer work: repeated conversions of a 12 MB scratch buffer (a few ms per batch).
-  const SampleShape big{2048, 2048, 3, DType::U8, Layout::NHWC};
+  // Consumer work: repeated conversions of a scratch buffer (a few ms per batch).
+  const SampleShape big = work_shape();
   DeviceBuffer scratch_in(big.bytes()), scratch_out(big.bytes() * 2);
   const auto work_spec = ConvertSpec::rescale(DType::F16, Layout::NCHW, 1.0f / 255.0f);
   feed.begin_epoch(0);  // fills the cache
@@ -182,6 +190,7 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
   }
   const Event reference(true);
   reference.record(consumer);  // before the epoch starts, so every interval is after it
+  reference.synchronize();     // elapsed_ms() needs both events completed (else cudaErrorNotReady)
   feed.begin_epoch(1);
   struct Interval {
     float start, end;
@@ -193,7 +202,7 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
     work_start.push_back(std::make_unique<Event>(true));
     work_end.push_back(std::make_unique<Event>(true));
     work_start.back()->record(consumer);
-    for (int r = 0; r < 300; ++r) {  // ~12 us each on an H200: a few ms per batch
+    for (int r = 0; r < work_reps(300); ++r) {  // ~12 us each on an H200: a few ms per batch
       convert_batch(work_spec, big, 1, scratch_in.as<std::uint8_t>(), scratch_out.get(), consumer.get());
     }
     work_end.back()->record(consumer);
@@ -218,6 +227,11 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
   }
   std::printf("copies of k+1 overlapping the work on k: %d of %d\n", overlapped, pairs);
   RecordProperty("overlapped_pairs", overlapped);
+  if (cuda_is_emulated()) {
+    // Overlap is what a GPU's copy engines and SMs give; on the emulated device the copy, the work
+    // and the loader share the host's cores, so it is reported, not required.
+    GTEST_SKIP() << "emulated device: overlap " << overlapped << " of " << pairs << " (not asserted)";
+  }
   EXPECT_GE(overlapped * 2, pairs) << "fewer than half of the copies overlapped the consumer's work";
 }
 
@@ -229,7 +243,7 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
 TEST_F(GpuFeedTest, SlotIsRefilledOnlyAfterConsumerWork) {
   const Dataset ds = make_dataset(20, 32);
   const LoaderOptions lo = loader_options(4, 32);  // 5 batches
-  const SampleShape big{2048, 2048, 3, DType::U8, Layout::NHWC};
+  const SampleShape big = work_shape();
   DeviceBuffer scratch_in(big.bytes()), scratch_out(big.bytes() * 2);
   const auto work_spec = ConvertSpec::rescale(DType::F16, Layout::NCHW, 1.0f / 255.0f);
   GpuFeed feed(ds, lo, {.depth = 1, .record_copy_timing = true});
@@ -238,6 +252,7 @@ TEST_F(GpuFeedTest, SlotIsRefilledOnlyAfterConsumerWork) {
     SCOPED_TRACE(consumer ? "created stream" : "legacy default stream");
     const Event reference(true);
     reference.record(consumer);
+    reference.synchronize();  // elapsed_ms() needs both events completed (else cudaErrorNotReady)
     std::vector<float> copy_start;
     std::vector<std::unique_ptr<Event>> work_end;
     feed.begin_epoch(0);
@@ -245,7 +260,7 @@ TEST_F(GpuFeedTest, SlotIsRefilledOnlyAfterConsumerWork) {
       event_synchronize(b->copy_end_event());  // this batch's copy (and so its start) completed
       copy_start.push_back(elapsed_ms(reference.get(), b->copy_start_event()));
       b->wait_on(consumer);
-      for (int r = 0; r < 100; ++r) {  // about a millisecond of work reading nothing of the batch
+      for (int r = 0; r < work_reps(100); ++r) {  // about a millisecond of work reading nothing of the batch
         convert_batch(work_spec, big, 1, scratch_in.as<std::uint8_t>(), scratch_out.get(), consumer);
       }
       work_end.push_back(std::make_unique<Event>(true));

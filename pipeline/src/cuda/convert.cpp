@@ -3,6 +3,9 @@
 #include "stoker/pipeline/convert.hpp"
 
 #include "stoker/pipeline/device_stage.hpp"
+#if defined(STOKER_CUDA_EMULATION)
+#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#endif
 
 #include <string>
 
@@ -78,7 +81,14 @@ void convert_batch_host(const ConvertSpec& spec, const SampleShape& in_shape, in
   }
 }
 
-#if !defined(STOKER_HAVE_CUDA)
+#if defined(STOKER_CUDA_EMULATION)
+void convert_batch(const ConvertSpec& spec, const SampleShape& in_shape, int batch, const std::uint8_t* in_device,
+                   void* out_device, StreamHandle stream) {
+  convert::make_params(spec, in_shape);  // checks now, as the kernel's launch does
+  if (batch <= 0) return;
+  emulation::launch(stream, [=] { convert_batch_host(spec, in_shape, batch, in_device, out_device); });
+}
+#elif !defined(STOKER_HAVE_CUDA)
 void convert_batch(const ConvertSpec&, const SampleShape&, int, const std::uint8_t*, void*, StreamHandle) {
   require_cuda_device("convert_batch");
 }

@@ -28,6 +28,8 @@ namespace {
 
 }  // namespace
 
+bool cuda_is_emulated() noexcept { return false; }
+
 bool built_with_cuda() noexcept {
 #if defined(STOKER_HAVE_CUDA)
   return true;

@@ -36,8 +36,12 @@ void cuda_check(int code, const char* call, const char* file, int line);
 // The message cuda_check would throw for `code` (for logs and tests).
 std::string cuda_error_message(int code, const char* call, const char* file, int line);
 
-// True when this build has the CUDA parts (STOKER_HAVE_CUDA).
+// True when this build has the CUDA parts (STOKER_HAVE_CUDA, or the emulation below).
 bool built_with_cuda() noexcept;
+// True in a build with STOKER_CUDA_EMULATION: the runtime is emulated on the host (streams are
+// threads, kernels host functions, device memory host memory) so that the GPU code's host logic
+// runs in tests without a GPU. One emulated device; nothing is fast.
+bool cuda_is_emulated() noexcept;
 // Devices the runtime sees; 0 without CUDA support, without a driver, or without a GPU. Never throws.
 int cuda_device_count() noexcept;
 // Why cuda_device_count() is 0 ("" when it is not): no CUDA in the build, no driver, driver too old...
