@@ -3,12 +3,17 @@
 // through the small kernels in kernels.cu. Memory is allocated once, in the constructor, for
 // max_batch samples: weights, one arena holding the plan's activation buffers, the explicit-padding
 // scratch, the cuDNN workspace, an input buffer and float32 output buffers. Without CUDA (or
-// without cuDNN) make_cudnn_backend() throws CudaError.
+// without cuDNN) make_cudnn_backend() throws CudaError; on the emulated device (a build with
+// STOKER_CUDA_EMULATION) it returns the plan's host executor behind this interface
+// (emulated_backend.cpp).
 #include <stoker/trainer/cudnn_backend.hpp>
 
 #include <stoker/error.hpp>
 
 #include "plan.hpp"
+#if defined(STOKER_CUDA_EMULATION)
+#include "emulated_backend.hpp"
+#endif
 
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
 #include <algorithm>
@@ -388,7 +393,7 @@ class CudnnBackendImpl final : public CudnnBackend {
 #endif
 
 bool built_with_cudnn() noexcept {
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if (defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)) || defined(STOKER_CUDA_EMULATION)
   return true;
 #else
   return false;
@@ -410,6 +415,8 @@ std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const Cudnn
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
   require_cuda_device("cudnn backend");
   return std::make_shared<CudnnBackendImpl>(std::move(plan), options);
+#elif defined(STOKER_CUDA_EMULATION)
+  return cudnn::make_emulated_backend(std::move(plan), options);
 #elif defined(STOKER_HAVE_CUDA)
   (void)plan;
   throw CudaError("cudnn backend: stoker was built without cuDNN (cudnn.h / libcudnn not found at configure time; "

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -103,5 +104,7 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
 
 // Rounds v to the precision of dtype (F32: unchanged).
 float round_to_storage(float v, DType dtype);
+// The float a stored F16 or BF16 value (its 16 bits) stands for.
+float storage_to_float(std::uint16_t bits, DType dtype);
 
 }  // namespace stoker::trainer::cudnn

@@ -15,19 +15,16 @@
 
 namespace stoker::trainer::cudnn {
 
-float round_to_storage(float v, DType dtype) {
-  if (dtype == DType::F32) return v;
+float storage_to_float(std::uint16_t bits, DType dtype) {
+  float f;
   if (dtype == DType::BF16) {
-    const std::uint32_t u = static_cast<std::uint32_t>(convert::bf16_bits(v)) << 16;
-    float f;
+    const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
     std::memcpy(&f, &u, 4);
     return f;
   }
   // binary16 bits -> float
-  const std::uint16_t h = convert::f16_bits(v);
-  const std::uint32_t sign = (h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  float f;
+  const std::uint32_t sign = (bits & 0x8000u) << 16;
+  const std::uint32_t exp = (bits >> 10) & 0x1fu, man = bits & 0x3ffu;
   if (exp == 0x1f) {
     const std::uint32_t u = sign | 0x7f800000u | (man << 13);
     std::memcpy(&f, &u, 4);
@@ -39,6 +36,11 @@ float round_to_storage(float v, DType dtype) {
     std::memcpy(&f, &u, 4);
   }
   return f;
+}
+
+float round_to_storage(float v, DType dtype) {
+  if (dtype == DType::F32) return v;
+  return storage_to_float(dtype == DType::BF16 ? convert::bf16_bits(v) : convert::f16_bits(v), dtype);
 }
 
 namespace {

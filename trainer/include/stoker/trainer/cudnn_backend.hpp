@@ -75,7 +75,8 @@ class CudnnBackend : public Backend {
   virtual std::string describe() const = 0;
 };
 
-// True when this build has the cuDNN backend (CUDA and cuDNN found at configure time); without it
+// True when this build has the cuDNN backend (CUDA and cuDNN found at configure time, or its host
+// stand-in on the emulated device of a STOKER_CUDA_EMULATION build); without it
 // make_cudnn_backend() always throws CudaError. Says nothing about a device being present.
 bool built_with_cudnn() noexcept;
 
