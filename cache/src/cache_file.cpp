@@ -195,10 +195,12 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     e.channels = r.channels;
     e.checksum = r.checksum;
     // Decoded entries become cv::Mat-like images indexed with int: each dimension must fit, and
-    // the product is checked in 128 bits so a wrapped product cannot match data_size by accident.
+    // the product is checked for overflow so a wrapped product cannot match data_size by accident.
+    std::uint64_t pixels = 0, values = 0;
+    const bool wraps = __builtin_mul_overflow(std::uint64_t{e.height}, std::uint64_t{e.width}, &pixels) ||
+                       __builtin_mul_overflow(pixels, std::uint64_t{e.channels}, &values);
     if (key_.kind == CacheKind::Decoded &&
-        (e.height > kMaxDim || e.width > kMaxDim || e.channels > kMaxDim ||
-         static_cast<unsigned __int128>(e.height) * e.width * e.channels != e.data_size)) {
+        (e.height > kMaxDim || e.width > kMaxDim || e.channels > kMaxDim || wraps || values != e.data_size)) {
       return stale("entry " + std::to_string(i) + " has a size that does not match its image shape");
     }
     by_path_.emplace(e.path, static_cast<std::int64_t>(i));
