@@ -199,7 +199,8 @@ void store(std::byte* dst, std::size_t index, float v) {
 // for AVX2 as well (as the trainer's GEMM does), picked at load time: 8 pixels per instruction
 // instead of 4, the same IEEE float operations on each value ("avx2" does not enable FMA, so no
 // multiply-add can be fused into one rounding, whatever -ffp-contract says).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: the clones' ifunc resolvers would run before its runtime starts.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define STOKER_ROW_CLONES __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define STOKER_ROW_CLONES __attribute__((flatten))

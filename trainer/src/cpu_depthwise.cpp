@@ -7,7 +7,8 @@
 namespace stoker::trainer::cpu {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: the clones' ifunc resolvers would run before its runtime starts.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define STOKER_DW_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define STOKER_DW_CLONES
