@@ -149,8 +149,19 @@ void evict_from_page_cache(const Dataset& ds) {
 }  // namespace
 
 std::string machine_description() {
-  return read_proc_field("/proc/cpuinfo", "model name") + ", " + std::to_string(std::thread::hardware_concurrency()) +
-         " hardware threads, " + read_proc_field("/proc/meminfo", "MemTotal") + " RAM";
+  std::string d = read_proc_field("/proc/cpuinfo", "model name") + ", " +
+                  std::to_string(std::thread::hardware_concurrency()) + " hardware threads, " +
+                  read_proc_field("/proc/meminfo", "MemTotal") + " RAM";
+  // The GPU the gpu suite measures (on an emulated device the description says its figures are
+  // host timings, not a GPU's).
+  if (cuda_device_count() > 0) {
+    try {
+      d += "; GPU: " + cuda_device_description();
+    } catch (const Error& e) {
+      d += std::string("; GPU: unknown (") + e.what() + ")";
+    }
+  }
+  return d;
 }
 
 std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {

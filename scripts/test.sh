@@ -13,7 +13,7 @@ tests=()
 if [[ "${1:-}" == "--sanitize" ]]; then
   dir=build-asan
   flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_CUDA_EMULATION=ON
-         -DSTOKER_BUILD_BENCH=OFF)
+         -DSTOKER_BUILD_BENCH=ON)  # the GPU benchmarks' smoke tests
   # TBB's worker threads outlive main's static destructors; leak reports there are TBB's, not ours.
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

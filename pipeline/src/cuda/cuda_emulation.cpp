@@ -210,7 +210,8 @@ void set_device(int device) {
   if (device != 0) STOKER_CUDA_CHECK(kInvalidDevice);
 }
 std::string cuda_device_description() {
-  return "emulated CUDA device on the host (STOKER_CUDA_EMULATION; no GPU), " + gib(device_capacity());
+  return "emulated CUDA device on the host (STOKER_CUDA_EMULATION; no GPU: timings are the host's), " +
+         gib(device_capacity());
 }
 DeviceMemoryInfo device_memory_info() {
   const std::size_t used = g_device_used.load();
