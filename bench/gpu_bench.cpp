@@ -136,12 +136,15 @@ struct KernelResult {
   bool ok = false;   // the last batch matches the kernel's host twin
 };
 
-// Warm-up by time (clocks ramp up, lazy module loading), bounded in iterations.
+// Warm-up by time (clocks ramp up, lazy module loading), bounded in iterations. Each step is
+// waited for: steps only enqueue, so the host clock alone would let work pile up past 0.3 s.
 template <typename F>
 void warm_up(F&& step, const stoker::Stream& stream) {
   const auto t0 = Clock::now();
-  for (int it = 0; it < 500 && (it < 10 || seconds_since(t0) < 0.3); ++it) step(it);
-  stream.synchronize();
+  for (int it = 0; it < 500 && (it < 10 || seconds_since(t0) < 0.3); ++it) {
+    step(it);
+    stream.synchronize();
+  }
 }
 
 KernelResult kernel_alone(const Args& a) {
