@@ -115,14 +115,9 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
 
   std::vector<Tensor> forward(const float* input, int batch) const override {
-    if (batch < 0) check_batch(batch, input);
+    if (batch < 0) cudnn::check_batch(batch, opt_.max_batch, input);
     if (batch > 0 && !input) throw InvalidArgument("cudnn backend: input is null");
-    std::vector<Tensor> outs;
-    for (const auto& shape : plan_.output_shapes) {
-      std::vector<int> s = shape;
-      s.insert(s.begin(), batch);
-      outs.emplace_back(s);
-    }
+    std::vector<Tensor> outs = cudnn::host_outputs(plan_, batch);
     // Host batches larger than max_batch run in chunks of max_batch.
     for (int b0 = 0; b0 < batch; b0 += opt_.max_batch) {
       const int nb = std::min(opt_.max_batch, batch - b0);
@@ -146,18 +141,9 @@ class CudnnBackendImpl final : public CudnnBackend {
 
   std::vector<DeviceTensor> forward_device(const void* device_input, DType dtype, int batch,
                                            StreamHandle stream) const override {
-    check_batch(batch, device_input);
-    if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
-      throw InvalidArgument(std::string("cudnn backend: forward_device input must be F32, F16 or BF16, received ") +
-                            to_string(dtype));
-    std::vector<DeviceTensor> views;
-    for (std::size_t k = 0; k < plan_.output_shapes.size(); ++k) {
-      DeviceTensor t;
-      t.data = outputs_[k].as<const float>();
-      t.shape = plan_.output_shapes[k];
-      t.shape.insert(t.shape.begin(), batch);
-      views.push_back(std::move(t));
-    }
+    cudnn::check_batch(batch, opt_.max_batch, device_input);
+    cudnn::check_device_dtype(dtype);
+    std::vector<DeviceTensor> views = cudnn::output_views(plan_, outputs_, batch);
     if (batch == 0) return views;
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
@@ -201,12 +187,6 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
   std::size_t storage_bytes(std::size_t values) const { return values * dtype_size(opt_.storage); }
 
-  void check_batch(int batch, const void* input) const {
-    if (batch < 0 || batch > opt_.max_batch)
-      throw InvalidArgument("cudnn backend: batch " + std::to_string(batch) + " is outside 0.." +
-                            std::to_string(opt_.max_batch) + " (CudnnBackendOptions::max_batch)");
-    if (batch > 0 && !input) throw InvalidArgument("cudnn backend: input is null");
-  }
 
   DeviceBuffer upload(const void* host, std::size_t bytes, const char* what) {
     DeviceBuffer b(bytes, what);

@@ -326,4 +326,39 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
   return plan;
 }
 
+void check_batch(int batch, int max_batch, const void* input) {
+  if (batch < 0 || batch > max_batch)
+    throw InvalidArgument("cudnn backend: batch " + std::to_string(batch) + " is outside 0.." +
+                          std::to_string(max_batch) + " (CudnnBackendOptions::max_batch)");
+  if (batch > 0 && !input) throw InvalidArgument("cudnn backend: input is null");
+}
+
+void check_device_dtype(DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    throw InvalidArgument(std::string("cudnn backend: forward_device input must be F32, F16 or BF16, received ") +
+                          to_string(dtype));
+}
+
+std::vector<Tensor> host_outputs(const Plan& plan, int batch) {
+  std::vector<Tensor> outs;
+  for (const auto& shape : plan.output_shapes) {
+    std::vector<int> s = shape;
+    s.insert(s.begin(), batch);
+    outs.emplace_back(s);
+  }
+  return outs;
+}
+
+std::vector<DeviceTensor> output_views(const Plan& plan, const std::vector<DeviceBuffer>& buffers, int batch) {
+  std::vector<DeviceTensor> views;
+  for (std::size_t k = 0; k < plan.output_shapes.size(); ++k) {
+    DeviceTensor t;
+    t.data = buffers.at(k).as<const float>();
+    t.shape = plan.output_shapes[k];
+    t.shape.insert(t.shape.begin(), batch);
+    views.push_back(std::move(t));
+  }
+  return views;
+}
+
 }  // namespace stoker::trainer::cudnn

@@ -23,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include <stoker/pipeline/cuda.hpp>
 #include <stoker/pipeline/image.hpp>
+#include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/graph.hpp>
 
 namespace stoker::trainer::cudnn {
@@ -101,6 +103,14 @@ Plan lower_graph(const Graph& graph, const PlanOptions& options = {});
 // The plan's math on the host. `round_to`: F32 keeps float32 everywhere; F16/BF16 round weights,
 // biases and every stored value to that precision (accumulation stays float32), like the GPU.
 std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to = DType::F32);
+
+// What both backends behind CudnnBackend (cuDNN, and the emulated device's host executor) share:
+// the argument checks (InvalidArgument with the reason), the host output tensors
+// {batch, ...shape} of forward(), and the views of forward_device() into float32 output buffers.
+void check_batch(int batch, int max_batch, const void* input);
+void check_device_dtype(DType dtype);
+std::vector<Tensor> host_outputs(const Plan& plan, int batch);
+std::vector<DeviceTensor> output_views(const Plan& plan, const std::vector<DeviceBuffer>& buffers, int batch);
 
 // Rounds v to the precision of dtype (F32: unchanged).
 float round_to_storage(float v, DType dtype);
