@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <stoker/trainer/backend.hpp>
 
 #include <stoker/trainer/tensor.hpp>
 
@@ -46,19 +47,10 @@ struct VectorFile {
   }
 };
 
-// max |a - b| / max(|b|_inf, floor): an error relative to the reference tensor's scale. Strict:
-// a size mismatch, or a value that is not finite on one side only (NaN from a buffer nobody wrote;
-// std::max would skip it), is an infinite error.
-inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-6) {
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  if (a.size() != b.size()) return inf;
-  double scale = floor, err = 0;
-  for (float v : b) scale = std::max(scale, static_cast<double>(std::abs(v)));
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isfinite(a[i]) != std::isfinite(b[i])) return inf;
-    if (std::isfinite(a[i])) err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
-  }
-  return err / scale;
+// max |a - b| / max |b|: an error relative to the reference tensor's scale, strict (a size
+// mismatch, or a value finite on one side only, is infinite). The library's own measure.
+inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  return trainer::relative_error(a, b);
 }
 
 }  // namespace stoker::test
