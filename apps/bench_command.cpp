@@ -12,7 +12,7 @@
 #include "bench_suites.hpp"
 #include "commands.hpp"
 #include "plot.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker::app {
 namespace {

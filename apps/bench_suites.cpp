@@ -19,9 +19,9 @@
 
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker::app {
 namespace {

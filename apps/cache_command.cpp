@@ -6,7 +6,7 @@
 #include "commands.hpp"
 #include "loader_flags.hpp"
 #include "stoker/cache/cache_file.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker::app {
 namespace {

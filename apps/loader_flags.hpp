@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 
 namespace stoker::app {

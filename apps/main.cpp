@@ -4,7 +4,7 @@
 #include <string>
 
 #include "commands.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"stoker: keeps a GPU fed while it trains image classifiers"};

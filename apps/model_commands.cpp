@@ -2,14 +2,16 @@
 // looking inside a backbone file.
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "device.hpp"
-#include "feature_source.hpp"
-#include "model_dir.hpp"
-#include "stoker/error.hpp"
+#include "progress.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/training/device.hpp"
+#include "stoker/training/model_folder.hpp"
+#include "stoker/trainer/model.hpp"
 
 namespace stoker::app {
 namespace {
@@ -24,33 +26,26 @@ struct UseArgs {
   bool json = false;
 };
 
-LoaderOptions prepare_options(const TrainedModel& m, const UseArgs& a) {
-  LoaderOptions o;
-  o.batch_size = a.batch_size;
-  o.threads = a.threads;
-  o.shuffle = false;
-  o.transform = std::make_shared<Augmenter>(m.validation_spec);
-  return o;
-}
-
 // The trained model, its backbone on the requested device.
-TrainedModel load_for_use(const UseArgs& a) {
-  TrainedModel m = load_trained_model(a.model_dir);
-  DeviceChoice device = choose_device(a.device);
-  place_backbone(m.backbone_model, device, a.batch_size);
+training::TrainedModel load_for_use(const UseArgs& a) {
+  training::TrainedModel m = training::load_trained_model(a.model_dir);
+  training::DeviceChoice device = training::choose_device(a.device);
+  training::place_backbone(m.backbone, device, a.batch_size);
+  if (!device.fallback_reason.empty()) {
+    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", device.fallback_reason.c_str());
+  }
   return m;
 }
 
 void run_evaluate(const UseArgs& a) {
-  const TrainedModel m = load_for_use(a);
-  DirectoryOptions d;
-  d.classes = m.class_names;
-  const Dataset ds = dataset_from_directory(a.data, d);
-  LoaderOptions o = prepare_options(m, a);
-  o.label_mode = LabelMode::Sparse;
-  Loader loader(ds, o);
-  const Features f = collect_features(*cpu_feature_source(loader, m.backbone_model), 0, "evaluate");
-  const trainer::EpochStats s = m.head.evaluate(f.x.data(), f.y.data(), f.n);
+  const training::TrainedModel m = load_for_use(a);
+  std::optional<Progress> progress;
+  const trainer::EpochStats s = training::evaluate(m, a.data, {a.batch_size, a.threads},
+                                                   [&](std::size_t batches, std::size_t total, std::size_t images) {
+                                                     if (!progress) progress.emplace("evaluate", total);
+                                                     progress->update(batches, images);
+                                                   });
+  if (progress) progress->finish();
   if (a.json) {
     std::printf("%s\n", nlohmann::json({{"images", s.samples}, {"loss", s.loss}, {"accuracy", s.accuracy}}).dump().c_str());
   } else {
@@ -60,42 +55,23 @@ void run_evaluate(const UseArgs& a) {
 
 // Returns the number of images that could not be read.
 int run_predict(const UseArgs& a) {
-  const TrainedModel m = load_for_use(a);
-  std::vector<Sample> samples;
-  for (const auto& p : a.images) samples.push_back({p, -1});
-  LoaderOptions o = prepare_options(m, a);
-  o.label_mode = LabelMode::None;
-  o.on_bad_sample = BadSamplePolicy::Skip;  // report each unreadable image, predict the rest
-  Loader loader(dataset_from_list(samples, m.class_names), o);
-  loader.begin_epoch(0);
+  const training::TrainedModel m = load_for_use(a);
+  const training::Predictions p = training::predict(m, a.images, {a.batch_size, a.threads});
+  const std::vector<std::string>& names = m.info.class_names;
   nlohmann::json out = nlohmann::json::array();
-  while (auto b = loader.next()) {
-    const trainer::Tensor f = m.backbone_model.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
-    const trainer::Tensor p = m.head.predict(f.data.data(), b->size());
-    const int width = static_cast<int>(p.data.size()) / b->size();
-    for (int i = 0; i < b->size(); ++i) {
-      std::vector<double> probs;
-      if (width == 1) {
-        const double p1 = p.data[static_cast<std::size_t>(i)];
-        probs = {1 - p1, p1};
-      } else {
-        for (int k = 0; k < width; ++k) probs.push_back(p.data[static_cast<std::size_t>(i * width + k)]);
-      }
-      const auto best = static_cast<std::size_t>(std::max_element(probs.begin(), probs.end()) - probs.begin());
-      const std::string& path = samples[static_cast<std::size_t>(b->sample_ids()[static_cast<std::size_t>(i)])].path;
-      nlohmann::json row = {{"path", path}, {"class", m.class_names[best]}, {"probability", probs[best]}};
-      for (std::size_t k = 0; k < probs.size(); ++k) row["probabilities"][m.class_names[k]] = probs[k];
-      out.push_back(row);
-      if (!a.json) std::printf("%s\t%s\t%.4f\n", path.c_str(), m.class_names[best].c_str(), probs[best]);
-    }
+  for (const training::Prediction& r : p.predicted) {
+    const auto best = static_cast<std::size_t>(r.class_index);
+    nlohmann::json row = {{"path", r.path}, {"class", names.at(best)}, {"probability", r.probabilities[best]}};
+    for (std::size_t k = 0; k < r.probabilities.size(); ++k) row["probabilities"][names.at(k)] = r.probabilities[k];
+    out.push_back(row);
+    if (!a.json) std::printf("%s\t%s\t%.4f\n", r.path.c_str(), names.at(best).c_str(), r.probabilities[best]);
   }
-  const auto skipped = loader.skipped();
-  for (const auto& s : skipped) {
+  for (const auto& s : p.failed) {
     if (a.json) out.push_back({{"path", s.path}, {"error", s.reason}});
     std::fprintf(stderr, "stoker: error: %s: %s\n", s.path.c_str(), s.reason.c_str());
   }
   if (a.json) std::printf("%s\n", out.dump(2).c_str());
-  return static_cast<int>(skipped.size());
+  return static_cast<int>(p.failed.size());
 }
 
 struct InspectArgs {

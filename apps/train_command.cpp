@@ -1,7 +1,6 @@
-// `stoker train`: transfer learning from the command line. The frozen backbone turns images into
-// features; a new Dense head (sigmoid for two classes, softmax for more) trains on them with Adam.
-// Without augmentation every image's features are computed once and reused across epochs; with
-// augmentation each epoch decodes, augments and runs the backbone again.
+// `stoker train`: transfer learning from the command line. The training itself is
+// stoker::training::train (trainer/training); this file turns flags into its options and its
+// callbacks into progress bars, per-epoch lines, history.json and the plots.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,12 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "device.hpp"
-#include "feature_source.hpp"
-#include "model_dir.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
-#include "stoker/error.hpp"
+#include "stoker/training/train.hpp"
+#include "train_config.hpp"
 #include "utilisation.hpp"
 
 namespace stoker::app {
@@ -102,180 +99,89 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
                 Chart{"utilisation per epoch", "epoch", "percent", util}});
 }
 
-void run_train(TrainConfig& c) {
-  DeviceChoice device = choose_device(c.device);
-  std::error_code ec;
-  fs::create_directories(c.out, ec);
-  if (ec || !fs::is_directory(c.out)) throw IoError(c.out + ": cannot create the output folder");
+// Progress bars, the per-epoch lines and utilisation, and the throughput series for the plots.
+class TrainLog final : public training::TrainObserver {
+ public:
+  TrainLog(const TrainConfig& c, std::vector<EpochLog>& log, Series& throughput)
+      : c_(c), log_(log), throughput_(throughput), start_(Clock::now()), last_(start_) {}
 
-  Dataset train, val;
-  if (!c.val.empty()) {
-    train = dataset_from_directory(c.loader.data);
-    DirectoryOptions vo;
-    vo.classes = train.class_names;
-    val = dataset_from_directory(c.val, vo);
-  } else {
-    if (!(c.validation_split > 0)) throw InvalidArgument("give --validation-split > 0 or --val DIR");
-    DirectoryOptions o;
-    o.split = {c.validation_split, Subset::Training};
-    train = dataset_from_directory(c.loader.data, o);
-    o.split.subset = Subset::Validation;
-    val = dataset_from_directory(c.loader.data, o);
+  void on_setup(const training::TrainSetup& s) override {
+    gpu_ = s.device.cuda ? std::optional<int>(s.device.index) : std::nullopt;
+    std::printf("train: %zu images, validation: %zu images, classes:", s.train_images, s.validation_images);
+    for (const auto& n : s.class_names) std::printf(" %s", n.c_str());
+    std::printf("\nbackbone: %s%s%s, %zu parameters, %d features; device %s\n", c_.model.c_str(),
+                c_.cut_at.empty() ? "" : " cut at ", c_.cut_at.c_str(), s.backbone_parameters, s.features,
+                s.device.description.c_str());
+    if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
+    if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
+    if (!c_.augments()) std::printf("no augmentation: computing each image's features once\n");
   }
-  const int classes = static_cast<int>(train.class_names.size());
-  if (classes < 2) throw DatasetError(c.loader.data + ": training needs at least 2 class folders, found " + std::to_string(classes));
-  if (val.empty()) throw DatasetError("the validation set is empty: raise --validation-split or add images");
-  const trainer::Monitor monitor = trainer::parse_monitor(c.monitor);
-
-  trainer::LoadOptions lo;
-  lo.input_hw = {c.loader.image_size, c.loader.image_size};
-  trainer::Model backbone = trainer::load_model(c.model, lo);
-  if (!c.cut_at.empty()) backbone = backbone.cut_at(c.cut_at);
-  const std::vector<int> in = backbone.input_shape(), out = backbone.output_shape();
-  if (in != std::vector<int>{c.loader.image_size, c.loader.image_size, 3}) {
-    throw InvalidArgument(c.model + ": the backbone takes " + std::to_string(in.at(0)) + "x" + std::to_string(in.at(1)) +
-                          "x" + std::to_string(in.at(2)) + " inputs; use --image-size " + std::to_string(in.at(0)));
+  void on_warning(const std::string& why) override {
+    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
+    gpu_.reset();
   }
-  if (out.size() != 1) {
-    throw InvalidArgument(c.model + ": the features must be a vector per image, but the cut output has " +
-                          std::to_string(out.size()) + " dimensions; cut at a pooling or flatten layer (--cut-at)");
+  void on_features_begin(const std::string& what, std::size_t batches) override {
+    progress_.emplace(what, batches);
   }
-  const int dim = out[0];
-  std::shared_ptr<trainer::CudnnBackend> gpu = place_backbone(backbone, device, c.loader.batch_size);
-
-  // The CPU path: loaders with the Augmenter as their transform (float32 batches) into the
-  // backbone. The GPU path: uint8 batches from plain-resize loaders into GPU feeds whose stage is
-  // the CUDA executor of the same augmentation, then the cuDNN backbone.
-  LoaderOptions lopt = c.loader.options();
-  lopt.label_mode = LabelMode::Sparse;
-  LoaderOptions vopt = lopt;
-  vopt.shuffle = false;
-  vopt.cache = {};
-  const auto train_aug = std::make_shared<const Augmenter>(c.augment_spec(true));
-  const auto val_aug = std::make_shared<const Augmenter>(c.augment_spec(false));
-  std::unique_ptr<Loader> train_loader, val_loader;
-  std::unique_ptr<FeatureSource> train_source, val_source;
-  auto make_sources = [&] {
-    if (gpu) {
-      train_source = gpu_feature_source(train, lopt, train_aug, gpu);
-      val_source = gpu_feature_source(val, vopt, val_aug, gpu);
-      return;
-    }
-    LoaderOptions tl = lopt, vl = vopt;
-    tl.transform = train_aug;
-    vl.transform = val_aug;
-    train_loader = std::make_unique<Loader>(train, tl);
-    val_loader = std::make_unique<Loader>(val, vl);
-    train_source = cpu_feature_source(*train_loader, backbone);
-    val_source = cpu_feature_source(*val_loader, backbone);
-  };
-  make_sources();
-
-  std::printf("train: %zu images, validation: %zu images, classes:", train.size(), val.size());
-  for (const auto& n : train.class_names) std::printf(" %s", n.c_str());
-  std::printf("\nbackbone: %s%s%s, %zu parameters, %d features; device %s\n", c.model.c_str(),
-              c.cut_at.empty() ? "" : " cut at ", c.cut_at.c_str(), backbone.parameter_count(), dim,
-              device.description.c_str());
-  if (train_loader && !train_loader->cache_status().empty()) std::printf("%s\n", train_loader->cache_status().c_str());
-  if (const std::string d = train_source->describe(); !d.empty()) std::printf("training batches: %s\n", d.c_str());
-
-  trainer::AdamConfig adam;
-  adam.learning_rate = static_cast<float>(c.learning_rate);
-  trainer::Head head = classes == 2 ? trainer::Head::sigmoid(dim, adam, c.loader.seed)
-                                    : trainer::Head::softmax(dim, classes, adam, c.loader.seed);
-  const trainer::BackboneRef ref{fs::absolute(c.model).string(), c.cut_at, c.preprocess};
-  const fs::path head_file = fs::path(c.out) / "head.stkh";
-  write_model_info(c.out, c, train.class_names);
-
-  Features vf = collect_features(*val_source, 0, "validation features");
-  if (gpu) {
-    // The feed and the CUDA augmentation, checked where they run: the first (up to 32) validation
-    // images' features against the CPU path's (the backbone alone was checked by place_backbone).
-    const double error = gpu_path_error(val, vopt, val_aug, backbone.graph(), vf, std::min(c.loader.batch_size, 32));
-    if (!(error <= kGpuAgreementLimit)) {
-      const std::string why =
-          disagreement("cuda:" + std::to_string(device.index) + ": features from the GPU feed differ from the CPU path's", error);
-      if (!device.automatic) throw Error(why);
-      std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
-      device = {false, 0, true, "cpu (auto: the GPU failed its check, see the warning)"};
-      train_source.reset();
-      val_source.reset();
-      gpu.reset();
-      backbone.set_backend(nullptr);
-      make_sources();
-      vf = collect_features(*val_source, 0, "validation features");
-    }
+  void on_features_progress(std::size_t batches, std::size_t images) override {
+    progress_->update(batches, images);
+    if (meter_) record_throughput(images);  // the training features of an epoch without augmentation
   }
-  const std::optional<int> gpu_index = device.cuda ? std::optional<int>(device.index) : std::nullopt;
+  void on_features_end() override { progress_->finish(); }
+  void on_epoch_begin(int epoch, std::size_t batches) override {
+    meter_.emplace(gpu_);
+    images_ = 0;
+    if (batches > 0) progress_.emplace("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c_.epochs), batches);
+  }
+  void on_train_batch(std::size_t batches, std::size_t images, double loss, double accuracy) override {
+    progress_->update(batches, images, loss, accuracy);
+    record_throughput(images);
+  }
+  void on_epoch_end(const training::EpochReport& r) override {
+    if (c_.augments()) progress_->finish();
+    EpochLog e;
+    e.epoch = r.epoch;
+    e.features_cached = r.features_cached;
+    e.train = r.train;
+    e.validation = r.validation;
+    e.improved = r.improved;
+    e.images_per_second = r.images_per_second;
+    e.utilisation = meter_->finish(r.times.data_wait_seconds, r.times.compute_seconds, r.times.gpu_seconds);
+    meter_.reset();
+    print_epoch(c_, e);
+    log_.push_back(e);
+  }
+
+ private:
+  void record_throughput(std::size_t images) {
+    const auto now = Clock::now();
+    const double n = static_cast<double>(images - images_);
+    throughput_.x.push_back(std::chrono::duration<double>(now - start_).count());
+    throughput_.y.push_back(n / std::max(1e-9, std::chrono::duration<double>(now - last_).count()));
+    images_ = images;
+    last_ = now;
+  }
+
+  const TrainConfig& c_;
+  std::vector<EpochLog>& log_;
+  Series& throughput_;
+  std::optional<int> gpu_;  // the card NVML watches
+  std::optional<Progress> progress_;
+  std::optional<UtilisationMeter> meter_;
+  std::size_t images_ = 0;
+  Clock::time_point start_, last_;
+};
+
+void run_train(const TrainConfig& c) {
+  const training::TrainingData data = training::training_data(c.loader.data, c.validation_split, c.val);
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
-  const auto run_start = Clock::now();
-  trainer::BestEpoch best(monitor, head_file, ref);
-  auto finish_epoch = [&](EpochLog e) {
-    e.validation = head.evaluate(vf.x.data(), vf.y.data(), vf.n);
-    e.improved = best.offer(e.epoch, e.validation, head);
-    print_epoch(c, e);
-    log.push_back(e);
-  };
-
-  if (!c.augments()) {
-    // Deterministic inputs: features once, then every epoch trains the head on them.
-    std::printf("no augmentation: computing each image's features once\n");
-    UtilisationMeter meter(gpu_index);
-    const Features tf = collect_features(*train_source, 0, "training features");
-    const Utilisation u = meter.finish(tf.times.data_wait_seconds, tf.times.compute_seconds, tf.times.gpu_seconds);
-    const double extract_rate = tf.n / std::max(1e-9, u.seconds);
-    throughput.x.push_back(std::chrono::duration<double>(Clock::now() - run_start).count());
-    throughput.y.push_back(extract_rate);
-    for (int epoch = 0; epoch < c.epochs; ++epoch) {
-      UtilisationMeter epoch_meter(gpu_index);
-      EpochLog e;
-      e.epoch = epoch;
-      e.features_cached = epoch > 0;
-      const auto t0 = Clock::now();
-      e.train = head.train_epoch(tf.x.data(), tf.y.data(), tf.n, c.loader.batch_size, static_cast<std::uint64_t>(epoch),
-                                 c.loader.seed);
-      const double head_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      e.utilisation = epoch == 0 ? u : epoch_meter.finish(0, head_seconds);
-      e.images_per_second = epoch == 0 ? extract_rate : tf.n / std::max(1e-9, head_seconds);
-      finish_epoch(e);
-    }
-  } else {
-    for (int epoch = 0; epoch < c.epochs; ++epoch) {
-      UtilisationMeter meter(gpu_index);
-      Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c.epochs),
-                        train_source->batches_per_epoch());
-      double loss_sum = 0;
-      std::size_t images = 0, batches = 0;
-      int correct = 0;
-      auto last = Clock::now();
-      const EpochTimes times =
-          train_source->run_epoch(static_cast<std::uint64_t>(epoch), [&](const float* x, const int* y, int n, int) {
-            const trainer::StepResult r = head.train_step(x, y, n);
-            const auto now = Clock::now();
-            loss_sum += r.loss * r.samples;
-            correct += r.correct;
-            images += static_cast<std::size_t>(n);
-            throughput.x.push_back(std::chrono::duration<double>(now - run_start).count());
-            throughput.y.push_back(n / std::max(1e-9, std::chrono::duration<double>(now - last).count()));
-            last = now;
-            progress.update(++batches, images, loss_sum / static_cast<double>(images),
-                            correct / static_cast<double>(images));
-          });
-      progress.finish();
-      EpochLog e;
-      e.epoch = epoch;
-      e.train = {loss_sum / std::max<double>(1, static_cast<double>(images)),
-                 correct / std::max<double>(1, static_cast<double>(images)), static_cast<int>(images)};
-      e.utilisation = meter.finish(times.data_wait_seconds, times.compute_seconds, times.gpu_seconds);
-      e.images_per_second = static_cast<double>(images) / std::max(1e-9, e.utilisation.seconds);
-      finish_epoch(e);
-    }
-  }
-  write_reports(c, log, throughput, best.epoch());
-  const EpochLog& b = log.at(static_cast<std::size_t>(best.epoch()));
-  std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", best.epoch() + 1, c.monitor.c_str(),
-              b.validation.accuracy, b.validation.loss);
+  TrainLog observer(c, log, throughput);
+  const training::TrainResult result = training::train(data, c.options(), &observer);
+  write_reports(c, log, throughput, result.best_epoch);
+  const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
+  std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
+              c.monitor.c_str(), b.validation.accuracy, b.validation.loss);
   std::printf("wrote %s (head.stkh, stoker_model.json, history.json, metrics.png, throughput.png)\n", c.out.c_str());
 }
 

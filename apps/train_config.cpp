@@ -1,6 +1,6 @@
 #include "train_config.hpp"
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker::app {
 
@@ -37,33 +37,32 @@ bool TrainConfig::augments() const {
          zoom_range != 0 || horizontal_flip || vertical_flip || !brightness_range.empty() || channel_shift_range != 0;
 }
 
-AugmentSpec TrainConfig::augment_spec(bool training) const {
-  AugmentSpec s;
-  s.height = s.width = loader.image_size;
-  s.dtype = DType::F32;
-  s.layout = Layout::NHWC;
-  s.interpolation_order = loader.interpolation == "nearest" ? 0 : 1;
-  if (loader.interpolation == "area") throw InvalidArgument("--interpolation area is not available with training; use nearest or bilinear");
-  if (loader.keep_aspect_ratio) s.center_crop = CenterCrop{1.0, true};
-  s.rotation_range = rotation_range;
-  if (width_shift_range != 0) s.width_shift_range = ShiftRange::uniform(width_shift_range);
-  if (height_shift_range != 0) s.height_shift_range = ShiftRange::uniform(height_shift_range);
-  s.shear_range = shear_range;
-  if (zoom_range != 0) s.zoom_range = AugmentSpec::zoom(zoom_range);
-  s.horizontal_flip = horizontal_flip;
-  s.vertical_flip = vertical_flip;
-  if (!brightness_range.empty()) s.brightness_range = Range{brightness_range[0], brightness_range[1]};
-  s.channel_shift_range = channel_shift_range;
-  s.fill_mode = fill_mode_from_string(fill_mode);
-  s.cval = cval;
-  if (preprocess == "tf") s.normalization = ChannelNormalization::minus_one_to_one();
-  else if (preprocess == "caffe") s.normalization = ChannelNormalization::caffe();
-  else if (preprocess == "torch") s.normalization = ChannelNormalization::torch();
-  else if (preprocess != "none") {
-    throw InvalidArgument("--preprocess must be tf, caffe, torch or none, received '" + preprocess + "'");
+training::TrainOptions TrainConfig::options() const {
+  training::TrainOptions o;
+  o.backbone = {model, cut_at, preprocess};
+  o.prepare = {loader.image_size, parse_interpolation(loader.interpolation), loader.keep_aspect_ratio, preprocess};
+  if (augments()) {
+    AugmentSpec s;
+    s.rotation_range = rotation_range;
+    if (width_shift_range != 0) s.width_shift_range = ShiftRange::uniform(width_shift_range);
+    if (height_shift_range != 0) s.height_shift_range = ShiftRange::uniform(height_shift_range);
+    s.shear_range = shear_range;
+    if (zoom_range != 0) s.zoom_range = AugmentSpec::zoom(zoom_range);
+    s.horizontal_flip = horizontal_flip;
+    s.vertical_flip = vertical_flip;
+    if (!brightness_range.empty()) s.brightness_range = Range{brightness_range[0], brightness_range[1]};
+    s.channel_shift_range = channel_shift_range;
+    s.fill_mode = fill_mode_from_string(fill_mode);
+    s.cval = cval;
+    o.augmentation = s;
   }
-  s.training = training;
-  return s;
+  o.loader = loader.options();
+  o.epochs = epochs;
+  o.adam.learning_rate = static_cast<float>(learning_rate);
+  o.monitor = trainer::parse_monitor(monitor);
+  o.device = device;
+  o.out = out;
+  return o;
 }
 
 }  // namespace stoker::app

@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "loader_flags.hpp"
-#include "stoker/augment/spec.hpp"
+#include "stoker/training/train.hpp"
 
 namespace stoker::app {
 
@@ -39,8 +39,8 @@ struct TrainConfig {
   double cval = 0;
 
   void add_to(CLI::App& cmd);
-  // The augmentation description: training (random part on) or validation (deterministic part).
-  AugmentSpec augment_spec(bool training) const;
+  // What the training library runs (its loader options and augmentation from the flags).
+  training::TrainOptions options() const;
   bool augments() const;  // any random transformation configured
 };
 

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/backend.hpp>
 #include <stoker/trainer/model.hpp>
 

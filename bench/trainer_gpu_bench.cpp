@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/pipeline/convert.hpp>
-#include <stoker/pipeline/cuda.hpp>
+#include <stoker/core/cuda.hpp>
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 

@@ -14,9 +14,9 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "stoker/augment/params.hpp"
-#include "stoker/augment/pixel.hpp"
-#include "stoker/error.hpp"
+#include "params.hpp"
+#include "pixel.hpp"
+#include "stoker/core/error.hpp"
 #include "photometric_rows.hpp"
 
 namespace stoker {

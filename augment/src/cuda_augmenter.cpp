@@ -8,9 +8,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "stoker/error.hpp"
+#include "cuda_launch.hpp"
+#include "stoker/core/error.hpp"
 #if defined(STOKER_CUDA_EMULATION)
-#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#include "stoker/core/detail/cuda_emulation.hpp"
 #endif
 
 namespace stoker {
@@ -21,6 +22,10 @@ using augment::SampleJob;
 static_assert(std::is_trivially_copyable_v<SampleJob>, "the job table is copied to the device as bytes");
 static_assert(std::is_trivially_copyable_v<augment::AugmentPlan>, "the plan is a kernel argument");
 static_assert(sizeof(SampleJob) % 8 == 0, "the kernels copy a job as 8-byte words");
+
+std::size_t CudaAugmentWorkspace::device_bytes_for(int capacity) noexcept {
+  return sizeof(SampleJob) * static_cast<std::size_t>(capacity);
+}
 
 CudaAugmentWorkspace::CudaAugmentWorkspace(int capacity)
     : capacity_(capacity),

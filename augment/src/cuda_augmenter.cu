@@ -2,6 +2,7 @@
 // steps or the sample-wise standardisation need it) and the fused batch kernel (one thread per
 // output pixel, every channel). Both call the functions of batch_math.hpp / pixel.hpp that the
 // CPU executor's reference path and CudaAugmenter::run_on_host call.
+#include "cuda_launch.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
 
 #include <cuda_runtime.h>

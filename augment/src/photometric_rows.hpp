@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
-#include "stoker/augment/pixel.hpp"
+#include "hd_math.hpp"
+#include "pixel.hpp"
 
 namespace stoker::augment::rows {
 

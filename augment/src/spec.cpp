@@ -4,7 +4,7 @@
 #include <string>
 
 #include "stoker/augment/spec.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 namespace {

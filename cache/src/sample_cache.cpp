@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "stoker/cache/cache_file.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 
@@ -159,19 +159,6 @@ ImageHeader read_image_header(std::span<const std::uint8_t> b, const std::string
                                 std::to_string(h.height) + " pixels");
   }
   return h;
-}
-
-namespace {
-SourceStamp stamp_from(const struct stat& st) {
-  return SourceStamp{static_cast<std::uint64_t>(st.st_size),
-                     static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
-}
-}  // namespace
-
-std::optional<SourceStamp> stamp_of(const std::string& path) noexcept {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return stamp_from(st);
 }
 
 SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out) {

@@ -14,7 +14,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/pipeline/plan.hpp"
 

@@ -6,21 +6,9 @@
 
 #include <opencv2/imgproc.hpp>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
-
-const char* to_string(DType t) noexcept {
-  switch (t) {
-    case DType::U8: return "uint8";
-    case DType::F32: return "float32";
-    case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
-  }
-  return "?";
-}
-
-const char* to_string(Layout l) noexcept { return l == Layout::NHWC ? "NHWC" : "NCHW"; }
 
 const char* to_string(Interpolation i) noexcept {
   switch (i) {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "test_support.hpp"
 
@@ -126,7 +126,7 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
       {train_args("--device gpu"), "--device must be auto, cpu, cuda or cuda:N"},
       {train_args("--cut-at no_such_layer"), "no_such_layer"},
       {train_args("--validation-split 1.5"), "validation_split must be in [0, 1)"},
-      {train_args("--preprocess yolo"), "--preprocess must be tf, caffe, torch or none"},
+      {train_args("--preprocess yolo"), "preprocess must be tf, caffe, torch or none, received 'yolo'"},
       {"predict --model-dir " + dir.path().string() + " x.jpg", "stoker_model.json"},
       {"inspect /no/such/model.h5", "/no/such/model.h5"},
       {"frobnicate", "frobnicate"},

@@ -20,8 +20,8 @@
 #include <opencv2/core.hpp>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/augment/params.hpp"
-#include "stoker/augment/pixel.hpp"
+#include "params.hpp"
+#include "pixel.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 #include "../../augment/src/photometric_rows.hpp"  // the CPU executor's row kernels

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/augment/pixel.hpp"
+#include "pixel.hpp"
 #include "test_support.hpp"
 
 namespace stoker {

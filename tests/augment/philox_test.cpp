@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "stoker/augment/philox.hpp"
+#include "philox.hpp"
 
 namespace stoker::augment {
 namespace {

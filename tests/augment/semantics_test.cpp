@@ -21,9 +21,9 @@
 #include <tbb/task_arena.h>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/augment/params.hpp"
-#include "stoker/augment/pixel.hpp"
-#include "stoker/error.hpp"
+#include "params.hpp"
+#include "pixel.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/transform.hpp"
 #include "test_support.hpp"
 

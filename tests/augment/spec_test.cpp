@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 namespace {

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "stoker/cache/cache_file.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 #include "test_support.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include <stoker/cache/cache_file.hpp>
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 
 #include "fuzz_util.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/head.hpp>
 
 #include "fuzz_util.hpp"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "import.hpp"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "fuzz_util.hpp"

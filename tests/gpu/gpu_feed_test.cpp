@@ -15,9 +15,9 @@
 
 #include "gpu_test_util.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
 namespace stoker {

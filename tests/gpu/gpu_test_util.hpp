@@ -13,9 +13,9 @@
 #include <opencv2/core.hpp>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/augment/params.hpp"
-#include "stoker/augment/pixel.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "params.hpp"
+#include "pixel.hpp"
+#include "stoker/core/image.hpp"
 #include "test_support.hpp"
 
 namespace stoker::test {

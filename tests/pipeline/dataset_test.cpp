@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "test_support.hpp"
 

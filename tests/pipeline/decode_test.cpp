@@ -5,7 +5,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/transform.hpp"
 #include "test_support.hpp"

@@ -6,7 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 #include "test_support.hpp"
 

@@ -18,9 +18,9 @@
 
 #include <gtest/gtest.h>
 
-#include <stoker/error.hpp>
-#include <stoker/pipeline/convert.hpp>
-#include <stoker/pipeline/cuda.hpp>
+#include <stoker/core/error.hpp>
+#include <stoker/core/half.hpp>
+#include <stoker/core/cuda.hpp>
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 

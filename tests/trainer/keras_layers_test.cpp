@@ -3,7 +3,7 @@
 // and run on the CPU backend.
 #include <gtest/gtest.h>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "test_support.hpp"

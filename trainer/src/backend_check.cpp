@@ -4,7 +4,7 @@
 #include <limits>
 #include <random>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
 namespace stoker::trainer {

@@ -9,7 +9,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
 #include "cpu_ops.hpp"

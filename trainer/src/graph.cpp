@@ -4,7 +4,7 @@
 #include <limits>
 #include <sstream>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/graph.hpp>
 #include <stoker/trainer/tensor.hpp>
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/head.hpp>
 
 namespace stoker::trainer {

@@ -6,7 +6,7 @@
 
 #include <hdf5.h>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "import.hpp"

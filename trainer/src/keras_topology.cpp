@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 
 #include "import.hpp"
 

@@ -4,7 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 namespace stoker::trainer {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "import.hpp"

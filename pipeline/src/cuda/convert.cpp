@@ -4,7 +4,7 @@
 
 #include "stoker/pipeline/device_stage.hpp"
 #if defined(STOKER_CUDA_EMULATION)
-#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#include "stoker/core/detail/cuda_emulation.hpp"
 #endif
 
 #include <string>

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 
 namespace stoker {
 namespace {

@@ -17,7 +17,7 @@
 #include <sstream>
 #include <vector>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {

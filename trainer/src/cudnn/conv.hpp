@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include <stoker/pipeline/cuda.hpp>
-#include <stoker/pipeline/image.hpp>
+#include <stoker/core/cuda.hpp>
+#include <stoker/core/image.hpp>
 
 namespace stoker::trainer::cudnn::gpu {
 

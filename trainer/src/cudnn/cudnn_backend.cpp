@@ -8,7 +8,7 @@
 // (emulated_backend.cpp).
 #include <stoker/trainer/cudnn_backend.hpp>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 
 #include "plan.hpp"
 #if defined(STOKER_CUDA_EMULATION)
@@ -21,7 +21,7 @@
 #include <mutex>
 #include <sstream>
 
-#include <stoker/pipeline/convert.hpp>
+#include <stoker/core/half.hpp>
 
 #include "conv.hpp"
 #include "kernels.hpp"

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <sstream>
 
-#include <stoker/error.hpp>
-#include <stoker/pipeline/detail/cuda_emulation.hpp>
+#include <stoker/core/error.hpp>
+#include <stoker/core/detail/cuda_emulation.hpp>
 
 namespace stoker::trainer::cudnn {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 
 #include "kernels.hpp"
 

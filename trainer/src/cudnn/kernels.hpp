@@ -5,8 +5,8 @@
 
 #include <cstddef>
 
-#include <stoker/pipeline/cuda.hpp>
-#include <stoker/pipeline/image.hpp>
+#include <stoker/core/cuda.hpp>
+#include <stoker/core/image.hpp>
 
 #include "op_math.hpp"
 

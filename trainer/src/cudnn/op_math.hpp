@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <stoker/pipeline/convert.hpp>  // STOKER_HOST_DEVICE
+#include <stoker/core/host_device.hpp>
 #include <stoker/trainer/graph.hpp>
 
 namespace stoker::trainer::cudnn {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <sstream>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/tensor.hpp>
 
 #include "../import.hpp"

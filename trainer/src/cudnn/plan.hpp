@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include <stoker/pipeline/cuda.hpp>
-#include <stoker/pipeline/image.hpp>
+#include <stoker/core/cuda.hpp>
+#include <stoker/core/image.hpp>
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/graph.hpp>
 

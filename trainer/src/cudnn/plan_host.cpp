@@ -7,8 +7,8 @@
 #include <cstring>
 #include <limits>
 
-#include <stoker/error.hpp>
-#include <stoker/pipeline/convert.hpp>
+#include <stoker/core/error.hpp>
+#include <stoker/core/half.hpp>
 
 #include "op_math.hpp"
 #include "plan.hpp"

@@ -1,5 +1,5 @@
 // The CUDA augmentation executor: the CPU executor's description, parameters and per-pixel math
-// (pixel.hpp, batch_math.hpp) in one fused kernel per batch: warp + flips + photometric +
+// (augment/src: pixel.hpp, batch_math.hpp) in one fused kernel per batch: warp + flips + photometric +
 // standardisation + normalisation + layout + dtype. uint8 interleaved images in device memory
 // (one per sample, each with its own size) in; the final tensor out.
 //
@@ -21,11 +21,13 @@
 #include <span>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/augment/batch_math.hpp"
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/device_stage.hpp"
 
 namespace stoker {
+namespace augment {
+struct SampleJob;
+}  // namespace augment
 
 // One uint8 interleaved source image in device memory (the augmenter's channel count).
 struct DeviceImage {
@@ -45,7 +47,7 @@ class CudaAugmentWorkspace {
   explicit CudaAugmentWorkspace(int capacity);
   int capacity() const noexcept { return capacity_; }
   std::size_t device_bytes() const noexcept { return device_.bytes(); }
-  static std::size_t device_bytes_for(int capacity) noexcept { return sizeof(augment::SampleJob) * capacity; }
+  static std::size_t device_bytes_for(int capacity) noexcept;  // the job table of `capacity` samples
 
  private:
   friend class CudaAugmenter;
@@ -94,13 +96,5 @@ class CudaAugmenter final : public DeviceStage {
   SampleShape shape_;
   augment::BatchOutput output_;
 };
-
-namespace detail {
-// The launchers (cuda_augmenter.cu). jobs: device table of n samples.
-void launch_augment_stats(const augment::AugmentPlan& plan, augment::SampleJob* jobs, int n, bool warp_stats,
-                          bool sample_stats, StreamHandle stream);
-void launch_augment_batch(const augment::AugmentPlan& plan, const augment::BatchOutput& output,
-                          const augment::SampleJob* jobs, int n, void* out, StreamHandle stream);
-}  // namespace detail
 
 }  // namespace stoker

@@ -3,9 +3,11 @@
 // by Augmenter; see spec.hpp for what each field means.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
+#include "stoker/core/host_device.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker::augment {
 
@@ -120,6 +122,12 @@ struct SampleParams {
 // The output->source mapping: src = (m[0] x + m[1] y + m[2], m[3] x + m[4] y + m[5]).
 struct Affine {
   double m[6] = {1, 0, 0, 0, 1, 0};
+};
+
+// What the executor writes: the plan's layout and channel count, in `dtype`.
+struct BatchOutput {
+  DType dtype = DType::F32;
+  std::size_t sample_elements = 0;  // out_height * out_width * channels
 };
 
 }  // namespace stoker::augment

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "stoker/augment/plan.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "stoker/core/image.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 namespace stoker {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/pipeline/decode.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "stoker/cache/source_stamp.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker {
 

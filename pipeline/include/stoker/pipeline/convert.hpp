@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "stoker/host_device.hpp"
-#include "stoker/pipeline/cuda.hpp"
-#include "stoker/pipeline/image.hpp"
-
+#include "stoker/core/cuda.hpp"
+#include "stoker/core/half.hpp"
+#include "stoker/core/host_device.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker {
 
@@ -43,54 +43,6 @@ struct ConvertSpec {
 void check_convert(const ConvertSpec& spec, const SampleShape& in);
 
 namespace convert {
-
-// IEEE float -> bfloat16 bits, round to nearest even; NaN stays a (quiet) NaN.
-STOKER_HOST_DEVICE inline std::uint16_t bf16_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-// IEEE float -> binary16 bits, round to nearest even, with subnormals, overflow to infinity.
-STOKER_HOST_DEVICE inline std::uint16_t f16_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const std::uint32_t sign = (u >> 16) & 0x8000u;
-  const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
-  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (a < 0x38800000u) {  // below 2^-14: subnormal half (or zero)
-    if (a < 0x33000000u) return static_cast<std::uint16_t>(sign);  // < 2^-25: rounds to 0
-    const std::uint32_t e = a >> 23;
-    const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126u - e;  // e in [102, 112]: shift 14..24
-    const std::uint32_t q = m >> shift;
-    const std::uint32_t rem = m & ((1u << shift) - 1u);
-    const std::uint32_t half = 1u << (shift - 1u);
-    const std::uint32_t r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-    return static_cast<std::uint16_t>(sign | r);
-  }
-  // Normal: rebias the exponent, round the mantissa to 10 bits (a carry into the exponent is right).
-  const std::uint32_t v = a - 0x38000000u;  // exponent 127 -> 15 bias
-  const std::uint32_t r = v + 0xfffu + ((v >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | (r >> 13));
-}
-
-// Stores v as element `index` of a dtype-typed array.
-STOKER_HOST_DEVICE inline void store(DType dtype, void* out, std::size_t index, float v) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(out)[index] = v; break;
-    case DType::F16: static_cast<std::uint16_t*>(out)[index] = f16_bits(v); break;
-    case DType::BF16: static_cast<std::uint16_t*>(out)[index] = bf16_bits(v); break;
-    case DType::U8: {
-      const float c = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-      static_cast<std::uint8_t*>(out)[index] = static_cast<std::uint8_t>(static_cast<int>(c + 0.5f));
-      break;
-    }
-  }
-}
 
 // Plain numbers for the kernel (by value).
 struct ConvertParams {

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "stoker/pipeline/image.hpp"
+#include "stoker/cache/source_stamp.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker {
 
@@ -33,19 +34,9 @@ struct DecodeLimits {
   std::int64_t max_pixels = 100'000'000;
 };
 
-// Size and modification time of a source file: what caches record to notice a changed source.
-struct SourceStamp {
-  std::uint64_t size = 0;
-  std::int64_t mtime_ns = 0;
-  friend bool operator==(const SourceStamp&, const SourceStamp&) = default;
-};
-
 // Reads a whole file into `out` (reusing its capacity) and returns its stamp. Throws DecodeError
 // for a missing, unreadable or empty file.
 SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out);
-
-// The stamp alone (stat, no read); nullopt when the file cannot be stat'ed.
-std::optional<SourceStamp> stamp_of(const std::string& path) noexcept;
 
 // One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
 // image seen and are then reused, so steady-state decoding does not allocate.

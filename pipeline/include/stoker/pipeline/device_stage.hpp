@@ -10,8 +10,8 @@
 #include <span>
 
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/pipeline/cuda.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "stoker/core/cuda.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker {
 

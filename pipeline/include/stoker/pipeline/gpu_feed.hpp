@@ -23,7 +23,7 @@
 #include <span>
 #include <string>
 
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/device_stage.hpp"
 #include "stoker/pipeline/loader.hpp"

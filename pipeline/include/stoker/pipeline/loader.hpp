@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "stoker/cache/sample_cache.hpp"
+#include "stoker/core/host_allocator.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "stoker/core/image.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 namespace stoker {
@@ -42,16 +43,6 @@ enum class BadSamplePolicy : std::uint8_t {
 LabelMode parse_label_mode(const std::string& name);         // binary|categorical|sparse|none
 BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // fail|skip
 Interpolation parse_interpolation(const std::string& name);  // nearest|bilinear|area
-
-// Where batch buffers live. The default is page-aligned host memory; the GPU feed supplies pinned
-// (page-locked) memory. Called only while the loader is constructed and destroyed.
-class HostAllocator {
- public:
-  virtual ~HostAllocator() = default;
-  virtual void* allocate(std::size_t bytes) = 0;  // throws BadAlloc
-  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
-  virtual const char* name() const noexcept = 0;
-};
 
 struct LoaderOptions {
   int batch_size = 32;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "stoker/pipeline/image.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker {
 

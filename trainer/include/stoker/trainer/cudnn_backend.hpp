@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include <stoker/pipeline/cuda.hpp>   // StreamHandle (== cudaStream_t)
-#include <stoker/pipeline/image.hpp>  // DType
+#include <stoker/core/cuda.hpp>   // StreamHandle (== cudaStream_t)
+#include <stoker/core/image.hpp>  // DType
 #include <stoker/trainer/backend.hpp>
 
 namespace stoker::trainer {

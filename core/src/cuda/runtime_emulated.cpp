@@ -24,8 +24,9 @@
 #include <string>
 #include <thread>
 
-#include "stoker/pipeline/cuda.hpp"
-#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#include "runtime.hpp"
+#include "stoker/core/cuda.hpp"
+#include "stoker/core/detail/cuda_emulation.hpp"
 
 namespace {
 
@@ -154,12 +155,6 @@ std::string hint(int code) {
   }
 }
 
-std::string gib(std::size_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
 std::size_t device_capacity() {
   static const std::size_t bytes = [] {
     const char* env = std::getenv("STOKER_EMULATED_DEVICE_MIB");
@@ -211,59 +206,19 @@ void set_device(int device) {
 }
 std::string cuda_device_description() {
   return "emulated CUDA device on the host (STOKER_CUDA_EMULATION; no GPU: timings are the host's), " +
-         gib(device_capacity());
+         runtime::gib(device_capacity());
 }
 DeviceMemoryInfo device_memory_info() {
   const std::size_t used = g_device_used.load();
   return {device_capacity() - std::min(used, device_capacity()), device_capacity()};
 }
 
-// ---- Stream / Event ------------------------------------------------------------------------------
-
-Stream::Stream() : s_(new CUstream_st) {}
-Stream::~Stream() { delete s_; }
-Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    delete s_;
-    s_ = std::exchange(other.s_, nullptr);
-  }
-  return *this;
-}
-void Stream::wait(const Event& e) const { stream_wait(s_, e.get()); }
-void Stream::synchronize() const { stream_synchronize(s_); }
-bool Stream::idle() const { return stream_of(s_).idle(); }
-
 void stream_synchronize(StreamHandle stream) { stream_of(stream).synchronize(); }
 
-Event::Event(bool timing) : e_(new CUevent_st) { e_->timing = timing; }
-Event::~Event() { delete e_; }
-Event& Event::operator=(Event&& other) noexcept {
-  if (this != &other) {
-    delete e_;
-    e_ = std::exchange(other.e_, nullptr);
-  }
-  return *this;
-}
-void Event::record(StreamHandle stream) const {
-  if (!e_) STOKER_CUDA_CHECK(kInvalidResourceHandle);
-  auto t = std::make_shared<Ticket>();
-  {
-    std::lock_guard lock(e_->m);
-    e_->latest = t;
-  }
-  stream_of(stream).push([t] { t->complete(); });
-}
-bool Event::done() const {
-  if (!e_) return true;
-  const auto t = e_->ticket();
-  return !t || t->is_done();
-}
-void Event::synchronize() const { event_synchronize(e_); }
 void event_synchronize(EventHandle event) {
   if (!event) STOKER_CUDA_CHECK(kInvalidResourceHandle);
   if (const auto t = event->ticket()) t->wait();
 }
-float Event::elapsed_ms(const Event& start, const Event& end) { return stoker::elapsed_ms(start.e_, end.e_); }
 float elapsed_ms(EventHandle start, EventHandle end) {
   if (!start || !end || !start->timing || !end->timing) STOKER_CUDA_CHECK(kInvalidResourceHandle);
   const auto a = start->ticket(), b = end->ticket();
@@ -278,70 +233,50 @@ void stream_wait(StreamHandle stream, EventHandle event) {
   if (const auto t = event->ticket()) stream_of(stream).push([t] { t->wait(); });
 }
 
-// ---- memory ----------------------------------------------------------------------------------------
+// ---- the seam (runtime.hpp) ------------------------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes, const char* what) : bytes_(bytes) {
-  if (bytes == 0) return;
+StreamHandle runtime::create_stream() { return new CUstream_st; }
+void runtime::destroy_stream(StreamHandle stream) noexcept { delete stream; }
+bool runtime::stream_idle(StreamHandle stream) { return stream_of(stream).idle(); }
+
+EventHandle runtime::create_event(bool timing) {
+  auto* e = new CUevent_st;
+  e->timing = timing;
+  return e;
+}
+void runtime::destroy_event(EventHandle event) noexcept { delete event; }
+void runtime::record_event(EventHandle event, StreamHandle stream) {
+  if (!event) STOKER_CUDA_CHECK(kInvalidResourceHandle);
+  auto t = std::make_shared<Ticket>();
+  {
+    std::lock_guard lock(event->m);
+    event->latest = t;
+  }
+  stream_of(stream).push([t] { t->complete(); });
+}
+bool runtime::event_done(EventHandle event) {
+  const auto t = event->ticket();
+  return !t || t->is_done();
+}
+
+// Device memory is host memory counted against the emulated capacity.
+void* runtime::device_alloc(std::size_t bytes) {
   const std::size_t before = g_device_used.fetch_add(bytes);
-  if (before + bytes > device_capacity() || before + bytes < before || !(p_ = host_block(bytes))) {
+  void* p = nullptr;
+  if (before + bytes > device_capacity() || before + bytes < before || !(p = host_block(bytes))) {
     g_device_used.fetch_sub(bytes);
-    p_ = nullptr;
-    const DeviceMemoryInfo m = device_memory_info();
-    throw BadAlloc(std::string("cannot allocate ") + std::to_string(bytes) + " bytes (" + gib(bytes) +
-                   ") of device memory for " + what + ": " + std::to_string(m.free) + " bytes (" + gib(m.free) +
-                   ") free of " + std::to_string(m.total) + " (" + gib(m.total) + ")");
-  }
-}
-DeviceBuffer::~DeviceBuffer() { reset(); }
-void DeviceBuffer::reset() noexcept {
-  if (p_) {
-    std::free(p_);
-    g_device_used.fetch_sub(bytes_);
-  }
-  p_ = nullptr;
-  bytes_ = 0;
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    reset();
-    p_ = std::exchange(other.p_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-namespace {
-void* host_alloc_pinned(std::size_t bytes, const char* what) {
-  void* p = host_block(bytes);
-  if (!p) {
-    throw BadAlloc(std::string("cannot allocate ") + std::to_string(bytes) + " bytes (" + gib(bytes) +
-                   ") of pinned host memory for " + what);
+    return nullptr;
   }
   return p;
 }
-}  // namespace
-
-PinnedBuffer::PinnedBuffer(std::size_t bytes, const char* what) : p_(host_alloc_pinned(bytes, what)), bytes_(bytes) {}
-PinnedBuffer::~PinnedBuffer() { std::free(p_); }
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    std::free(p_);
-    p_ = std::exchange(other.p_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-void* PinnedHostAllocator::allocate(std::size_t bytes) {
-  void* p = host_alloc_pinned(bytes, "the loader's batch buffers");
-  held_ += bytes;
-  return p;
-}
-void PinnedHostAllocator::deallocate(void* p, std::size_t bytes) noexcept {
-  if (!p) return;
+void runtime::device_free(void* p, std::size_t bytes) noexcept {
   std::free(p);
-  held_ -= bytes;
+  g_device_used.fetch_sub(bytes);
 }
+void* runtime::pinned_alloc(std::size_t bytes) { return host_block(bytes); }
+void runtime::pinned_free(void* p) noexcept { std::free(p); }
+
+// ---- copies ----------------------------------------------------------------------------------------
 
 void copy_to_device_async(void* dst, const void* src, std::size_t bytes, StreamHandle stream) {
   queue_op(stream, [=] { std::memcpy(dst, src, bytes); });

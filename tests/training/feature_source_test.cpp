@@ -6,14 +6,14 @@
 #include <limits>
 #include <utility>
 
-#include "device.hpp"
-#include "feature_source.hpp"
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/training/device.hpp"
+#include "stoker/training/feature_source.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/trainer/model.hpp"
 #include "test_support.hpp"
 
-namespace stoker::app {
+namespace stoker::training {
 namespace {
 
 class GpuPathCheck : public ::testing::Test {
@@ -47,7 +47,7 @@ class GpuPathCheck : public ::testing::Test {
     o.shuffle = false;
     o.transform = augmenter;
     Loader loader(dataset, o);
-    return collect_features(*cpu_feature_source(loader, model), 0, "test");
+    return collect_features(*cpu_feature_source(loader, model), 0);
   }
 
   double error(const Features& f, int samples = 4) {
@@ -90,4 +90,4 @@ TEST_F(GpuPathCheck, PassesIntactFeaturesAndCatchesDamagedOnes) {
 }
 
 }  // namespace
-}  // namespace stoker::app
+}  // namespace stoker::training

@@ -1,4 +1,5 @@
-// --device: which processor runs the backbone.
+// Which processor runs the backbone: the CPU backend, or a GPU's cuDNN backend once it has shown
+// that it computes what the CPU backend computes.
 #pragma once
 
 #include <memory>
@@ -7,13 +8,18 @@
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/trainer/model.hpp"
 
-namespace stoker::app {
+namespace stoker::training {
 
 struct DeviceChoice {
   bool cuda = false;
   int index = 0;
   bool automatic = false;  // chosen by "auto": a GPU that cannot be used falls back to the CPU
   std::string description;
+  // Set when an "auto" choice fell back from the GPU to the CPU: why (for a warning).
+  std::string fallback_reason;
+
+  // The CPU, after `reason` ruled out the GPU of an "auto" choice.
+  void fall_back_to_cpu(const std::string& reason);
 };
 
 // "auto" | "cpu" | "cuda" | "cuda:N". "auto" takes GPU 0 when there is one and this build has the
@@ -27,7 +33,7 @@ DeviceChoice choose_device(const std::string& request);
 // samples), returned so that device batches can go to it directly; null for the CPU backend.
 // Before it is used, the cuDNN backend must compute what the CPU backend computes on two test
 // inputs (relative error within kGpuAgreementLimit). When that check or the GPU's setup fails, an
-// "auto" choice falls back to the CPU (a warning on stderr; `device` is updated to say so) and an
+// "auto" choice falls back to the CPU (`device` says so, with the reason in fallback_reason) and an
 // explicit one throws: CudaError from CUDA/cuDNN, Error with both numbers for a disagreement.
 std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device, int max_batch);
 
@@ -38,4 +44,4 @@ inline constexpr double kGpuAgreementLimit = 2e-2;
 // "<what> by <error> (limit <kGpuAgreementLimit>)", for a check that failed.
 std::string disagreement(const std::string& what, double error);
 
-}  // namespace stoker::app
+}  // namespace stoker::training

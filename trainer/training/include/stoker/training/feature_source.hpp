@@ -16,7 +16,7 @@
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/trainer/model.hpp"
 
-namespace stoker::app {
+namespace stoker::training {
 
 struct EpochTimes {
   // The consumer waited for batches: on the host in next(), and on the GPU, the backbone's stream
@@ -47,7 +47,7 @@ std::unique_ptr<FeatureSource> gpu_feature_source(Dataset dataset, LoaderOptions
                                                   std::shared_ptr<const Augmenter> augmenter,
                                                   std::shared_ptr<trainer::CudnnBackend> backbone);
 
-// Features of every sample of one epoch, in plan order, with a progress bar.
+// Features of every sample of one epoch, in plan order.
 struct Features {
   std::vector<float> x;
   std::vector<int> y;
@@ -55,7 +55,9 @@ struct Features {
   int dim = 0;
   EpochTimes times;
 };
-Features collect_features(FeatureSource& source, std::uint64_t epoch, const std::string& progress_label);
+// After each batch: batches done of the epoch's total, and images so far.
+using ProgressFn = std::function<void(std::size_t batches, std::size_t total_batches, std::size_t images)>;
+Features collect_features(FeatureSource& source, std::uint64_t epoch, const ProgressFn& progress = {});
 
 // How far features from the GPU path are from the CPU path's: the first `samples` images of
 // `dataset` (unshuffled, as `gpu_features` holds them) through a CPU loader with `loader`'s options
@@ -64,4 +66,4 @@ Features collect_features(FeatureSource& source, std::uint64_t epoch, const std:
 double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_ptr<const Augmenter> augmenter,
                       const trainer::Graph& graph, const Features& gpu_features, int samples);
 
-}  // namespace stoker::app
+}  // namespace stoker::training

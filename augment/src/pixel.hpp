@@ -10,8 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
-#include "stoker/augment/params.hpp"
+#include "hd_math.hpp"
+#include "params.hpp"
 #include "stoker/augment/plan.hpp"
 
 namespace stoker::augment {

@@ -7,12 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
-#include "stoker/augment/params.hpp"
-#include "stoker/augment/pixel.hpp"
+#include "hd_math.hpp"
+#include "params.hpp"
+#include "pixel.hpp"
 #include "stoker/augment/plan.hpp"
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/pipeline/image.hpp"
+#include "stoker/core/image.hpp"
 
 namespace stoker::augment {
 
@@ -25,12 +25,6 @@ struct SampleJob {
   WarpStats stats;  // of the warped uint8 image (channel shift: min/max; contrast: luma sum)
   float cmean = 0.0f;  // contrast's grey level
   OutputAffine out;    // per output channel: value * scale + offset, and the source channel
-};
-
-// What the executor writes: the plan's layout and channel count, in `dtype`.
-struct BatchOutput {
-  DType dtype = DType::F32;
-  std::size_t sample_elements = 0;  // out_height * out_width * channels
 };
 
 STOKER_HOST_DEVICE inline bool needs_warp_stats(const SampleParams& s) { return s.has_channel_shift || s.has_contrast; }

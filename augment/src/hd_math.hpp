@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "stoker/host_device.hpp"
+#include "stoker/core/host_device.hpp"
 
 namespace stoker::augment::hd {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
+#include "hd_math.hpp"
 
 namespace stoker::augment {
 

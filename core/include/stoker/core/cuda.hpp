@@ -15,8 +15,8 @@
 #include <string>
 #include <utility>
 
-#include "stoker/error.hpp"
-#include "stoker/pipeline/loader.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/core/host_allocator.hpp"
 
 // The CUDA runtime's own handle types are pointers to these incomplete structs.
 struct CUstream_st;

@@ -1,14 +1,14 @@
-#include "device.hpp"
+#include "stoker/training/device.hpp"
 
 #include <charconv>
 #include <cstdio>
 #include <system_error>
 
-#include "stoker/error.hpp"
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 
-namespace stoker::app {
+namespace stoker::training {
 namespace {
 
 [[noreturn]] void bad_request(const std::string& request) {
@@ -16,6 +16,10 @@ namespace {
 }
 
 }  // namespace
+
+void DeviceChoice::fall_back_to_cpu(const std::string& reason) {
+  *this = {false, 0, true, "cpu (auto: the GPU failed its setup or check: " + reason + ")", reason};
+}
 
 std::string disagreement(const std::string& what, double error) {
   char numbers[80];
@@ -74,10 +78,9 @@ std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, 
     return gpu;
   } catch (const Error& e) {
     if (!device.automatic) throw;
-    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", e.what());
-    device = {false, 0, true, "cpu (auto: the GPU failed its setup or check, see the warning)"};
+    device.fall_back_to_cpu(e.what());
     return nullptr;
   }
 }
 
-}  // namespace stoker::app
+}  // namespace stoker::training

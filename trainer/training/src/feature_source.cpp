@@ -1,17 +1,16 @@
-#include "feature_source.hpp"
+#include "stoker/training/feature_source.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <span>
 
-#include "progress.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
-#include "stoker/error.hpp"
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
-namespace stoker::app {
+namespace stoker::training {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -123,18 +122,17 @@ std::unique_ptr<FeatureSource> gpu_feature_source(Dataset dataset, LoaderOptions
                                             std::move(backbone));
 }
 
-Features collect_features(FeatureSource& source, std::uint64_t epoch, const std::string& progress_label) {
+Features collect_features(FeatureSource& source, std::uint64_t epoch, const ProgressFn& progress) {
   Features f;
-  Progress progress(progress_label, source.batches_per_epoch());
   std::size_t batches = 0;
   f.times = source.run_epoch(epoch, [&](const float* x, const int* y, int n, int dim) {
     f.dim = dim;
     f.x.insert(f.x.end(), x, x + static_cast<std::size_t>(n) * static_cast<std::size_t>(dim));
     f.y.insert(f.y.end(), y, y + n);
     f.n += n;
-    progress.update(++batches, static_cast<std::size_t>(f.n));
+    ++batches;
+    if (progress) progress(batches, source.batches_per_epoch(), static_cast<std::size_t>(f.n));
   });
-  progress.finish();
   return f;
 }
 
@@ -149,10 +147,10 @@ double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_
   loader.transform = std::move(augmenter);
   Loader cpu_loader(std::move(first), loader);
   trainer::Model cpu_model(graph);  // its default backend: the CPU one
-  const Features cpu = collect_features(*cpu_feature_source(cpu_loader, cpu_model), 0, "checking GPU features");
+  const Features cpu = collect_features(*cpu_feature_source(cpu_loader, cpu_model), 0);
   const std::size_t values = static_cast<std::size_t>(samples) * static_cast<std::size_t>(gpu_features.dim);
   if (cpu.dim != gpu_features.dim || gpu_features.x.size() < values) return std::numeric_limits<double>::infinity();
   return trainer::relative_error(std::span<const float>(gpu_features.x.data(), values), cpu.x);
 }
 
-}  // namespace stoker::app
+}  // namespace stoker::training

@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "stoker/pipeline/cuda.hpp"
+#include "stoker/core/cuda.hpp"
 
 namespace stoker::emulation {
 

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "stoker/augment/host_device.hpp"
-#include "stoker/augment/philox.hpp"
+#include "hd_math.hpp"
+#include "philox.hpp"
 #include "stoker/augment/plan.hpp"
 
 namespace stoker::augment {

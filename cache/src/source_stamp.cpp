@@ -1,0 +1,18 @@
+#include "stoker/cache/source_stamp.hpp"
+
+#include <sys/stat.h>
+
+namespace stoker {
+
+SourceStamp stamp_from(const struct stat& st) noexcept {
+  return SourceStamp{static_cast<std::uint64_t>(st.st_size),
+                     static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+std::optional<SourceStamp> stamp_of(const std::string& path) noexcept {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return stamp_from(st);
+}
+
+}  // namespace stoker

@@ -1,0 +1,148 @@
+// A whole run through the training library, without the command: a data folder -> train() -> the
+// model folder -> load_trained_model() -> predict() / evaluate() on images it has not seen.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+#include "stoker/core/error.hpp"
+#include "stoker/training/model_folder.hpp"
+#include "stoker/training/train.hpp"
+#include "test_support.hpp"
+
+namespace stoker::training {
+namespace {
+namespace fs = std::filesystem;
+
+// Two classes a frozen ImageNet backbone separates at once: the test pattern tinted red or blue.
+cv::Mat tinted(int variant, bool red) {
+  cv::Mat rgb = test::make_pattern_rgb(48 + variant % 5 * 4, 56, variant);
+  for (int y = 0; y < rgb.rows; ++y) {
+    for (int x = 0; x < rgb.cols; ++x) {
+      auto& p = rgb.at<cv::Vec3b>(y, x);
+      p[red ? 2 : 0] = static_cast<std::uint8_t>(p[red ? 2 : 0] / 4);  // RGB: weaken blue, or red
+    }
+  }
+  return rgb;
+}
+
+void write_class_folders(const fs::path& root, int per_class, int first_variant) {
+  for (const bool red : {false, true}) {
+    const fs::path folder = root / (red ? "red" : "blue");
+    fs::create_directories(folder);
+    for (int i = 0; i < per_class; ++i) {
+      test::write_jpeg(folder / ("img" + std::to_string(i) + ".jpg"), tinted(first_variant + i, red));
+    }
+  }
+}
+
+TrainOptions small_run(const fs::path& out) {
+  TrainOptions o;
+  o.backbone = {(test::source_dir() / "data/models/mobilenet_v2_0.35_224_3class.h5").string(), "sequential_9", ""};
+  o.prepare.image_size = 64;
+  o.loader.batch_size = 8;
+  o.loader.threads = 2;
+  o.epochs = 4;
+  o.adam.learning_rate = 1e-2f;
+  o.device = "cpu";
+  o.out = out;
+  return o;
+}
+
+class TrainRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_class_folders(dir / "data", 12, 0);
+    write_class_folders(dir / "unseen", 6, 100);
+  }
+  test::TempDir dir;
+};
+
+TEST_F(TrainRun, DataFolderToSavedModelToPredictions) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  ASSERT_EQ(data.train.size(), 18u);
+  ASSERT_EQ(data.validation.size(), 6u);
+  const TrainOptions o = small_run(dir / "model");
+  const TrainResult r = train(data, o);
+
+  ASSERT_EQ(r.history.size(), 4u);
+  ASSERT_GE(r.best_epoch, 0);
+  EXPECT_FALSE(r.device.cuda);
+  EXPECT_FALSE(r.history[0].features_cached);
+  EXPECT_TRUE(r.history[1].features_cached) << "without augmentation the features are computed once";
+  EXPECT_EQ(r.history[0].train.samples, 18);
+  const EpochReport& best = r.history[static_cast<std::size_t>(r.best_epoch)];
+  EXPECT_TRUE(best.improved);
+  EXPECT_GE(best.validation.accuracy, 5.0 / 6.0) << "two colours a frozen backbone tells apart";
+  ASSERT_TRUE(fs::exists(dir / "model" / "head.stkh"));
+  ASSERT_TRUE(fs::exists(dir / "model" / "stoker_model.json"));
+
+  const TrainedModel m = load_trained_model(dir / "model");
+  EXPECT_EQ(m.info.class_names, (std::vector<std::string>{"blue", "red"}));
+  EXPECT_EQ(m.info.prepare.image_size, 64);
+
+  // The saved head, on the validation images, scores what the run reported for its best epoch.
+  const trainer::EpochStats again = evaluate(m, (dir / "data").string());
+  EXPECT_EQ(again.samples, 24);
+
+  std::vector<std::string> paths;
+  for (const char* c : {"blue", "red"})
+    for (int i = 0; i < 6; ++i) paths.push_back((dir / "unseen" / c / ("img" + std::to_string(i) + ".jpg")).string());
+  paths.push_back((dir / "missing.jpg").string());
+  const Predictions p = predict(m, paths);
+  ASSERT_EQ(p.predicted.size(), 12u);
+  ASSERT_EQ(p.failed.size(), 1u) << "the missing file is reported, the rest predicted";
+  EXPECT_NE(p.failed[0].path.find("missing.jpg"), std::string::npos);
+  int correct = 0;
+  for (std::size_t i = 0; i < p.predicted.size(); ++i) {
+    EXPECT_EQ(p.predicted[i].path, paths[i]) << "predictions keep the order of the paths";
+    ASSERT_EQ(p.predicted[i].probabilities.size(), 2u);
+    EXPECT_NEAR(p.predicted[i].probabilities[0] + p.predicted[i].probabilities[1], 1.0, 1e-6);
+    correct += p.predicted[i].class_index == (i < 6 ? 0 : 1);
+  }
+  EXPECT_GE(correct, 10) << "images of the same two colours the model has not seen";
+}
+
+TEST_F(TrainRun, AugmentedEpochsRunTheBackboneEachEpoch) {
+  TrainOptions o = small_run(dir / "aug");
+  o.epochs = 2;
+  AugmentSpec random;
+  random.horizontal_flip = true;
+  random.rotation_range = 10;
+  o.augmentation = random;
+  struct Counter : TrainObserver {
+    std::size_t batches = 0;
+    int epochs = 0;
+    void on_train_batch(std::size_t, std::size_t, double, double) override { ++batches; }
+    void on_epoch_end(const EpochReport&) override { ++epochs; }
+  } counter;
+  const TrainResult r = train(training_data((dir / "data").string(), 0.25), o, &counter);
+  ASSERT_EQ(r.history.size(), 2u);
+  EXPECT_FALSE(r.history[1].features_cached);
+  EXPECT_EQ(r.history[1].train.samples, 18);
+  EXPECT_EQ(counter.epochs, 2);
+  EXPECT_EQ(counter.batches, 2u * 3u) << "18 images in batches of 8, each epoch";
+}
+
+TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
+  EXPECT_THROW(training_data((dir / "data" / "red").string(), 0.25), DatasetError);  // no class folders
+  EXPECT_THROW(training_data((dir / "data").string(), 0.0), InvalidArgument);
+  TrainOptions o = small_run(dir / "x");
+  o.backbone.cut_at = "no_such_layer";
+  try {
+    train(training_data((dir / "data").string(), 0.25), o);
+    FAIL() << "an unknown cut layer trained";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_layer"), std::string::npos) << e.what();
+  }
+  o = small_run(dir / "x");
+  o.prepare.preprocess = "yolo";
+  EXPECT_THROW(train(training_data((dir / "data").string(), 0.25), o), InvalidArgument);
+  EXPECT_THROW(load_trained_model(dir / "nothing_here"), IoError);
+}
+
+}  // namespace
+}  // namespace stoker::training

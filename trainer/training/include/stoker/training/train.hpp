@@ -1,0 +1,110 @@
+// Transfer learning from a data folder to a model folder, as `stoker train` runs it: the frozen
+// backbone turns images into features, a new Dense head (sigmoid for two classes, softmax for
+// more) trains on them with Adam, and the best epoch by the monitored validation metric is kept.
+// Without augmentation every image's features are computed once and reused across epochs; with
+// augmentation each epoch decodes, augments and runs the backbone again. The backbone runs where
+// TrainOptions::device says, behind the agreement checks of device.hpp.
+//
+//   training::TrainOptions o;
+//   o.backbone = {"mobilenet_v2.h5", "sequential_9", ""};
+//   o.out = "out/run1";
+//   auto data = training::training_data("photos", 0.2);     // Keras' validation_split
+//   training::TrainResult r = training::train(data, o);     // r.history, r.best_epoch
+//   auto model = training::load_trained_model(o.out);       // then predict(model, paths)
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/augment/spec.hpp"
+#include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/loader.hpp"
+#include "stoker/trainer/head.hpp"
+#include "stoker/training/device.hpp"
+#include "stoker/training/feature_source.hpp"
+#include "stoker/training/model_folder.hpp"
+
+namespace stoker::training {
+
+struct TrainingData {
+  Dataset train;
+  Dataset validation;
+};
+
+// `folder` with one sub-folder per class. With `validation_folder` empty, the first
+// validation_split of each class is held out (Keras' validation_split); otherwise that folder
+// (the same class names) is the validation set. Throws DatasetError for fewer than two classes
+// or an empty validation set, InvalidArgument for a split that is not in (0, 1).
+TrainingData training_data(const std::string& folder, double validation_split,
+                           const std::string& validation_folder = {});
+
+struct TrainOptions {
+  trainer::BackboneRef backbone;  // model file and cut; its preprocess is taken from `prepare`
+  ImagePreparation prepare;
+  // The random transformations of each training epoch (rotation, shifts, flips... its size,
+  // dtype and normalisation are `prepare`'s). None: features are computed once.
+  std::optional<AugmentSpec> augmentation;
+  // Batch size, threads, prefetch, seed, cache, bad-sample policy. Its image size, label mode and
+  // transform are set here from `prepare`.
+  LoaderOptions loader;
+  int epochs = 10;
+  trainer::AdamConfig adam;
+  trainer::Monitor monitor = trainer::Monitor::ValLoss;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N (device.hpp)
+  std::filesystem::path out;    // the model folder, created when missing
+};
+
+// What the run is about to do, for the log.
+struct TrainSetup {
+  std::size_t train_images = 0;
+  std::size_t validation_images = 0;
+  std::vector<std::string> class_names;
+  std::size_t backbone_parameters = 0;
+  int features = 0;
+  DeviceChoice device;
+  std::string cache_status;  // the training loader's cache, when it has one
+  std::string batches;       // how training batches are made (the GPU feed's description), or empty
+};
+
+struct EpochReport {
+  int epoch = 0;                 // from 0
+  bool features_cached = false;  // the head trained on features computed in an earlier epoch
+  trainer::EpochStats train, validation;
+  bool improved = false;  // best so far by the monitor: saved
+  double seconds = 0;     // wall time of the epoch (feature extraction included)
+  double images_per_second = 0;
+  EpochTimes times;  // waiting for data, backbone, GPU time
+};
+
+// Callbacks for a command's progress and logs; every method has a do-nothing default.
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_setup(const TrainSetup&) {}
+  // The GPU of an "auto" device was dropped for the CPU (its setup or an agreement check failed).
+  virtual void on_warning(const std::string&) {}
+  // Feature extraction outside the epochs' training (validation features, the features reused
+  // by every epoch without augmentation): what, then progress after each batch.
+  virtual void on_features_begin(const std::string&, std::size_t /*batches*/) {}
+  virtual void on_features_progress(std::size_t /*batches*/, std::size_t /*images*/) {}
+  virtual void on_features_end() {}
+  virtual void on_epoch_begin(int /*epoch*/, std::size_t /*batches*/) {}
+  // After each training batch of an augmenting epoch: running mean loss and accuracy.
+  virtual void on_train_batch(std::size_t /*batches*/, std::size_t /*images*/, double /*loss*/, double /*accuracy*/) {}
+  virtual void on_epoch_end(const EpochReport&) {}
+};
+
+struct TrainResult {
+  std::vector<EpochReport> history;
+  int best_epoch = -1;
+  DeviceChoice device;  // where the backbone ran in the end
+};
+
+// Trains and writes the model folder (head.stkh, stoker_model.json) to options.out. Throws
+// stoker::Error subclasses naming the file or option at fault.
+TrainResult train(const TrainingData& data, const TrainOptions& options, TrainObserver* observer = nullptr);
+
+}  // namespace stoker::training
