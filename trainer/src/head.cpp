@@ -36,11 +36,6 @@ double softplus(double z) { return std::max(z, 0.0) + std::log1p(std::exp(-std::
 
 }  // namespace
 
-Model load_backbone(const BackboneRef& ref, const LoadOptions& options) {
-  Model m = load_model(ref.model, options);
-  return ref.cut_at.empty() ? m : m.cut_at(ref.cut_at);
-}
-
 Head::Head(int input_dim, int units, HeadActivation activation, AdamConfig adam, std::uint64_t seed)
     : input_dim_(input_dim), units_(units), activation_(activation), adam_(adam) {
   if (input_dim <= 0) throw InvalidArgument("Head: input_dim must be > 0, received " + std::to_string(input_dim));

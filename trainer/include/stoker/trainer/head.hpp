@@ -36,8 +36,6 @@ struct BackboneRef {
   std::string cut_at;      // layer (or nested model) whose output are the features; empty: the whole model
   std::string preprocess;  // free text, e.g. "x/127.5-1"
 };
-// load_model(ref.model) cut at ref.cut_at (when not empty).
-Model load_backbone(const BackboneRef& ref, const LoadOptions& options = {});
 
 struct StepResult {
   double loss = 0;   // mean over the batch
