@@ -6,7 +6,7 @@
 # 1. Here (CUDA toolkit with cuDNN 9; no GPU needed):
 #        scripts/gpu_check.sh prepare [BUILD_DIR]          # default BUILD_DIR: build-gpu
 #    builds the GPU test suites, benchmarks and the stoker command, and fills BUILD_DIR/carry/
-#    with them, libstoker, libs.tar.xz (the shared libraries they load that an Ubuntu 24.04 CUDA
+#    with them, the stoker libraries (libstoker_*.so), libs.tar.xz (the shared libraries they load that an Ubuntu 24.04 CUDA
 #    image lacks) and the shared model and images the tests use. The carry and the repository
 #    together must stay under the 64 MiB a device run may take along; prepare checks that.
 # 2. On the GPU machine, from the repository root, with BUILD_DIR/carry carried along, in ONE call
@@ -26,9 +26,10 @@ carry=${STOKER_CARRY:-$root/build-gpu/carry}
 prepare() {
   local build=${1:-$root/build-gpu}
   set -e
-  cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DSTOKER_MODULES="pipeline;augment;cache;trainer" >/dev/null
+  # sm_90 machine code only: the H200's, and the carry stays small.
+  cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
   cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli \
-    stoker_apps_tests cpu_backend_bench
+    stoker_apps_tests stoker_training_tests cpu_backend_bench
   local carry=$build/carry
   # Libraries with these sonames come with any Ubuntu 24.04 image that has apt, grep and Python 3.12
   # (the GPU machine's): not carried, to stay under the size limit. The rest (OpenCV's closure,
@@ -38,11 +39,12 @@ prepare() {
   mkdir -p "$carry/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
     "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/apps/stoker" \
-    "$build/tests/apps/stoker_apps_tests" "$build/libstoker.so.0" \
+    "$build/tests/apps/stoker_apps_tests" "$build/tests/training/stoker_training_tests" \
+    "$build"/{core,cache,pipeline,augment,trainer,trainer/training}/libstoker_*.so.0 \
     "$carry/bin/"
   # Shared libraries to carry (resolved here), minus what the GPU machine must supply itself.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
-    grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker\.so' |
+    grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker_[a-z]*\.so' |
     grep -vE "/($ubuntu_has)\.so" >"$carry/libs.txt.new"
   if [[ -f $carry/libs.tar.xz ]] && cmp -s "$carry/libs.txt.new" "$carry/libs.txt"; then
     echo "libs.tar.xz is up to date ($(wc -l <"$carry/libs.txt") libraries)"
@@ -272,6 +274,9 @@ run_cli() {
   echo "== Cli.DeviceCuda, Cli.DeviceAuto: train on the GPU, GPU vs CPU predictions, the default device"
   STOKER_CLI=$s gtest cli_device_test 120 "$carry/bin/stoker_apps_tests" 'Cli.DeviceCuda:Cli.DeviceAuto' || rc=1
   grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/cli_device_test.log" | head -20
+  echo "== TrainRun.*: the training library (stoker::training) on the GPU"
+  gtest training_gpu_test 90 "$carry/bin/stoker_training_tests" 'TrainRun.*' || rc=1
+  grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/training_gpu_test.log" | head -20
   echo "== stoker bench --suite gpu"
   step 120 cli_bench_gpu "$s" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 --repeat 3 \
     --json "$work/bench_gpu.json" || rc=1

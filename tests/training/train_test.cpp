@@ -8,7 +8,9 @@
 
 #include <opencv2/core.hpp>
 
+#include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/training/model_folder.hpp"
 #include "stoker/training/train.hpp"
 #include "test_support.hpp"
@@ -125,6 +127,28 @@ TEST_F(TrainRun, AugmentedEpochsRunTheBackboneEachEpoch) {
   EXPECT_EQ(r.history[1].train.samples, 18);
   EXPECT_EQ(counter.epochs, 2);
   EXPECT_EQ(counter.batches, 2u * 3u) << "18 images in batches of 8, each epoch";
+}
+
+// With a GPU (and the cuDNN backend): the backbone and the augmentation run there behind the
+// agreement checks, and the model folder it writes predicts on the CPU like any other.
+TEST_F(TrainRun, OnTheGpuWhenThereIsOne) {
+  if (cuda_device_count() == 0 || !trainer::built_with_cudnn()) {
+    GTEST_SKIP() << "no CUDA device with the cuDNN backend here";
+  }
+  TrainOptions o = small_run(dir / "gpu");
+  o.device = "cuda";
+  o.epochs = 3;
+  AugmentSpec random;
+  random.horizontal_flip = true;
+  o.augmentation = random;
+  const TrainResult r = train(training_data((dir / "data").string(), 0.25), o);
+  EXPECT_TRUE(r.device.cuda) << r.device.description;
+  ASSERT_EQ(r.history.size(), 3u);
+  EXPECT_TRUE(r.history[0].times.gpu_seconds.has_value()) << "the GPU path times its backbone with CUDA events";
+  EXPECT_GE(r.history[static_cast<std::size_t>(r.best_epoch)].validation.accuracy, 5.0 / 6.0);
+  const Predictions p = predict(load_trained_model(dir / "gpu"), {(dir / "unseen" / "red" / "img0.jpg").string()});
+  ASSERT_EQ(p.predicted.size(), 1u);
+  EXPECT_EQ(p.predicted[0].class_index, 1);
 }
 
 TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
