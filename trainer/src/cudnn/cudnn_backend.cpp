@@ -221,13 +221,8 @@ class CudnnBackendImpl final : public CudnnBackend {
       g.act = cudnn::act_params(op.act);
       if (!op.bias.empty()) g.bias = upload(op.bias.data(), op.bias.size() * sizeof(float), "bias");
       if (!op.scale.empty()) g.scale = upload(op.scale.data(), op.scale.size() * sizeof(float), "scale");
-      if (op.type == OpType::Conv && op.depthwise_kernel) {
-        // The own kernel reads float32 weights as [kh][kw][oc] (the plan holds KRSC: [oc][kh][kw]).
-        const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
-        std::vector<float> t(op.weights.size());
-        for (std::size_t o = 0; o < oc; ++o)
-          for (std::size_t k = 0; k < taps; ++k) t[k * oc + o] = op.weights[o * taps + k];
-        g.weights = upload(t.data(), t.size() * sizeof(float), "depthwise weights");
+      if (op.type == OpType::Conv && op.depthwise_kernel) {  // float32 weights [kh][kw][oc], as the plan holds them
+        g.weights = upload(op.weights.data(), op.weights.size() * sizeof(float), "depthwise weights");
       } else if (op.type == OpType::Conv) {
         const auto bits = to_storage_bits(op.weights, opt_.storage);
         g.weights = upload(bits.data(), bits.size() * 2, "conv weights");

@@ -100,15 +100,12 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
         const std::size_t imgs = nb * static_cast<std::size_t>(op.rows);
         const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
         if (op.depthwise_kernel) {  // the own kernel's math: float32 weights [kh][kw][oc], one rounding
-          const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
-          std::vector<float> wt(op.weights.size());
-          for (std::size_t o = 0; o < oc; ++o)
-            for (std::size_t k = 0; k < taps; ++k) wt[k * oc + o] = op.weights[o * taps + k];
+          const std::size_t oc = static_cast<std::size_t>(op.oc);
           const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh,      op.ow,       op.oc, op.kh, op.kw,
                                     op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
           const std::size_t total = imgs * op.oh * op.ow * oc;
           for (std::size_t e = 0; e < total; ++e) {
-            const float acc = depthwise_sum(HostLoad{x}, wt.data(), g, e);
+            const float acc = depthwise_sum(HostLoad{x}, op.weights.data(), g, e);
             y[e] = round_to_storage(affine_value(acc, nullptr, op.bias.empty() ? nullptr : op.bias.data(),
                                                  static_cast<int>(e % oc), z != nullptr, z ? z[e] : 0.0f,
                                                  op.residual_scale, act),
