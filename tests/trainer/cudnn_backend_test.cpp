@@ -27,6 +27,7 @@
 #include "cudnn/op_math.hpp"
 #include "cudnn/plan.hpp"
 #include "import.hpp"
+#include "lowering.hpp"
 #include "test_support.hpp"
 #include "vectors.hpp"
 
@@ -499,6 +500,45 @@ TEST(CudnnPlan, FusesResidualAddAndActivationOnlyWhenSafe) {
     const cudnn::Plan plan = cudnn::lower_graph(b.done({bn}));
     ASSERT_EQ(plan.ops.size(), 2u) << plan.describe();
   }
+}
+
+TEST(Lowering, BackendsDifferOnlyInWhatTheirKernelsCanFuse) {
+  // ZeroPadding2D → conv → BN → Add(·, input) → ReLU. Both backends fold the BN into the conv (the
+  // same weights) and fuse the ReLU; only the cuDNN plan's kernels also take the padding into the
+  // conv and the Add into its epilogue.
+  Builder b({8, 8, 4});
+  int p = b.add(zero_pad(1, 1, 1, 1), {0});
+  int c = b.add(conv(4, 3, 1, Padding::Valid, false), {p});
+  int bn = b.add(batch_norm(), {c});
+  int a = b.add(simple(LayerKind::Add), {bn, 0});
+  const Graph g = b.done({b.add(activation(relu()), {a})});
+  auto kinds = [](const detail::LoweredGraph& lowered) {
+    std::vector<detail::OpKind> k;
+    for (const auto& op : lowered.ops) k.push_back(op.kind);
+    return k;
+  };
+  using detail::OpKind;
+  detail::LoweringOptions cpu;
+  cpu.backend = "cpu backend";
+  const detail::LoweredGraph on_cpu = detail::lower(g, cpu);
+  ASSERT_EQ(kinds(on_cpu), (std::vector{OpKind::ZeroPad, OpKind::Conv, OpKind::Add}));
+  EXPECT_EQ(on_cpu.ops[2].act.kind, ActKind::ReLU);
+  detail::LoweringOptions gpu = cpu;
+  gpu.fuse_residual_add = gpu.fold_zero_padding = true;
+  const detail::LoweredGraph on_gpu = detail::lower(g, gpu);
+  ASSERT_EQ(kinds(on_gpu), (std::vector{OpKind::Conv}));
+  const detail::LoweredOp& fused = on_gpu.ops[0];
+  EXPECT_EQ(fused.in, std::vector<int>{0});
+  EXPECT_EQ(fused.h, 8);
+  EXPECT_EQ(fused.pad_top + fused.pad_bottom + fused.pad_left + fused.pad_right, 4);
+  EXPECT_EQ(fused.residual, 0);
+  EXPECT_EQ(fused.act.kind, ActKind::ReLU);
+  EXPECT_EQ(fused.weights, on_cpu.ops[1].weights);
+  EXPECT_EQ(fused.bias, on_cpu.ops[1].bias);
+  const cudnn::Plan plan = cudnn::lower_graph(g);  // the cuDNN plan runs exactly that op
+  ASSERT_EQ(plan.ops.size(), 1u) << plan.describe();
+  EXPECT_EQ(plan.ops[0].kind, OpKind::Conv);
+  EXPECT_EQ(plan.ops[0].residual, 0);
 }
 
 TEST(CudnnPlan, BuffersAreReusedAndNeverOverwriteLiveValues) {

@@ -1,26 +1,25 @@
-// The CPU backend: float32 NHWC, oneTBB. Compiling a graph folds frozen BatchNormalization into
-// the convolution/dense before it, fuses a following activation into its epilogue, packs weights,
-// and turns Dropout/Flatten into aliases (the kernels are in cpu_ops.cpp). forward() runs chunks
-// of samples in parallel; each op also parallelises over rows, so small batches use every core too.
+// The CPU backend: float32 NHWC, oneTBB. Compiling a graph is the shared lowering (lowering.hpp:
+// frozen BatchNormalization folded into the convolution/dense before it, a following activation
+// fused into its epilogue, Dropout/Flatten as aliases) and packing the weights; the kernels are in
+// cpu_ops.cpp. forward() runs chunks of samples in parallel; each op also parallelises over rows,
+// so small batches use every core too.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include <stoker/core/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
 #include "cpu_ops.hpp"
-#include "import.hpp"
 #include "lowering.hpp"
 
 namespace stoker::trainer {
 namespace {
 
 using cpu::Op;
-using cpu::OpType;
 
 class CpuBackend final : public Backend {
  public:
@@ -64,143 +63,22 @@ class CpuBackend final : public Backend {
   std::unique_ptr<tbb::task_arena> arena_;
 
   void compile(const Graph& g) {
-    if (g.inputs.size() != 1)
-      throw InvalidArgument("cpu backend: model '" + g.name + "' has " + std::to_string(g.inputs.size()) +
-                            " inputs; only single-input models are supported");
     if (options_.max_threads > 0) arena_ = std::make_unique<tbb::task_arena>(options_.max_threads);
-    const std::size_t n = g.nodes.size();
-    detail::SlotLowering<Op> lower(g, ops_);
-    auto add_op = [&](Op op, int nid, std::vector<int> ins) {
-      op.in = std::move(ins);
-      op.out_size = Tensor::element_count(g.nodes[static_cast<std::size_t>(nid)].out_shape);
-      lower.add(std::move(op), nid);
-    };
-
-    for (std::size_t id = 0; id < n; ++id) {
-      const LayerNode& node = g.nodes[id];
-      const int nid = static_cast<int>(id);
-      auto in_slot = [&](std::size_t k) { return lower.input_slot(nid, k); };
-      const std::vector<int>& in_shape = detail::first_input_shape(g, node);
-
-      switch (node.kind) {
-        case LayerKind::Input:
-          input_slot_ = nid;
-          input_size_ = Tensor::element_count(node.out_shape);
-          lower.set_input(nid);
-          continue;
-        case LayerKind::Dropout:
-        case LayerKind::Flatten:
-          lower.alias(nid, in_slot(0));  // identity / same memory layout in NHWC
-          continue;
-        case LayerKind::BatchNormalization: {
-          const detail::BatchNormAffine bn = detail::batch_norm_affine(node, static_cast<std::size_t>(in_shape.back()));
-          Op* p = options_.fold_batch_norm ? lower.fusable_producer(in_slot(0)) : nullptr;
-          if (p && (p->type == OpType::Conv || p->type == OpType::Depthwise || p->type == OpType::Dense)) {
-            detail::fold_into(bn, p->weights, p->bias);
-            lower.alias(nid, in_slot(0));
-            continue;
-          }
-          Op op;
-          op.type = OpType::Scale;
-          op.scale.assign(bn.scale.begin(), bn.scale.end());
-          op.bias.assign(bn.shift.begin(), bn.shift.end());
-          op.c = in_shape.back();
-          add_op(std::move(op), nid, {in_slot(0)});
-          continue;
-        }
-        case LayerKind::Activation: {
-          Op* p = options_.fuse_activations ? lower.fusable_producer(in_slot(0)) : nullptr;
-          if (p && cpu::applies_activation(p->type)) {
-            p->act = node.activation;
-            lower.alias(nid, in_slot(0));
-            continue;
-          }
-          Op op;
-          op.type = OpType::Act;
-          op.act = node.activation;
-          op.c = in_shape.back();
-          add_op(std::move(op), nid, {in_slot(0)});
-          continue;
-        }
-        default: break;
-      }
-
-      Op op;
-      std::vector<int> ins;
-      for (std::size_t k = 0; k < node.inputs.size(); ++k) ins.push_back(in_slot(k));
-      if (in_shape.size() == 3) op.h = in_shape[0], op.w = in_shape[1], op.c = in_shape[2];
-      else op.c = in_shape.back();
-      if (node.out_shape.size() == 3) op.oh = node.out_shape[0], op.ow = node.out_shape[1];
-      op.oc = node.out_shape.back();
-      op.kh = node.kernel_h, op.kw = node.kernel_w, op.sh = node.stride_h, op.sw = node.stride_w;
-      op.dh = node.dilation_h, op.dw = node.dilation_w, op.mult = node.depth_multiplier;
-      if (node.kind == LayerKind::Conv2D || node.kind == LayerKind::DepthwiseConv2D ||
-          node.kind == LayerKind::MaxPooling2D || node.kind == LayerKind::AveragePooling2D) {
-        const bool conv = node.kind == LayerKind::Conv2D || node.kind == LayerKind::DepthwiseConv2D;
-        op.pt = detail::tf_padding(op.h, op.kh, op.sh, conv ? op.dh : 1, node.padding).pad_before;
-        op.pl = detail::tf_padding(op.w, op.kw, op.sw, conv ? op.dw : 1, node.padding).pad_before;
-        if (!conv) op.dh = op.dw = 1;
-      }
-      switch (node.kind) {
-        case LayerKind::Conv2D:
-          op.type = OpType::Conv;
-          op.weights = *node.weight("kernel")->data;  // [kh, kw, cin, cout] == [K, N]
-          if (node.use_bias) op.bias = *node.weight("bias")->data;
-          op.act = node.activation;
-          op.direct = op.kh == 1 && op.kw == 1 && op.sh == 1 && op.sw == 1;
-          break;
-        case LayerKind::DepthwiseConv2D:
-          op.type = OpType::Depthwise;
-          op.weights = *node.weight("depthwise_kernel")->data;  // [kh, kw, cin, mult] == [kh*kw, cin*mult]
-          if (node.use_bias) op.bias = *node.weight("bias")->data;
-          op.act = node.activation;
-          break;
-        case LayerKind::Dense:
-          op.type = OpType::Dense;
-          op.weights = *node.weight("kernel")->data;
-          if (node.use_bias) op.bias = *node.weight("bias")->data;
-          op.act = node.activation;
-          break;
-        case LayerKind::ZeroPadding2D:
-          op.type = OpType::ZeroPad;
-          op.pt = node.pad_top, op.pl = node.pad_left;
-          break;
-        case LayerKind::Add:
-          op.type = OpType::Add;
-          op.scale.assign(node.inputs.size(), 1.0f);
-          break;
-        case LayerKind::ScaledAdd:
-          op.type = OpType::Add;
-          op.scale = {1.0f, node.residual_scale};
-          break;
-        case LayerKind::Concatenate:
-          op.type = OpType::Concat;
-          for (int i : node.inputs)
-            op.in_sizes.push_back(static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(i)].out_shape.back()));
-          break;
-        case LayerKind::MaxPooling2D: op.type = OpType::MaxPool; break;
-        case LayerKind::AveragePooling2D: op.type = OpType::AvgPool; break;
-        case LayerKind::GlobalAveragePooling2D: op.type = OpType::Gap; break;
-        default: throw InvalidArgument("cpu backend: layer '" + node.name + "' (" + node.keras_class + ") is not supported");
-      }
-      add_op(std::move(op), nid, std::move(ins));
+    detail::LoweringOptions lo;
+    lo.backend = "cpu backend";
+    lo.fold_batch_norm = options_.fold_batch_norm;
+    lo.fuse_activations = options_.fuse_activations;
+    detail::LoweredGraph lowered = detail::lower(g, lo);
+    for (auto& op : lowered.ops) {
+      const std::size_t out_size = lowered.slot_size[static_cast<std::size_t>(op.out)];
+      ops_.push_back(cpu::prepare_op(std::move(op), out_size));
     }
-    slot_size_ = lower.slot_sizes();
-
-    for (auto& op : ops_) {
-      if (op.type == OpType::Conv || op.type == OpType::Dense) {
-        const int n_out = op.oc;
-        const int k = static_cast<int>(op.weights.size() / static_cast<std::size_t>(n_out));
-        op.packed = cpu::pack_b(op.weights.data(), k, n_out);
-        op.weights.clear();
-        op.weights.shrink_to_fit();
-      }
-    }
-    for (int o : g.outputs) {
-      outputs_.push_back(lower.slot(o));
-      output_shapes_.push_back(g.nodes[static_cast<std::size_t>(o)].out_shape);
-    }
-    slot_uses_.assign(n, 0);
+    input_slot_ = lowered.input_slot;
+    input_size_ = lowered.slot_size[static_cast<std::size_t>(input_slot_)];
+    outputs_ = std::move(lowered.outputs);
+    output_shapes_ = std::move(lowered.output_shapes);
+    slot_size_ = std::move(lowered.slot_size);
+    slot_uses_.assign(slot_size_.size(), 0);
     for (const auto& op : ops_)
       for (int s : op.in) ++slot_uses_[static_cast<std::size_t>(s)];
     for (int s : outputs_) ++slot_uses_[static_cast<std::size_t>(s)];

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -49,12 +50,7 @@ void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a) {
   }
 }
 
-
-bool applies_activation(OpType t) {
-  return t == OpType::Conv || t == OpType::Dense || t == OpType::Depthwise || t == OpType::Scale ||
-         t == OpType::Add || t == OpType::Gap;
-}
-
+using detail::OpKind;
 
 namespace {
 
@@ -79,9 +75,9 @@ void conv(const Op& op, const float* x, float* y, int nb) {
         const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
         float* dst = cols.data() + i * k;
         for (int ky = 0; ky < op.kh; ++ky) {
-          const int iy = oy * op.sh - op.pt + ky * op.dh;
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
           for (int kx = 0; kx < op.kw; ++kx) {
-            const int ix = ox * op.sw - op.pl + kx * op.dw;
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
             float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
             if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) {
               std::fill(d, d + op.c, 0.0f);
@@ -99,7 +95,7 @@ void conv(const Op& op, const float* x, float* y, int nb) {
 }
 
 void dense(const Op& op, const float* x, float* y, int nb) {
-  const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
+  const std::size_t rows = static_cast<std::size_t>(nb) * op.rows;
   const float* bias = op.bias.empty() ? nullptr : op.bias.data();
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 12), [&](const tbb::blocked_range<std::size_t>& r) {
     float* yb = y + r.begin() * op.oc;
@@ -109,15 +105,16 @@ void dense(const Op& op, const float* x, float* y, int nb) {
 }
 
 void depthwise(const Op& op, const float* x, float* y, int nb) {
-  const int oc = op.c * op.mult;
+  const int mult = op.depth_multiplier;
+  const int oc = op.c * mult;
   const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 2), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t line = r.begin(); line != r.end(); ++line) {
       const std::size_t n = line / op.oh;
       const int oy = static_cast<int>(line % op.oh);
       float* yl = y + line * op.ow * oc;
-      if (op.kh == 3 && op.kw == 3 && op.mult == 1) {
-        const DepthwiseGeometry geo{op.h, op.w, op.c, op.ow, op.sh, op.sw, op.dh, op.dw, op.pt, op.pl};
+      if (op.kh == 3 && op.kw == 3 && mult == 1) {
+        const DepthwiseGeometry geo{op.h, op.w, op.c, op.ow, op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left};
         depthwise3x3_line(x + n * op.h * op.w * op.c, geo, oy, op.weights.data(),
                                op.bias.empty() ? nullptr : op.bias.data(), yl);
         apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
@@ -127,18 +124,18 @@ void depthwise(const Op& op, const float* x, float* y, int nb) {
         float* acc = yl + static_cast<std::size_t>(ox) * oc;
         std::fill(acc, acc + oc, 0.0f);
         for (int ky = 0; ky < op.kh; ++ky) {
-          const int iy = oy * op.sh - op.pt + ky * op.dh;
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
           if (iy < 0 || iy >= op.h) continue;
           for (int kx = 0; kx < op.kw; ++kx) {
-            const int ix = ox * op.sw - op.pl + kx * op.dw;
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
             if (ix < 0 || ix >= op.w) continue;
             const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
             const float* ws = op.weights.data() + (static_cast<std::size_t>(ky) * op.kw + kx) * oc;
-            if (op.mult == 1) {
+            if (mult == 1) {
               for (int c = 0; c < oc; ++c) acc[c] += xs[c] * ws[c];
             } else {
               for (int c = 0; c < op.c; ++c)
-                for (int m = 0; m < op.mult; ++m) acc[c * op.mult + m] += xs[c] * ws[c * op.mult + m];
+                for (int m = 0; m < mult; ++m) acc[c * mult + m] += xs[c] * ws[c * mult + m];
             }
           }
         }
@@ -150,7 +147,7 @@ void depthwise(const Op& op, const float* x, float* y, int nb) {
   });
 }
 
-void scale(const Op& op, const float* x, float* y, int nb) {
+void affine(const Op& op, const float* x, float* y, int nb) {
   const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.c));
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 256), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) {
@@ -174,7 +171,7 @@ void zero_pad(const Op& op, const float* x, float* y, int nb) {
   std::fill(y, y + op.out_size * static_cast<std::size_t>(nb), 0.0f);
   for (int n = 0; n < nb; ++n)
     for (int iy = 0; iy < op.h; ++iy)
-      std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + iy + op.pt) * op.ow + op.pl) * op.c,
+      std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + iy + op.pad_top) * op.ow + op.pad_left) * op.c,
                   x + ((static_cast<std::size_t>(n) * op.h + iy) * op.w) * op.c,
                   sizeof(float) * static_cast<std::size_t>(op.w) * op.c);
 }
@@ -182,8 +179,8 @@ void zero_pad(const Op& op, const float* x, float* y, int nb) {
 void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
   const std::size_t total = op.out_size * static_cast<std::size_t>(nb);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 16384), [&](const tbb::blocked_range<std::size_t>& r) {
-    // op.scale holds one factor per input: all 1 for Add (exact), {1, s} for ScaledAdd.
-    const float s1 = op.scale[1];
+    // residual_scale: 1 for Add (exact), the factor of in[1] for ScaledAdd.
+    const float s1 = op.residual_scale;
     if (s1 == 1.0f)
       for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i];
     else
@@ -196,18 +193,19 @@ void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
 }
 
 void concat(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
-  const std::size_t rows = static_cast<std::size_t>(nb) * (op.out_size / static_cast<std::size_t>(op.oc));
+  const std::size_t rows = static_cast<std::size_t>(nb) * op.rows;
   for (std::size_t r = 0; r < rows; ++r) {
     float* dst = y + r * op.oc;
     for (std::size_t k = 0; k < in.size(); ++k) {
-      std::memcpy(dst, in[k] + r * op.in_sizes[k], op.in_sizes[k] * sizeof(float));
-      dst += op.in_sizes[k];
+      const auto width = static_cast<std::size_t>(op.in_channels[k]);
+      std::memcpy(dst, in[k] + r * width, width * sizeof(float));
+      dst += width;
     }
   }
 }
 
 void pool(const Op& op, const float* x, float* y, int nb) {
-  const bool is_max = op.type == OpType::MaxPool;
+  const bool is_max = op.kind == OpKind::MaxPool;
   const std::size_t lines = static_cast<std::size_t>(nb) * op.oh;
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 4), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t line = r.begin(); line != r.end(); ++line) {
@@ -218,10 +216,10 @@ void pool(const Op& op, const float* x, float* y, int nb) {
         std::fill(acc, acc + op.c, is_max ? -std::numeric_limits<float>::infinity() : 0.0f);
         int count = 0;  // TensorFlow averages over the window's pixels inside the image only
         for (int ky = 0; ky < op.kh; ++ky) {
-          const int iy = oy * op.sh - op.pt + ky;
+          const int iy = oy * op.sh - op.pad_top + ky;
           if (iy < 0 || iy >= op.h) continue;
           for (int kx = 0; kx < op.kw; ++kx) {
-            const int ix = ox * op.sw - op.pl + kx;
+            const int ix = ox * op.sw - op.pad_left + kx;
             if (ix < 0 || ix >= op.w) continue;
             const float* xs = x + ((n * op.h + iy) * op.w + ix) * op.c;
             ++count;
@@ -256,19 +254,32 @@ void gap(const Op& op, const float* x, float* y, int nb) {
 
 }  // namespace
 
+Op prepare_op(detail::LoweredOp lowered, std::size_t out_size) {
+  Op op{std::move(lowered)};
+  op.out_size = out_size;
+  const bool padded = op.pad_top || op.pad_bottom || op.pad_left || op.pad_right;
+  op.direct = op.kind == OpKind::Conv && op.kh == 1 && op.kw == 1 && op.sh == 1 && op.sw == 1 && !padded;
+  if (op.kind == OpKind::Conv || op.kind == OpKind::Dense) {  // [K, N]: Conv [kh·kw·cin, cout], Dense [cin, cout]
+    op.packed = pack_b(op.weights.data(), static_cast<int>(op.weights.size() / static_cast<std::size_t>(op.oc)), op.oc);
+    op.weights.clear();
+    op.weights.shrink_to_fit();
+  }
+  return op;
+}
+
 void run_op(const Op& op, const std::vector<const float*>& in, float* out, int nb) {
-  switch (op.type) {
-    case OpType::Conv: return conv(op, in[0], out, nb);
-    case OpType::Dense: return dense(op, in[0], out, nb);
-    case OpType::Depthwise: return depthwise(op, in[0], out, nb);
-    case OpType::Scale: return scale(op, in[0], out, nb);
-    case OpType::Act: return act(op, in[0], out, nb);
-    case OpType::ZeroPad: return zero_pad(op, in[0], out, nb);
-    case OpType::Add: return add(op, in, out, nb);
-    case OpType::Concat: return concat(op, in, out, nb);
-    case OpType::MaxPool:
-    case OpType::AvgPool: return pool(op, in[0], out, nb);
-    case OpType::Gap: return gap(op, in[0], out, nb);
+  switch (op.kind) {
+    case OpKind::Conv: return conv(op, in[0], out, nb);
+    case OpKind::DepthwiseConv: return depthwise(op, in[0], out, nb);
+    case OpKind::Dense: return dense(op, in[0], out, nb);
+    case OpKind::Affine: return affine(op, in[0], out, nb);
+    case OpKind::Activation: return act(op, in[0], out, nb);
+    case OpKind::ZeroPad: return zero_pad(op, in[0], out, nb);
+    case OpKind::Add: return add(op, in, out, nb);
+    case OpKind::Concat: return concat(op, in, out, nb);
+    case OpKind::MaxPool:
+    case OpKind::AvgPool: return pool(op, in[0], out, nb);
+    case OpKind::GlobalAvgPool: return gap(op, in[0], out, nb);
   }
 }
 

@@ -1,4 +1,4 @@
-// Layer graph: names, activations, shape inference, weight checks.
+// Layer graph: names, activations, shape and weight checks (the per-layer parts: layers.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -9,6 +9,7 @@
 #include <stoker/trainer/tensor.hpp>
 
 #include "import.hpp"
+#include "layers.hpp"
 
 namespace stoker::trainer {
 
@@ -22,24 +23,8 @@ std::string shape_to_string(const std::vector<int>& shape) {
 }
 
 const char* to_string(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::Input: return "Input";
-    case LayerKind::Conv2D: return "Conv2D";
-    case LayerKind::DepthwiseConv2D: return "DepthwiseConv2D";
-    case LayerKind::BatchNormalization: return "BatchNormalization";
-    case LayerKind::Activation: return "Activation";
-    case LayerKind::ZeroPadding2D: return "ZeroPadding2D";
-    case LayerKind::Add: return "Add";
-    case LayerKind::ScaledAdd: return "ScaledAdd";
-    case LayerKind::Concatenate: return "Concatenate";
-    case LayerKind::MaxPooling2D: return "MaxPooling2D";
-    case LayerKind::AveragePooling2D: return "AveragePooling2D";
-    case LayerKind::GlobalAveragePooling2D: return "GlobalAveragePooling2D";
-    case LayerKind::Flatten: return "Flatten";
-    case LayerKind::Dense: return "Dense";
-    case LayerKind::Dropout: return "Dropout";
-  }
-  return "?";
+  const detail::LayerRule* rule = detail::layer_rule(kind);
+  return rule ? rule->name : "?";
 }
 
 ActivationSpec parse_activation(const std::string& name, const std::string& layer) {
@@ -148,21 +133,8 @@ PadInfo tf_padding(int in, int kernel, int stride, int dilation, Padding padding
   throw InvalidArgument("layer '" + n.name + "' (" + (n.keras_class.empty() ? to_string(n.kind) : n.keras_class) +
                         "): " + what);
 }
+
 namespace {
-
-void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank) {
-  if (in.size() != rank)
-    fail(n, "expects an input of rank " + std::to_string(rank + 1) + " (with batch), received " +
-                shape_to_string(in) + " per sample");
-}
-
-// Per-sample tensors are indexed with int: every dimension >= 1 and their product <= INT_MAX.
-constexpr std::int64_t kMaxElements = std::numeric_limits<int>::max();
-
-void need_at_least(const LayerNode& n, const char* what, std::int64_t value, std::int64_t minimum) {
-  if (value < minimum)
-    fail(n, std::string(what) + " must be >= " + std::to_string(minimum) + ", received " + std::to_string(value));
-}
 
 void check_shape(const LayerNode& n, const std::vector<int>& shape, const char* what) {
   std::int64_t count = 1;
@@ -186,122 +158,13 @@ std::size_t weight_count(const LayerNode& n, const std::string& key, const std::
   return count;
 }
 
-int checked_int(const LayerNode& n, std::int64_t v, const std::string& what) {
-  if (v < 1 || v > kMaxElements) fail(n, what + " " + std::to_string(v) + " is out of range");
-  return static_cast<int>(v);
-}
-
-int channel_axis(const LayerNode& n, int axis, std::size_t rank) {
-  // Keras axes count the batch dimension; the last axis is -1 or rank.
-  if (axis == -1 || axis == static_cast<int>(rank)) return static_cast<int>(rank) - 1;
-  fail(n, "axis " + std::to_string(axis) + " is not supported (only the last axis, -1)");
-}
-}  // namespace
-
-namespace {
-std::vector<int> infer_shape_unchecked(const LayerNode& n, const std::vector<std::vector<int>>& in) {
-  auto one = [&]() -> const std::vector<int>& {
-    if (in.size() != 1) fail(n, "expects 1 input, received " + std::to_string(in.size()));
-    if (in[0].empty()) fail(n, "received an input without dimensions");
-    return in[0];
-  };
-  switch (n.kind) {
-    case LayerKind::Input:
-      if (n.out_shape.empty()) fail(n, "the input has no shape");
-      return n.out_shape;
-    case LayerKind::Conv2D:
-    case LayerKind::DepthwiseConv2D:
-    case LayerKind::MaxPooling2D:
-    case LayerKind::AveragePooling2D: {
-      const auto& s = one();
-      need_rank(n, s, 3);
-      const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D;
-      const int dh = conv ? n.dilation_h : 1;
-      const int dw = conv ? n.dilation_w : 1;
-      need_at_least(n, conv ? "kernel_size" : "pool_size", std::min(n.kernel_h, n.kernel_w), 1);
-      need_at_least(n, "strides", std::min(n.stride_h, n.stride_w), 1);
-      need_at_least(n, "dilation_rate", std::min(dh, dw), 1);
-      if (n.kind == LayerKind::Conv2D) need_at_least(n, "filters", n.filters, 1);
-      if (n.kind == LayerKind::DepthwiseConv2D) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
-      if ((static_cast<std::int64_t>(n.kernel_h) - 1) * dh + 1 > kMaxElements ||
-          (static_cast<std::int64_t>(n.kernel_w) - 1) * dw + 1 > kMaxElements)
-        fail(n, "kernel " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " with dilation " +
-                    std::to_string(dh) + "x" + std::to_string(dw) + " is too large");
-      auto ph = tf_padding(s[0], n.kernel_h, n.stride_h, dh, n.padding);
-      auto pw = tf_padding(s[1], n.kernel_w, n.stride_w, dw, n.padding);
-      if (ph.out <= 0 || pw.out <= 0)
-        fail(n, "window " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " does not fit input " +
-                    shape_to_string(s));
-      int c = s[2];
-      if (n.kind == LayerKind::Conv2D) c = n.filters;
-      if (n.kind == LayerKind::DepthwiseConv2D)
-        c = checked_int(n, static_cast<std::int64_t>(s[2]) * n.depth_multiplier, "output channels");
-      return {ph.out, pw.out, c};
-    }
-    case LayerKind::BatchNormalization: {
-      const auto& s = one();
-      channel_axis(n, n.axis, s.size());
-      return s;
-    }
-    case LayerKind::Activation:
-    case LayerKind::Dropout: return one();
-    case LayerKind::ZeroPadding2D: {
-      const auto& s = one();
-      need_rank(n, s, 3);
-      need_at_least(n, "padding", std::min({n.pad_top, n.pad_bottom, n.pad_left, n.pad_right}), 0);
-      return {checked_int(n, static_cast<std::int64_t>(s[0]) + n.pad_top + n.pad_bottom, "padded height"),
-              checked_int(n, static_cast<std::int64_t>(s[1]) + n.pad_left + n.pad_right, "padded width"), s[2]};
-    }
-    case LayerKind::ScaledAdd:
-      if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
-      [[fallthrough]];
-    case LayerKind::Add: {
-      if (in.size() < 2) fail(n, "expects at least 2 inputs, received " + std::to_string(in.size()));
-      for (const auto& s : in)
-        if (s != in[0]) fail(n, "input shapes differ: " + shape_to_string(in[0]) + " and " + shape_to_string(s));
-      return in[0];
-    }
-    case LayerKind::Concatenate: {
-      if (in.empty()) fail(n, "expects inputs");
-      if (in[0].empty()) fail(n, "received an input without dimensions");
-      channel_axis(n, n.axis, in[0].size());
-      auto out = in[0];
-      std::int64_t channels = 0;
-      for (const auto& s : in) {
-        if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin()))
-          fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(s) + " differ outside the last axis");
-        channels += s.back();
-        if (channels > kMaxElements) fail(n, "the concatenated axis is too large");
-      }
-      out.back() = static_cast<int>(channels);
-      return out;
-    }
-    case LayerKind::GlobalAveragePooling2D: {
-      const auto& s = one();
-      need_rank(n, s, 3);
-      if (n.keepdims) return {1, 1, s[2]};
-      return {s[2]};
-    }
-    case LayerKind::Flatten: {
-      const auto& s = one();
-      std::int64_t count = 1;
-      for (int d : s) count *= d;  // the input passed check_shape: no overflow, fits int
-      return {static_cast<int>(count)};
-    }
-    case LayerKind::Dense: {
-      need_at_least(n, "units", n.filters, 1);
-      auto s = one();
-      s.back() = n.filters;
-      return s;
-    }
-  }
-  fail(n, "unknown layer kind");
-}
 }  // namespace
 
 std::vector<int> infer_shape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   for (const auto& s : in) check_shape(n, s, "input");  // inputs from a hand-built graph get the same checks
-  std::vector<int> out = infer_shape_unchecked(n, in);
+  const LayerRule* rule = layer_rule(n.kind);
+  if (!rule) fail(n, "unknown layer kind");
+  std::vector<int> out = rule->infer(n, in);
   check_shape(n, out, "output");
   return out;
 }
@@ -330,28 +193,8 @@ void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
 }  // namespace detail
 
 std::vector<std::pair<std::string, std::vector<int>>> expected_weights(const LayerNode& n, int cin) {
-  switch (n.kind) {
-    case LayerKind::Conv2D:
-      if (n.use_bias) return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}, {"bias", {n.filters}}};
-      return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}};
-    case LayerKind::DepthwiseConv2D:
-      if (n.use_bias)
-        return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
-                {"bias", {cin * n.depth_multiplier}}};
-      return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
-    case LayerKind::BatchNormalization: {
-      std::vector<std::pair<std::string, std::vector<int>>> w;
-      if (n.scale) w.push_back({"gamma", {cin}});
-      if (n.use_bias) w.push_back({"beta", {cin}});
-      w.push_back({"moving_mean", {cin}});
-      w.push_back({"moving_variance", {cin}});
-      return w;
-    }
-    case LayerKind::Dense:
-      if (n.use_bias) return {{"kernel", {cin, n.filters}}, {"bias", {n.filters}}};
-      return {{"kernel", {cin, n.filters}}};
-    default: return {};
-  }
+  const detail::LayerRule* rule = detail::layer_rule(n.kind);
+  return rule ? rule->weights(n, cin) : detail::WeightShapes{};
 }
 
 void infer_shapes_and_check(Graph& g) {

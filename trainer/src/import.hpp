@@ -1,6 +1,8 @@
 // Internal: the pieces model import is made of (topology parsing, weight stores, finalising).
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +49,12 @@ Model build_model(const nlohmann::json& model_config, WeightStore& weights, cons
 
 // Output shape of a node from its inputs' shapes (used by finalize and by graph tests).
 std::vector<int> infer_shape(const LayerNode& node, const std::vector<std::vector<int>>& inputs);
+
+// Per-sample tensors are indexed with int: every dimension >= 1 and their product <= INT_MAX.
+inline constexpr std::int64_t kMaxElements = std::numeric_limits<int>::max();
+
+// Throws InvalidArgument "layer '<name>' (<class>): <what>".
+[[noreturn]] void fail(const LayerNode& node, const std::string& what);
 
 // TensorFlow's output size and leading pad for one spatial dimension.
 struct PadInfo {

@@ -187,7 +187,6 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
   std::size_t storage_bytes(std::size_t values) const { return values * dtype_size(opt_.storage); }
 
-
   DeviceBuffer upload(const void* host, std::size_t bytes, const char* what) {
     DeviceBuffer b(bytes, what);
     bytes_ += bytes;
@@ -197,6 +196,14 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
 
   void allocate_and_upload() {
+    allocate_buffers();
+    for (const Op& op : plan_.ops) gops_.push_back(upload_op(op));
+    choose_algorithms();
+    stream_.synchronize();
+    done_.record(stream_);
+  }
+
+  void allocate_buffers() {
     const std::size_t nb = static_cast<std::size_t>(opt_.max_batch);
     // Activation buffers: one arena, each buffer aligned.
     std::size_t arena = 0;
@@ -213,52 +220,50 @@ class CudnnBackendImpl final : public CudnnBackend {
       outputs_.emplace_back(plan_.slot_size[static_cast<std::size_t>(s)] * nb * sizeof(float), "cudnn backend output");
       bytes_ += outputs_.back().bytes();
     }
+  }
 
-    std::size_t workspace = 0;
-    for (const Op& op : plan_.ops) {
-      GpuOp g;
-      g.op = &op;
-      g.act = cudnn::act_params(op.act);
-      if (!op.bias.empty()) g.bias = upload(op.bias.data(), op.bias.size() * sizeof(float), "bias");
-      if (!op.scale.empty()) g.scale = upload(op.scale.data(), op.scale.size() * sizeof(float), "scale");
-      if (op.type == OpType::Conv && op.depthwise_kernel) {
-        // The own kernel reads float32 weights as [kh][kw][oc] (the plan holds KRSC: [oc][kh][kw]).
-        const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
-        std::vector<float> t(op.weights.size());
-        for (std::size_t o = 0; o < oc; ++o)
-          for (std::size_t k = 0; k < taps; ++k) t[k * oc + o] = op.weights[o * taps + k];
-        g.weights = upload(t.data(), t.size() * sizeof(float), "depthwise weights");
-      } else if (op.type == OpType::Conv) {
-        const auto bits = to_storage_bits(op.weights, opt_.storage);
-        g.weights = upload(bits.data(), bits.size() * 2, "conv weights");
-        const bool fused = opt_.cudnn_fused_relu && plain_relu(op.act);
-        if (fused) {
-          std::vector<float> b = op.bias;
-          b.resize(static_cast<std::size_t>(op.oc), 0.0f);
-          const auto bb = to_storage_bits(b, opt_.storage);
-          g.bias_st = upload(bb.data(), bb.size() * 2, "conv bias (storage type)");
-        }
-        cudnn::gpu::ConvGeometry geo;
-        geo.c = op.c, geo.oc = op.oc, geo.oh = op.oh, geo.ow = op.ow;
-        geo.h = op.explicit_pad ? op.padded_h() : op.h;
-        geo.w = op.explicit_pad ? op.padded_w() : op.w;
-        geo.pad_h = op.explicit_pad ? 0 : op.pad_top;
-        geo.pad_w = op.explicit_pad ? 0 : op.pad_left;
-        geo.kh = op.kh, geo.kw = op.kw, geo.sh = op.sh, geo.sw = op.sw, geo.dh = op.dh, geo.dw = op.dw;
-        geo.groups = op.groups;
-        geo.storage = opt_.storage;
-        g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, geo, opt_.max_batch * op.rows, fused,
-                                                    opt_.workspace_limit);
-        workspace = std::max(workspace, g.conv->workspace_bytes());
-      }
-      gops_.push_back(std::move(g));
+  // The op's constants on the device and, for a cuDNN convolution, its descriptors.
+  GpuOp upload_op(const Op& op) {
+    GpuOp g;
+    g.op = &op;
+    g.act = cudnn::act_params(op.act);
+    if (!op.bias.empty()) g.bias = upload(op.bias.data(), op.bias.size() * sizeof(float), "bias");
+    if (!op.scale.empty()) g.scale = upload(op.scale.data(), op.scale.size() * sizeof(float), "scale");
+    if (op.type != OpType::Conv) return g;
+    if (op.depthwise_kernel) {  // float32 weights [kh][kw][oc], as the plan holds them
+      g.weights = upload(op.weights.data(), op.weights.size() * sizeof(float), "depthwise weights");
+      return g;
     }
+    const auto bits = to_storage_bits(op.weights, opt_.storage);
+    g.weights = upload(bits.data(), bits.size() * 2, "conv weights");
+    const bool fused = opt_.cudnn_fused_relu && plain_relu(op.act);
+    if (fused) {
+      std::vector<float> b = op.bias;
+      b.resize(static_cast<std::size_t>(op.oc), 0.0f);
+      const auto bb = to_storage_bits(b, opt_.storage);
+      g.bias_st = upload(bb.data(), bb.size() * 2, "conv bias (storage type)");
+    }
+    cudnn::gpu::ConvGeometry geo;
+    geo.c = op.c, geo.oc = op.oc, geo.oh = op.oh, geo.ow = op.ow;
+    geo.h = op.explicit_pad ? op.padded_h() : op.h;
+    geo.w = op.explicit_pad ? op.padded_w() : op.w;
+    geo.pad_h = op.explicit_pad ? 0 : op.pad_top;
+    geo.pad_w = op.explicit_pad ? 0 : op.pad_left;
+    geo.kh = op.kh, geo.kw = op.kw, geo.sh = op.sh, geo.sw = op.sw, geo.dh = op.dh, geo.dw = op.dw;
+    geo.groups = op.groups;
+    geo.storage = opt_.storage;
+    g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, geo, opt_.max_batch * op.rows, fused,
+                                                opt_.workspace_limit);
+    return g;
+  }
+
+  void choose_algorithms() {
     // Measure the algorithms on the real buffers with a temporary workspace of the limit (or a
     // quarter of the free memory), then keep only what the chosen ones need.
+    std::size_t workspace = 0;
     {
       const std::size_t find_bytes = std::min(opt_.workspace_limit, device_memory_info().free / 4);
       DeviceBuffer find_ws(find_bytes, "cudnn algorithm search workspace");
-      workspace = 0;
       for (auto& g : gops_) {
         if (!g.conv) continue;
         const Op& op = *g.op;
@@ -281,14 +286,39 @@ class CudnnBackendImpl final : public CudnnBackend {
       g.conv->try_fused(*handle_, opt_.max_batch * op.rows, x, g.weights.get(), value(op.out, nullptr),
                         g.bias_st.get(), workspace_.get(), workspace_.bytes());
     }
-    stream_.synchronize();
-    done_.record(stream_);
   }
 
   void* value(int slot, const void* input) const {
     if (slot == plan_.input_slot) return const_cast<void*>(input);
     const int b = plan_.slot_buffer[static_cast<std::size_t>(slot)];
     return static_cast<char*>(arena_.get()) + buffer_offset_[static_cast<std::size_t>(b)];
+  }
+
+  // A Conv op: the own depthwise kernel, or cuDNN (after the explicit padding) and the epilogue
+  // unless cuDNN's fused call took it.
+  void enqueue_conv(const GpuOp& g, const void* input, void* y, std::size_t nb, std::size_t total,
+                    StreamHandle s) const {
+    const Op& op = *g.op;
+    const DType st = opt_.storage;
+    const float* bias = g.bias.as<const float>();
+    const void* x = value(op.in[0], input);
+    const void* z = op.residual >= 0 ? value(op.residual, input) : nullptr;
+    if (op.depthwise_kernel) {
+      const cudnn::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh, op.kw,
+                                        op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
+      cudnn::gpu::depthwise(st, x, g.weights.as<const float>(), bias, z, op.residual_scale, y, nb, dg, g.act, s);
+      return;
+    }
+    const std::size_t images = nb * static_cast<std::size_t>(op.rows);
+    if (op.explicit_pad) {
+      cudnn::gpu::pad(st, x, scratch_.get(), images, op.h, op.w, op.c, op.padded_h(), op.padded_w(), op.pad_top,
+                      op.pad_left, s);
+      x = scratch_.get();
+    }
+    g.conv->run(*handle_, static_cast<int>(images), x, g.weights.get(), y, g.conv->fused() ? z : nullptr,
+                op.residual_scale, g.bias_st.get(), workspace_.get(), workspace_.bytes());
+    const bool epilogue = !g.conv->fused() && (bias || z || (!op.act.is_linear() && op.act.kind != ActKind::Softmax));
+    if (epilogue) cudnn::gpu::affine(st, y, z, y, total, op.oc, nullptr, bias, op.residual_scale, g.act, s);
   }
 
   // Enqueues the whole plan on `s`; the caller holds mu_.
@@ -308,30 +338,7 @@ class CudnnBackendImpl final : public CudnnBackend {
       const float* bias = g.bias.as<const float>();
       const float* scale = g.scale.as<const float>();
       switch (op.type) {
-        case OpType::Conv: {
-          const void* x = value(op.in[0], input);
-          if (op.depthwise_kernel) {
-            const cudnn::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,
-                                                  op.kw, op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left,
-                                                  op.oc / op.c};
-            cudnn::gpu::depthwise(st, x, g.weights.as<const float>(), bias,
-                                  op.residual >= 0 ? value(op.residual, input) : nullptr, op.residual_scale, y, nb, dg,
-                                  g.act, s);
-            break;
-          }
-          const std::size_t images = nb * static_cast<std::size_t>(op.rows);
-          if (op.explicit_pad) {
-            cudnn::gpu::pad(st, x, scratch_.get(), images, op.h, op.w, op.c, op.padded_h(), op.padded_w(), op.pad_top,
-                            op.pad_left, s);
-            x = scratch_.get();
-          }
-          const void* z = op.residual >= 0 ? value(op.residual, input) : nullptr;
-          g.conv->run(*handle_, static_cast<int>(images), x, g.weights.get(), y, g.conv->fused() ? z : nullptr,
-                      op.residual_scale, g.bias_st.get(), workspace_.get(), workspace_.bytes());
-          const bool epilogue = !g.conv->fused() && (bias || z || (!op.act.is_linear() && op.act.kind != ActKind::Softmax));
-          if (epilogue) cudnn::gpu::affine(st, y, z, y, total, op.oc, nullptr, bias, op.residual_scale, g.act, s);
-          break;
-        }
+        case OpType::Conv: enqueue_conv(g, input, y, nb, total, s); break;
         case OpType::Pad:
           cudnn::gpu::pad(st, value(op.in[0], input), y, nb, op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left, s);
           break;

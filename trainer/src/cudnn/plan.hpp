@@ -1,17 +1,16 @@
 // Internal: the cuDNN backend's execution plan, built on the host without CUDA so that it can be
-// tested anywhere. lower_graph() turns a layer graph into a list of GPU ops with the same rules as
-// the CPU backend (BatchNormalization folded into the conv/dense before it, an activation fused
-// into the op that produces its only input, Dropout/Flatten as aliases) plus what the GPU needs:
+// tested anywhere. lower_graph() maps the shared lowering (../lowering.hpp: BatchNormalization
+// folded into the conv/dense before it, an activation fused into the op that produces its only
+// input, Dropout/Flatten as aliases, and here also a two-input Add fused into the epilogue of the
+// conv producing one input, y = act(conv + bias + z), and a ZeroPadding2D whose only reader is a
+// convolution folded into its padding) onto GPU ops, plus what the GPU needs:
 //   - convolution weights in cuDNN's NHWC filter layout KRSC ([out][kh][kw][in/groups]),
 //     depthwise convolutions as grouped convolutions (groups = input channels), Dense as a 1×1
 //     convolution over the rows of its input;
-//   - TensorFlow padding resolved per side; a ZeroPadding2D whose only reader is a convolution is
-//     folded into that convolution's padding; cuDNN pads symmetrically, so a convolution whose
-//     padding is asymmetric (TensorFlow's 'same' with stride 2 on even sizes, Keras'
-//     ZeroPadding2D((0,1),(0,1)) before a 'valid' stride-2 conv) first copies its input into a
-//     zero-padded scratch tensor and then runs unpadded (explicit_pad);
-//   - a two-input Add whose input comes from a convolution with no other reader (and no activation
-//     yet) is added in that convolution's epilogue (y = act(conv + bias + z));
+//   - cuDNN pads symmetrically, so a convolution whose padding is asymmetric (TensorFlow's 'same'
+//     with stride 2 on even sizes, Keras' ZeroPadding2D((0,1),(0,1)) before a 'valid' stride-2
+//     conv) first copies its input into a zero-padded scratch tensor and then runs unpadded
+//     (explicit_pad);
 //   - buffers: every value gets one of a few reusable activation buffers (sizes per sample), so
 //     memory is allocated once for a maximum batch.
 // run_plan_host() executes a plan with plain loops, optionally rounding every stored value and
@@ -28,12 +27,14 @@
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/graph.hpp>
 
+#include "../lowering.hpp"
+
 namespace stoker::trainer::cudnn {
 
 enum class OpType {
-  Conv,     // cuDNN convolution (also depthwise as grouped, Dense as 1×1) + epilogue
-  Pad,      // ZeroPadding2D that could not be folded
-  Affine,   // y = act(x * scale[c] + bias[c] + residual_scale * z): unfolded BN, Activation, Add of 2
+  Conv,     // cuDNN convolution (Conv, DepthwiseConv as grouped, Dense as 1×1) + epilogue
+  Pad,      // ZeroPad not folded into a convolution
+  Affine,   // y = act(x * scale[c] + bias[c] + residual_scale * z): Affine, Activation, Add of 2
   Concat,   // last axis
   MaxPool,
   AvgPool,
@@ -41,32 +42,19 @@ enum class OpType {
 };
 const char* to_string(OpType t);
 
-struct Op {
+// One GPU op: the lowered op it runs (its kind, geometry, folded weights, ...) and how. in[0] is
+// the main input (Affine: in[1] = z; Concat: all of them); `out` may equal in[0] for an in-place
+// Affine (an Add's inputs after the second). Dense runs as `rows` images of 1×1.
+struct Op : detail::LoweredOp {
   OpType type = OpType::Affine;
-  std::string name;     // the layer (for messages)
-  std::vector<int> in;  // value slots read (in[0]: main input; Affine: in[1] = z; Concat: all)
-  int out = -1;         // value slot written (may equal in[0] for an in-place Affine)
-  // Geometry per sample, NHWC. For Dense, rows = values / channels of its input and h = w = 1.
-  int rows = 1;
-  int h = 1, w = 1, c = 0, oh = 1, ow = 1, oc = 0;
-  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
-  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   int groups = 1;
   bool explicit_pad = false;  // Conv: pad into scratch (pad_* sides), then convolve with padding 0
-  bool dense = false;         // Conv that came from a Dense layer
-  // Conv from a DepthwiseConv2D run by the backend's own kernel (not cuDNN): float32 weights, any
-  // padding read in place (never explicit_pad), bias/residual/activation in the same pass. Folded
-  // BatchNormalization makes depthwise weights ill-conditioned in fp16 (a large conv sum and bias
-  // cancel), so rounding them would cost about 1 % on MobileNetV2's features.
+  // Conv from a DepthwiseConv2D run by the backend's own kernel (not cuDNN): float32 weights in
+  // Keras order [kh][kw][oc], any padding read in place (never explicit_pad), bias/residual/
+  // activation in the same pass. Folded BatchNormalization makes depthwise weights ill-conditioned
+  // in fp16 (a large conv sum and bias cancel), so rounding them would cost about 1 % on
+  // MobileNetV2's features. Every other Conv holds KRSC weights.
   bool depthwise_kernel = false;
-  ActivationSpec act;         // applied last (Softmax: over the last axis, after everything else)
-  bool fusable = false;       // an activation / residual may still be fused into this op
-  std::vector<float> weights; // Conv: KRSC, float32 (BatchNormalization folded in)
-  std::vector<float> bias;    // per output channel, float32 (empty: none)
-  std::vector<float> scale;   // Affine: per channel (empty: 1)
-  float residual_scale = 1.0f;  // Affine with in[1]: z factor; Conv with residual: z factor
-  int residual = -1;          // Conv: slot added in the epilogue before the activation (-1: none)
-  std::vector<int> in_channels;  // Concat: last-axis width of each input
 
   int padded_h() const { return h + pad_top + pad_bottom; }
   int padded_w() const { return w + pad_left + pad_right; }

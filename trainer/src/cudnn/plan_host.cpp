@@ -73,130 +73,160 @@ void pad_host(const float* x, float* y, std::size_t images, const PadGeometry& g
   }
 }
 
+// The plan's values during one run: the input (in the storage precision, as the GPU converts it)
+// and the plan's buffers, poisoned with NaN so that a value read before it is written shows.
+class HostValues {
+ public:
+  HostValues(const Plan& plan, const float* input, std::size_t nb, DType round_to)
+      : plan_(plan), buffers_(plan.buffer_size.size()) {
+    for (std::size_t b = 0; b < buffers_.size(); ++b) buffers_[b].assign(plan.buffer_size[b] * nb, std::nanf(""));
+    const std::size_t in_size = plan.slot_size[static_cast<std::size_t>(plan.input_slot)];
+    input_.assign(input, input + in_size * nb);
+    round_all(input_.data(), input_.size(), round_to);
+  }
+
+  float* operator()(int slot) {
+    if (slot == plan_.input_slot) return input_.data();
+    const int b = plan_.slot_buffer[static_cast<std::size_t>(slot)];
+    if (b < 0) throw Error("run_plan_host: slot " + std::to_string(slot) + " has no buffer");
+    return buffers_[static_cast<std::size_t>(b)].data();
+  }
+
+ private:
+  const Plan& plan_;
+  std::vector<float> input_;
+  std::vector<std::vector<float>> buffers_;
+};
+
+// What every op needs besides its own values.
+struct HostRun {
+  std::size_t nb;               // samples
+  DType round_to;               // the storage precision
+  std::vector<float>& scratch;  // the explicit-padding scratch
+};
+
+// The backend's own depthwise kernel: float32 weights [kh][kw][oc], one rounding.
+void depthwise_host(const Op& op, const float* x, const float* z, float* y, const HostRun& run) {
+  const ActParams act = act_params(op.act);
+  const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh, op.kw,
+                            op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
+  const std::size_t oc = static_cast<std::size_t>(op.oc);
+  const std::size_t total = run.nb * static_cast<std::size_t>(op.rows) * op.oh * op.ow * oc;
+  const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+  for (std::size_t e = 0; e < total; ++e) {
+    const float acc = depthwise_sum(HostLoad{x}, op.weights.data(), g, e);
+    y[e] = round_to_storage(affine_value(acc, nullptr, bias, static_cast<int>(e % oc), z != nullptr, z ? z[e] : 0.0f,
+                                         op.residual_scale, act),
+                            run.round_to);
+  }
+}
+
+// cuDNN's part: weights in the storage type, the sum stored in it before the epilogue; an
+// explicit padding copied into the zero-padded scratch first, like on the GPU.
+void cudnn_conv_host(const Op& op, const float* x, const float* z, float* y, const HostRun& run) {
+  const ActParams act = act_params(op.act);
+  const std::size_t imgs = run.nb * static_cast<std::size_t>(op.rows);
+  std::vector<float> w = op.weights;
+  round_all(w.data(), w.size(), run.round_to);
+  int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
+  if (op.explicit_pad) {
+    const int ph = op.padded_h(), pw = op.padded_w();
+    run.scratch.assign(imgs * ph * pw * op.c, 0.0f);
+    pad_host(x, run.scratch.data(), imgs, PadGeometry{h, wd, op.c, ph, pw, op.pad_top, op.pad_left});
+    x = run.scratch.data();
+    h = ph, wd = pw, pt = 0, pl = 0;
+  }
+  const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+  const int cg = op.c / op.groups, og = op.oc / op.groups;
+  for (std::size_t i = 0; i < imgs; ++i)
+    for (int oy = 0; oy < op.oh; ++oy)
+      for (int ox = 0; ox < op.ow; ++ox)
+        for (int o = 0; o < op.oc; ++o) {
+          const int g = o / og;
+          float acc = 0.0f;
+          for (int ky = 0; ky < op.kh; ++ky) {
+            const int iy = oy * op.sh - pt + ky * op.dh;
+            if (iy < 0 || iy >= h) continue;
+            for (int kx = 0; kx < op.kw; ++kx) {
+              const int ix = ox * op.sw - pl + kx * op.dw;
+              if (ix < 0 || ix >= wd) continue;
+              const float* xs = x + ((i * h + iy) * wd + ix) * op.c + static_cast<std::size_t>(g) * cg;
+              const float* ws = w.data() + ((static_cast<std::size_t>(o) * op.kh + ky) * op.kw + kx) * cg;
+              for (int ci = 0; ci < cg; ++ci) acc += xs[ci] * ws[ci];
+            }
+          }
+          acc = round_to_storage(acc, run.round_to);
+          const std::size_t e = ((i * op.oh + oy) * op.ow + ox) * op.oc + o;
+          y[e] = round_to_storage(
+              affine_value(acc, nullptr, bias, o, z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act), run.round_to);
+        }
+}
+
+void affine_host(const Op& op, const float* x, const float* z, float* y, std::size_t total, const HostRun& run) {
+  const ActParams act = act_params(op.act);
+  const float* scale = op.scale.empty() ? nullptr : op.scale.data();
+  const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+  for (std::size_t e = 0; e < total; ++e)
+    y[e] = round_to_storage(affine_value(x[e], scale, bias, static_cast<int>(e % static_cast<std::size_t>(op.c)),
+                                         z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act),
+                            run.round_to);
+}
+
+// Op `op` on the host, writing `total` values to y (Softmax rows are the caller's).
+void run_op_host(const Op& op, HostValues& value, float* y, std::size_t total, const HostRun& run) {
+  switch (op.type) {
+    case OpType::Conv: {
+      const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
+      if (op.depthwise_kernel) return depthwise_host(op, value(op.in[0]), z, y, run);
+      return cudnn_conv_host(op, value(op.in[0]), z, y, run);
+    }
+    case OpType::Pad:
+      return pad_host(value(op.in[0]), y, run.nb, PadGeometry{op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left});
+    case OpType::Affine:
+      return affine_host(op, value(op.in[0]), op.in.size() > 1 ? value(op.in[1]) : nullptr, y, total, run);
+    case OpType::Concat: {
+      const std::size_t rows = static_cast<std::size_t>(op.rows) * run.nb;
+      int off = 0;
+      for (std::size_t k = 0; k < op.in.size(); ++k) {
+        const float* x = value(op.in[k]);
+        const std::size_t n = rows * static_cast<std::size_t>(op.in_channels[k]);
+        for (std::size_t e = 0; e < n; ++e) y[concat_destination(e, op.in_channels[k], op.oc, off)] = x[e];
+        off += op.in_channels[k];
+      }
+      return;
+    }
+    case OpType::MaxPool:
+    case OpType::AvgPool: {
+      const PoolGeometry g{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
+      const HostLoad x{value(op.in[0])};
+      for (std::size_t e = 0; e < total; ++e)
+        y[e] = round_to_storage(pool_value(x, g, op.type == OpType::MaxPool, e), run.round_to);
+      return;
+    }
+    case OpType::Gap: {
+      const ActParams act = act_params(op.act);
+      const HostLoad x{value(op.in[0])};
+      for (std::size_t e = 0; e < total; ++e)
+        y[e] = round_to_storage(apply_act(gap_value(x, op.h * op.w, op.c, e), act), run.round_to);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to) {
   const std::size_t nb = static_cast<std::size_t>(batch);
-  std::vector<std::vector<float>> buffers(plan.buffer_size.size());
-  for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].assign(plan.buffer_size[b] * nb, std::nanf(""));
-  const std::size_t in_size = plan.slot_size[static_cast<std::size_t>(plan.input_slot)];
-  std::vector<float> in(input, input + in_size * nb);
-  round_all(in.data(), in.size(), round_to);  // the GPU converts the input to its storage type
-  auto value = [&](int slot) -> float* {
-    if (slot == plan.input_slot) return in.data();
-    const int b = plan.slot_buffer[static_cast<std::size_t>(slot)];
-    if (b < 0) throw Error("run_plan_host: slot " + std::to_string(slot) + " has no buffer");
-    return buffers[static_cast<std::size_t>(b)].data();
-  };
+  HostValues value(plan, input, nb, round_to);
   std::vector<float> scratch;
-
+  const HostRun run{nb, round_to, scratch};
   for (const Op& op : plan.ops) {
-    const ActParams act = act_params(op.act);
     float* y = value(op.out);
-    const std::size_t out_per = plan.slot_size[static_cast<std::size_t>(op.out)];
-    switch (op.type) {
-      case OpType::Conv: {
-        const float* x = value(op.in[0]);
-        const std::size_t imgs = nb * static_cast<std::size_t>(op.rows);
-        const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
-        if (op.depthwise_kernel) {  // the own kernel's math: float32 weights [kh][kw][oc], one rounding
-          const std::size_t taps = static_cast<std::size_t>(op.kh) * op.kw, oc = static_cast<std::size_t>(op.oc);
-          std::vector<float> wt(op.weights.size());
-          for (std::size_t o = 0; o < oc; ++o)
-            for (std::size_t k = 0; k < taps; ++k) wt[k * oc + o] = op.weights[o * taps + k];
-          const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh,      op.ow,       op.oc, op.kh, op.kw,
-                                    op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
-          const std::size_t total = imgs * op.oh * op.ow * oc;
-          for (std::size_t e = 0; e < total; ++e) {
-            const float acc = depthwise_sum(HostLoad{x}, wt.data(), g, e);
-            y[e] = round_to_storage(affine_value(acc, nullptr, op.bias.empty() ? nullptr : op.bias.data(),
-                                                 static_cast<int>(e % oc), z != nullptr, z ? z[e] : 0.0f,
-                                                 op.residual_scale, act),
-                                    round_to);
-          }
-          break;
-        }
-        // cuDNN's part: weights in the storage type, the sum stored in it before the epilogue.
-        std::vector<float> w = op.weights;
-        round_all(w.data(), w.size(), round_to);
-        int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
-        if (op.explicit_pad) {  // like the GPU: copy into a zero-padded scratch, then no padding
-          const int ph = op.padded_h(), pw = op.padded_w();
-          scratch.assign(imgs * ph * pw * op.c, 0.0f);
-          pad_host(x, scratch.data(), imgs, PadGeometry{h, wd, op.c, ph, pw, op.pad_top, op.pad_left});
-          x = scratch.data();
-          h = ph, wd = pw, pt = 0, pl = 0;
-        }
-        const int cg = op.c / op.groups, og = op.oc / op.groups;
-        for (std::size_t i = 0; i < imgs; ++i)
-          for (int oy = 0; oy < op.oh; ++oy)
-            for (int ox = 0; ox < op.ow; ++ox)
-              for (int o = 0; o < op.oc; ++o) {
-                const int g = o / og;
-                float acc = 0.0f;
-                for (int ky = 0; ky < op.kh; ++ky) {
-                  const int iy = oy * op.sh - pt + ky * op.dh;
-                  if (iy < 0 || iy >= h) continue;
-                  for (int kx = 0; kx < op.kw; ++kx) {
-                    const int ix = ox * op.sw - pl + kx * op.dw;
-                    if (ix < 0 || ix >= wd) continue;
-                    const float* xs = x + ((i * h + iy) * wd + ix) * op.c + static_cast<std::size_t>(g) * cg;
-                    const float* ws = w.data() + ((static_cast<std::size_t>(o) * op.kh + ky) * op.kw + kx) * cg;
-                    for (int ci = 0; ci < cg; ++ci) acc += xs[ci] * ws[ci];
-                  }
-                }
-                acc = round_to_storage(acc, round_to);
-                const std::size_t e = ((i * op.oh + oy) * op.ow + ox) * op.oc + o;
-                y[e] = round_to_storage(affine_value(acc, nullptr, op.bias.empty() ? nullptr : op.bias.data(), o,
-                                                     z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act),
-                                        round_to);
-              }
-        break;
-      }
-      case OpType::Pad:
-        pad_host(value(op.in[0]), y, nb, PadGeometry{op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left});
-        break;
-      case OpType::Affine: {
-        const float* x = value(op.in[0]);
-        const float* z = op.in.size() > 1 ? value(op.in[1]) : nullptr;
-        const std::size_t total = out_per * nb;
-        for (std::size_t e = 0; e < total; ++e)
-          y[e] = round_to_storage(affine_value(x[e], op.scale.empty() ? nullptr : op.scale.data(),
-                                               op.bias.empty() ? nullptr : op.bias.data(),
-                                               static_cast<int>(e % static_cast<std::size_t>(op.c)), z != nullptr,
-                                               z ? z[e] : 0.0f, op.residual_scale, act),
-                                  round_to);
-        break;
-      }
-      case OpType::Concat: {
-        const std::size_t rows = static_cast<std::size_t>(op.rows) * nb;
-        int off = 0;
-        for (std::size_t k = 0; k < op.in.size(); ++k) {
-          const float* x = value(op.in[k]);
-          const std::size_t n = rows * static_cast<std::size_t>(op.in_channels[k]);
-          for (std::size_t e = 0; e < n; ++e) y[concat_destination(e, op.in_channels[k], op.oc, off)] = x[e];
-          off += op.in_channels[k];
-        }
-        break;
-      }
-      case OpType::MaxPool:
-      case OpType::AvgPool: {
-        const PoolGeometry g{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
-        const std::size_t total = out_per * nb;
-        for (std::size_t e = 0; e < total; ++e)
-          y[e] = round_to_storage(pool_value(HostLoad{value(op.in[0])}, g, op.type == OpType::MaxPool, e), round_to);
-        break;
-      }
-      case OpType::Gap: {
-        const std::size_t total = out_per * nb;
-        for (std::size_t e = 0; e < total; ++e)
-          y[e] = round_to_storage(apply_act(gap_value(HostLoad{value(op.in[0])}, op.h * op.w, op.c, e), act), round_to);
-        break;
-      }
-    }
+    const std::size_t total = plan.slot_size[static_cast<std::size_t>(op.out)] * nb;
+    run_op_host(op, value, y, total, run);
     if (op.act.kind == ActKind::Softmax) {
-      softmax_rows(y, out_per * nb / static_cast<std::size_t>(op.oc), op.oc);
-      round_all(y, out_per * nb, round_to);
+      softmax_rows(y, total / static_cast<std::size_t>(op.oc), op.oc);
+      round_all(y, total, round_to);
     }
   }
 

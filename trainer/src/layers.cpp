@@ -1,0 +1,379 @@
+// The per-layer table (layers.hpp): for every layer kind its shape inference, its weights and its
+// lowering rule. The fusion rules are the layers' own: BatchNormalization folds into the
+// conv/dense before it, an activation into the op before it, a 2-input Add into the conv/dense
+// producing one input, a ZeroPadding2D into the convolution reading it (the last two where the
+// backend says it can, LoweringOptions).
+#include "layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+
+#include <stoker/trainer/tensor.hpp>
+
+#include "import.hpp"
+#include "lowering.hpp"
+
+namespace stoker::trainer::detail {
+namespace {
+
+// ---- shape inference ------------------------------------------------------------------------------
+
+void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank) {
+  if (in.size() != rank)
+    fail(n, "expects an input of rank " + std::to_string(rank + 1) + " (with batch), received " +
+                shape_to_string(in) + " per sample");
+}
+
+void need_at_least(const LayerNode& n, const char* what, std::int64_t value, std::int64_t minimum) {
+  if (value < minimum)
+    fail(n, std::string(what) + " must be >= " + std::to_string(minimum) + ", received " + std::to_string(value));
+}
+
+int checked_int(const LayerNode& n, std::int64_t v, const std::string& what) {
+  if (v < 1 || v > kMaxElements) fail(n, what + " " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
+void need_last_axis(const LayerNode& n, int axis, std::size_t rank) {
+  // Keras axes count the batch dimension; the last axis is -1 or rank.
+  if (axis != -1 && axis != static_cast<int>(rank))
+    fail(n, "axis " + std::to_string(axis) + " is not supported (only the last axis, -1)");
+}
+
+const std::vector<int>& one_input(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.size() != 1) fail(n, "expects 1 input, received " + std::to_string(in.size()));
+  if (in[0].empty()) fail(n, "received an input without dimensions");
+  return in[0];
+}
+
+std::vector<int> infer_input(const LayerNode& n, const std::vector<std::vector<int>>&) {
+  if (n.out_shape.empty()) fail(n, "the input has no shape");
+  return n.out_shape;
+}
+
+// Conv2D, DepthwiseConv2D, MaxPooling2D, AveragePooling2D.
+std::vector<int> infer_window(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  need_rank(n, s, 3);
+  const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D;
+  const int dh = conv ? n.dilation_h : 1;
+  const int dw = conv ? n.dilation_w : 1;
+  need_at_least(n, conv ? "kernel_size" : "pool_size", std::min(n.kernel_h, n.kernel_w), 1);
+  need_at_least(n, "strides", std::min(n.stride_h, n.stride_w), 1);
+  need_at_least(n, "dilation_rate", std::min(dh, dw), 1);
+  if (n.kind == LayerKind::Conv2D) need_at_least(n, "filters", n.filters, 1);
+  if (n.kind == LayerKind::DepthwiseConv2D) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+  if ((static_cast<std::int64_t>(n.kernel_h) - 1) * dh + 1 > kMaxElements ||
+      (static_cast<std::int64_t>(n.kernel_w) - 1) * dw + 1 > kMaxElements)
+    fail(n, "kernel " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " with dilation " +
+                std::to_string(dh) + "x" + std::to_string(dw) + " is too large");
+  auto ph = tf_padding(s[0], n.kernel_h, n.stride_h, dh, n.padding);
+  auto pw = tf_padding(s[1], n.kernel_w, n.stride_w, dw, n.padding);
+  if (ph.out <= 0 || pw.out <= 0)
+    fail(n, "window " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " does not fit input " +
+                shape_to_string(s));
+  int c = s[2];
+  if (n.kind == LayerKind::Conv2D) c = n.filters;
+  if (n.kind == LayerKind::DepthwiseConv2D)
+    c = checked_int(n, static_cast<std::int64_t>(s[2]) * n.depth_multiplier, "output channels");
+  return {ph.out, pw.out, c};
+}
+
+std::vector<int> infer_batch_norm(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  need_last_axis(n, n.axis, s.size());
+  return s;
+}
+
+// Activation, Dropout.
+std::vector<int> infer_same(const LayerNode& n, const std::vector<std::vector<int>>& in) { return one_input(n, in); }
+
+std::vector<int> infer_zero_padding(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  need_rank(n, s, 3);
+  need_at_least(n, "padding", std::min({n.pad_top, n.pad_bottom, n.pad_left, n.pad_right}), 0);
+  return {checked_int(n, static_cast<std::int64_t>(s[0]) + n.pad_top + n.pad_bottom, "padded height"),
+          checked_int(n, static_cast<std::int64_t>(s[1]) + n.pad_left + n.pad_right, "padded width"), s[2]};
+}
+
+std::vector<int> infer_add(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.size() < 2) fail(n, "expects at least 2 inputs, received " + std::to_string(in.size()));
+  for (const auto& s : in)
+    if (s != in[0]) fail(n, "input shapes differ: " + shape_to_string(in[0]) + " and " + shape_to_string(s));
+  return in[0];
+}
+
+std::vector<int> infer_scaled_add(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
+  return infer_add(n, in);
+}
+
+std::vector<int> infer_concatenate(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.empty()) fail(n, "expects inputs");
+  if (in[0].empty()) fail(n, "received an input without dimensions");
+  need_last_axis(n, n.axis, in[0].size());
+  auto out = in[0];
+  std::int64_t channels = 0;
+  for (const auto& s : in) {
+    if (s.size() != out.size() || !std::equal(s.begin(), s.end() - 1, out.begin()))
+      fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(s) + " differ outside the last axis");
+    channels += s.back();
+    if (channels > kMaxElements) fail(n, "the concatenated axis is too large");
+  }
+  out.back() = static_cast<int>(channels);
+  return out;
+}
+
+std::vector<int> infer_global_average(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  need_rank(n, s, 3);
+  if (n.keepdims) return {1, 1, s[2]};
+  return {s[2]};
+}
+
+std::vector<int> infer_flatten(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  std::int64_t count = 1;
+  for (int d : s) count *= d;  // the input passed infer_shape's checks: no overflow, fits int
+  return {static_cast<int>(count)};
+}
+
+std::vector<int> infer_dense(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  need_at_least(n, "units", n.filters, 1);
+  auto s = one_input(n, in);
+  s.back() = n.filters;
+  return s;
+}
+
+// ---- weights --------------------------------------------------------------------------------------
+
+WeightShapes no_weights(const LayerNode&, int) { return {}; }
+
+WeightShapes conv_weights(const LayerNode& n, int cin) {
+  if (n.use_bias) return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}, {"bias", {n.filters}}};
+  return {{"kernel", {n.kernel_h, n.kernel_w, cin, n.filters}}};
+}
+
+WeightShapes depthwise_weights(const LayerNode& n, int cin) {
+  if (n.use_bias)
+    return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
+            {"bias", {cin * n.depth_multiplier}}};
+  return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
+}
+
+WeightShapes batch_norm_weights(const LayerNode& n, int cin) {
+  WeightShapes w;
+  if (n.scale) w.push_back({"gamma", {cin}});
+  if (n.use_bias) w.push_back({"beta", {cin}});
+  w.push_back({"moving_mean", {cin}});
+  w.push_back({"moving_variance", {cin}});
+  return w;
+}
+
+WeightShapes dense_weights(const LayerNode& n, int cin) {
+  if (n.use_bias) return {{"kernel", {cin, n.filters}}, {"bias", {n.filters}}};
+  return {{"kernel", {cin, n.filters}}};
+}
+
+// ---- lowering -------------------------------------------------------------------------------------
+
+// Rows of the last axis per sample.
+int rows_of(const std::vector<int>& shape) {
+  return static_cast<int>(Tensor::element_count(shape) / static_cast<std::size_t>(shape.back()));
+}
+
+// A convolution's or pooling's window, with TensorFlow's padding resolved per side on input `in`.
+void set_window(LoweredOp& op, const LayerNode& n, const std::vector<int>& in, int dilation_h, int dilation_w) {
+  op.kh = n.kernel_h, op.kw = n.kernel_w, op.sh = n.stride_h, op.sw = n.stride_w;
+  op.dh = dilation_h, op.dw = dilation_w;
+  const PadInfo ph = tf_padding(in[0], op.kh, op.sh, op.dh, n.padding);
+  const PadInfo pw = tf_padding(in[1], op.kw, op.sw, op.dw, n.padding);
+  op.pad_top = ph.pad_before, op.pad_bottom = ph.pad_after;
+  op.pad_left = pw.pad_before, op.pad_right = pw.pad_after;
+}
+
+// The weights and bias a conv/dense layer holds, and its fused activation.
+void take_weights(LoweredOp& op, const LayerNode& n, const char* kernel) {
+  op.weights = *n.weight(kernel)->data;
+  if (n.use_bias) op.bias = *n.weight("bias")->data;
+  op.act = n.activation;
+}
+
+void lower_input(Lowering& lw, int id) { lw.set_input(id); }
+
+// Dropout (identity at inference), Flatten (the same memory in NHWC).
+void lower_alias(Lowering& lw, int id) { lw.alias(id, lw.input_slot(id, 0)); }
+
+void lower_convolution(Lowering& lw, int id, OpKind kind, const char* kernel) {
+  const LayerNode& node = lw.node(id);
+  LoweredOp& op = lw.emit(kind, id);
+  set_window(op, node, lw.input_shape(id), node.dilation_h, node.dilation_w);
+  const int src = node.inputs[0];
+  if (lw.padding_folded(src)) {  // the conv reads the unpadded value and pads both ways at once
+    const LayerNode& zp = lw.node(src);
+    const std::vector<int>& unpadded = lw.input_shape(src);
+    op.h = unpadded[0], op.w = unpadded[1];
+    op.pad_top += zp.pad_top, op.pad_bottom += zp.pad_bottom;
+    op.pad_left += zp.pad_left, op.pad_right += zp.pad_right;
+  }
+  if (kind == OpKind::DepthwiseConv) op.depth_multiplier = node.depth_multiplier;
+  take_weights(op, node, kernel);
+}
+
+void lower_conv2d(Lowering& lw, int id) { lower_convolution(lw, id, OpKind::Conv, "kernel"); }
+void lower_depthwise(Lowering& lw, int id) { lower_convolution(lw, id, OpKind::DepthwiseConv, "depthwise_kernel"); }
+
+void lower_dense(Lowering& lw, int id) {
+  LoweredOp& op = lw.emit(OpKind::Dense, id);
+  op.h = op.w = op.oh = op.ow = 1;  // over the rows of the last axis, whatever the rank
+  op.rows = rows_of(lw.input_shape(id));
+  take_weights(op, lw.node(id), "kernel");
+}
+
+// Keras' inference BatchNormalization, (x - mean) / sqrt(var + eps) * gamma + beta, as
+// x * scale + shift per channel.
+struct BatchNormAffine {
+  std::vector<double> scale, shift;
+};
+
+BatchNormAffine batch_norm_affine(const LayerNode& node, std::size_t channels) {
+  BatchNormAffine bn{std::vector<double>(channels), std::vector<double>(channels)};
+  const Weight* gamma = node.weight("gamma");
+  const Weight* beta = node.weight("beta");
+  const float* mean = node.weight("moving_mean")->ptr();
+  const float* var = node.weight("moving_variance")->ptr();
+  for (std::size_t i = 0; i < channels; ++i) {
+    bn.scale[i] = (gamma ? double(gamma->ptr()[i]) : 1.0) / std::sqrt(double(var[i]) + double(node.epsilon));
+    bn.shift[i] = (beta ? double(beta->ptr()[i]) : 0.0) - double(mean[i]) * bn.scale[i];
+  }
+  return bn;
+}
+
+// Folds `bn` into a conv/dense producing its input: weights in Keras order (rows × channels, the
+// output channel fastest) and bias (created when the layer had none).
+void fold_into(const BatchNormAffine& bn, std::vector<float>& weights, std::vector<float>& bias) {
+  const std::size_t c = bn.scale.size();
+  if (bias.empty()) bias.assign(c, 0.0f);
+  for (std::size_t r = 0; r < weights.size() / c; ++r)
+    for (std::size_t j = 0; j < c; ++j) weights[r * c + j] = static_cast<float>(weights[r * c + j] * bn.scale[j]);
+  for (std::size_t j = 0; j < c; ++j) bias[j] = static_cast<float>(bias[j] * bn.scale[j] + bn.shift[j]);
+}
+
+void lower_batch_norm(Lowering& lw, int id) {
+  const BatchNormAffine bn = batch_norm_affine(lw.node(id), static_cast<std::size_t>(lw.input_shape(id).back()));
+  const int in = lw.input_slot(id, 0);
+  LoweredOp* p = lw.options().fold_batch_norm ? lw.fusable_producer(in) : nullptr;
+  if (p && fusions(p->kind).batch_norm && p->residual < 0) {
+    fold_into(bn, p->weights, p->bias);
+    lw.alias(id, in);
+    return;
+  }
+  LoweredOp& op = lw.emit(OpKind::Affine, id);
+  op.scale.assign(bn.scale.begin(), bn.scale.end());
+  op.bias.assign(bn.shift.begin(), bn.shift.end());
+}
+
+void lower_activation(Lowering& lw, int id) {
+  const int in = lw.input_slot(id, 0);
+  LoweredOp* p = lw.options().fuse_activations ? lw.fusable_producer(in) : nullptr;
+  if (p && fusions(p->kind).activation) {
+    p->act = lw.node(id).activation;
+    lw.alias(id, in);
+    return;
+  }
+  lw.emit(OpKind::Activation, id).act = lw.node(id).activation;
+}
+
+void lower_zero_padding(Lowering& lw, int id) {
+  const int reader = lw.only_reader(id);
+  const bool into_conv = reader >= 0 && (lw.node(reader).kind == LayerKind::Conv2D ||
+                                         lw.node(reader).kind == LayerKind::DepthwiseConv2D);
+  if (lw.options().fold_zero_padding && into_conv) {  // zeros are what convolution padding means
+    lw.fold_padding(id);
+    return;
+  }
+  const LayerNode& node = lw.node(id);
+  LoweredOp& op = lw.emit(OpKind::ZeroPad, id);
+  op.pad_top = node.pad_top, op.pad_bottom = node.pad_bottom;
+  op.pad_left = node.pad_left, op.pad_right = node.pad_right;
+}
+
+// Adds the input that is computed first to the op producing the other one, when that op can add a
+// residual and the Add is its only reader.
+bool fuse_residual(Lowering& lw, int id) {
+  for (std::size_t k = 0; k < 2; ++k) {
+    const int s = lw.input_slot(id, k), z = lw.input_slot(id, 1 - k);
+    if (s == z) return false;
+    LoweredOp* p = lw.fusable_producer(s);
+    // z must be complete before p runs: in ResNet, Add([shortcut, x]) has the shortcut conv first
+    // in the graph, and x is computed after it.
+    if (p && lw.producer(z) < lw.producer(s) && fusions(p->kind).residual && p->residual < 0) {
+      p->residual = z;
+      p->residual_scale = 1.0f;
+      lw.alias(id, s);
+      return true;
+    }
+  }
+  return false;
+}
+
+void lower_add(Lowering& lw, int id) {
+  if (lw.node(id).inputs.size() == 2 && lw.options().fuse_residual_add && fuse_residual(lw, id)) return;
+  lw.emit(OpKind::Add, id);
+}
+
+void lower_scaled_add(Lowering& lw, int id) { lw.emit(OpKind::Add, id).residual_scale = lw.node(id).residual_scale; }
+
+void lower_concatenate(Lowering& lw, int id) {
+  LoweredOp& op = lw.emit(OpKind::Concat, id);
+  op.rows = rows_of(lw.input_shape(id));
+  for (std::size_t k = 0; k < op.in.size(); ++k) op.in_channels.push_back(lw.input_shape(id, k).back());
+}
+
+void lower_pool(Lowering& lw, int id, OpKind kind) {
+  LoweredOp& op = lw.emit(kind, id);
+  set_window(op, lw.node(id), lw.input_shape(id), 1, 1);
+}
+
+void lower_max_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::MaxPool); }
+void lower_average_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::AvgPool); }
+void lower_global_average(Lowering& lw, int id) { lw.emit(OpKind::GlobalAvgPool, id); }
+
+// ---- the table ------------------------------------------------------------------------------------
+
+constexpr LayerRule kRules[] = {
+    {LayerKind::Input, "Input", infer_input, no_weights, lower_input},
+    {LayerKind::Conv2D, "Conv2D", infer_window, conv_weights, lower_conv2d},
+    {LayerKind::DepthwiseConv2D, "DepthwiseConv2D", infer_window, depthwise_weights, lower_depthwise},
+    {LayerKind::BatchNormalization, "BatchNormalization", infer_batch_norm, batch_norm_weights, lower_batch_norm},
+    {LayerKind::Activation, "Activation", infer_same, no_weights, lower_activation},
+    {LayerKind::ZeroPadding2D, "ZeroPadding2D", infer_zero_padding, no_weights, lower_zero_padding},
+    {LayerKind::Add, "Add", infer_add, no_weights, lower_add},
+    {LayerKind::ScaledAdd, "ScaledAdd", infer_scaled_add, no_weights, lower_scaled_add},
+    {LayerKind::Concatenate, "Concatenate", infer_concatenate, no_weights, lower_concatenate},
+    {LayerKind::MaxPooling2D, "MaxPooling2D", infer_window, no_weights, lower_max_pool},
+    {LayerKind::AveragePooling2D, "AveragePooling2D", infer_window, no_weights, lower_average_pool},
+    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", infer_global_average, no_weights,
+     lower_global_average},
+    {LayerKind::Flatten, "Flatten", infer_flatten, no_weights, lower_alias},
+    {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
+    {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
+};
+
+constexpr bool in_enum_order() {
+  for (std::size_t i = 0; i < std::size(kRules); ++i)
+    if (static_cast<std::size_t>(kRules[i].kind) != i) return false;
+  return true;
+}
+static_assert(in_enum_order(), "kRules: one rule per LayerKind, in the enum's order (layer_rule() indexes it)");
+
+}  // namespace
+
+const LayerRule* layer_rule(LayerKind kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < std::size(kRules) ? &kRules[i] : nullptr;
+}
+
+}  // namespace stoker::trainer::detail
