@@ -7,6 +7,7 @@ packages=(
   libopencv-dev libturbojpeg0-dev libtbb-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhdf5-dev nlohmann-json3-dev libcli11-dev
+  clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include <stoker/error.hpp>
+#include <stoker/core/error.hpp>
 #include <stoker/trainer/tensor.hpp>
 
 #include "layers.hpp"
