@@ -124,21 +124,22 @@ class TrainLog final : public training::TrainObserver {
     progress_.emplace(what, batches);
   }
   void on_features_progress(std::size_t batches, std::size_t images) override {
-    progress_->update(batches, images);
+    if (progress_) progress_->update(batches, images);
     if (meter_) record_throughput(images);  // the training features of an epoch without augmentation
   }
-  void on_features_end() override { progress_->finish(); }
+  void on_features_end() override { finish_progress(); }
   void on_epoch_begin(int epoch, std::size_t batches) override {
     meter_.emplace(gpu_);
     images_ = 0;
+    // Epochs without augmentation train the head only: no bar (epoch 0's feature pass has its own).
     if (batches > 0) progress_.emplace("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c_.epochs), batches);
   }
   void on_train_batch(std::size_t batches, std::size_t images, double loss, double accuracy) override {
-    progress_->update(batches, images, loss, accuracy);
+    if (progress_) progress_->update(batches, images, loss, accuracy);
     record_throughput(images);
   }
   void on_epoch_end(const training::EpochReport& r) override {
-    if (c_.augments()) progress_->finish();
+    finish_progress();
     EpochLog e;
     e.epoch = r.epoch;
     e.features_cached = r.features_cached;
@@ -153,6 +154,10 @@ class TrainLog final : public training::TrainObserver {
   }
 
  private:
+  void finish_progress() {
+    if (progress_) progress_->finish();
+    progress_.reset();
+  }
   void record_throughput(std::size_t images) {
     const auto now = Clock::now();
     const double n = static_cast<double>(images - images_);

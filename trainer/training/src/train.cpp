@@ -26,8 +26,11 @@ class Sources {
  public:
   Sources(const TrainingData& data, const TrainOptions& o, trainer::Model& backbone)
       : data_(data), backbone_(backbone) {
+    // The GPU path's plain-resize loaders must prepare images as the Augmenter does on the CPU.
     train_loader_ = o.loader;
     train_loader_.image_height = train_loader_.image_width = o.prepare.image_size;
+    train_loader_.interpolation = o.prepare.interpolation;
+    train_loader_.keep_aspect_ratio = o.prepare.keep_aspect_ratio;
     train_loader_.label_mode = LabelMode::Sparse;
     val_loader_ = train_loader_;
     val_loader_.shuffle = false;

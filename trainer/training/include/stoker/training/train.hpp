@@ -47,8 +47,8 @@ struct TrainOptions {
   // The random transformations of each training epoch (rotation, shifts, flips... its size,
   // dtype and normalisation are `prepare`'s). None: features are computed once.
   std::optional<AugmentSpec> augmentation;
-  // Batch size, threads, prefetch, seed, cache, bad-sample policy. Its image size, label mode and
-  // transform are set here from `prepare`.
+  // Batch size, threads, prefetch, seed, cache, bad-sample policy. Its image size, interpolation,
+  // aspect-ratio crop, label mode and transform are set from `prepare`.
   LoaderOptions loader;
   int epochs = 10;
   trainer::AdamConfig adam;
