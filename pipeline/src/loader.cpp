@@ -454,14 +454,14 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
     if (cache_ && !hit) {
       switch (cache_->key().kind) {
         case CacheKind::Encoded: cache_->admit_encoded(sample, bytes, stamp); break;
-        case CacheKind::Decoded:
-          cache_->admit_decoded(sample,
-                                cache_outputs_ ? ImageView{reinterpret_cast<const std::uint8_t*>(slot), shape_.height,
-                                                           shape_.width, shape_.channels,
-                                                           static_cast<std::size_t>(shape_.width) * 3}
-                                               : image,
-                                stamp);
+        case CacheKind::Decoded: {
+          // Behind a deterministic transform the entry is its output: the slot's rows, any channel count.
+          const std::size_t row = static_cast<std::size_t>(shape_.width) * static_cast<std::size_t>(shape_.channels);
+          const ImageView output{reinterpret_cast<const std::uint8_t*>(slot), shape_.height, shape_.width,
+                                 shape_.channels, row};
+          cache_->admit_decoded(sample, cache_outputs_ ? output : image, stamp);
           break;
+        }
         case CacheKind::None: break;
       }
     }

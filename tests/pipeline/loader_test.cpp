@@ -468,6 +468,26 @@ TEST(Loader, CachedOutputOfAnotherShapeIsAnIoErrorNamingTheCacheFile) {
   EXPECT_EQ(reader.stats().samples_skipped, 0u);
 }
 
+// A decoded cache behind a deterministic transform keeps the transform's output, copied from the
+// batch slot: a warm epoch must give the cold epoch's pixels for 1 and 4 channels as for 3.
+TEST(Loader, DecodedCacheOfTransformOutputsWithOneThreeOrFourChannels) {
+  Fixture f(5, 2);
+  for (const int channels : {1, 3, 4}) {
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    auto o = small_options();
+    o.cache.kind = CacheKind::Decoded;
+    o.transform = std::make_shared<ChannelTransform>(16, 24, channels, "channels " + std::to_string(channels));
+    Loader loader(f.dataset(), o);
+    ASSERT_EQ(loader.sample_shape().channels, channels);
+    const Delivered cold = run_epoch(loader, 0);
+    const Delivered warm = run_epoch(loader, 0);  // same order, every sample from the cache
+    EXPECT_EQ(loader.stats().cache_hits, 10u);
+    EXPECT_EQ(loader.stats().files_read, 10u);
+    ASSERT_EQ(warm.ids, cold.ids);
+    for (std::size_t i = 0; i < cold.ids.size(); ++i) EXPECT_EQ(warm.pixels[i], cold.pixels[i]) << "sample " << cold.ids[i];
+  }
+}
+
 TEST(Loader, SkipPolicyWithABatchOfOnlyBadFiles) {
   TempDir dir;
   fs::create_directories(dir / "a");
