@@ -1,13 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <new>
 #include <set>
-#include <thread>
 #include <typeinfo>
 
 #include "stoker/error.hpp"
@@ -517,16 +519,90 @@ TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
   EXPECT_TRUE(loader.next());
 }
 
+// The default resize behind a gate: samples after the first batch (no shuffle) wait in apply()
+// until open(). Counts the samples that entered and, on each entry, by how many it exceeds the
+// loader's bound: (buffers released by the consumer + prefetch + 1) batches.
+class GateTransform final : public SampleTransform {
+ public:
+  explicit GateTransform(const LoaderOptions& o)
+      : resize_(o.image_height, o.image_width), batch_(o.batch_size), buffers_(o.prefetch + 1) {}
+  SampleShape output_shape() const override { return resize_.output_shape(); }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override {
+    {
+      std::unique_lock lock(mu_);
+      ++entered_;
+      worst_excess_ = std::max(worst_excess_, entered_ - (released_ + buffers_) * batch_);
+      cv_.notify_all();
+      if (ctx.sample_id >= batch_) cv_.wait(lock, [&] { return open_; });
+    }
+    resize_.apply(src, ctx, dst);
+  }
+  void wait_until_entered(int samples) const {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return entered_ >= samples; });
+  }
+  void open() const {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void releasing_one() const {  // called before the consumer gives a buffer back
+    std::lock_guard lock(mu_);
+    ++released_;
+  }
+  int entered() const {
+    std::lock_guard lock(mu_);
+    return entered_;
+  }
+  int worst_excess() const {
+    std::lock_guard lock(mu_);
+    return worst_excess_;
+  }
+
+ private:
+  ResizeTransform resize_;
+  int batch_, buffers_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable int entered_ = 0, released_ = 0, worst_excess_ = INT_MIN;
+  mutable bool open_ = false;
+};
+
+// More decode threads than the bound, samples held at a gate, the consumer holding the first
+// batch: the loader fills its other buffers and stops there; then, through the epoch, no sample
+// ever starts more than prefetch + 1 batches ahead of the buffers the consumer gave back.
 TEST(Loader, BackpressureBoundsWorkAheadOfTheConsumer) {
-  Fixture f(20, 2);
+  Fixture f(20, 2);  // 40 samples, 10 batches of 4
   auto o = small_options();
-  o.prefetch = 2;
+  o.prefetch = 2;  // 3 buffers: 12 samples before the consumer gives one back
+  o.shuffle = false;
+  o.threads = 16;  // only the loader's backpressure keeps these workers from running ahead
+  const auto gate = std::make_shared<GateTransform>(o);
+  o.transform = gate;
   Loader loader(f.dataset(), o);
+  struct Opener {
+    const GateTransform& gate;
+    ~Opener() { gate.open(); }  // before ~Loader joins the gated tasks, also when an ASSERT returns
+  } opener{*gate};
+
   loader.begin_epoch(0);
-  auto first = loader.next();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // give the workers time to run ahead
-  // At most the held batch + prefetch batches may have been read.
-  EXPECT_LE(loader.stats().files_read, static_cast<std::uint64_t>((o.prefetch + 1) * o.batch_size));
+  std::optional<Batch> held = loader.next();  // the first batch does not wait at the gate
+  ASSERT_TRUE(held);
+  gate->wait_until_entered(12);  // the two other buffers' samples are at the gate
+  EXPECT_EQ(loader.stats().files_read, 12u);
+  EXPECT_EQ(gate->worst_excess(), 0);
+  gate->open();
+  int batches = 1;
+  for (;;) {
+    gate->releasing_one();
+    held.reset();
+    held = loader.next();
+    if (!held) break;
+    ++batches;
+  }
+  EXPECT_EQ(batches, 10);
+  EXPECT_EQ(gate->entered(), 40);
+  EXPECT_LE(gate->worst_excess(), 0) << "a sample started more than prefetch + 1 batches ahead of the consumer";
   EXPECT_EQ(loader.buffer_bytes() % 4096, 0u);
   EXPECT_GE(loader.buffer_bytes(), static_cast<std::size_t>(3 * 4 * 16 * 24 * 3));
 }
