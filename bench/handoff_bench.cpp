@@ -5,21 +5,24 @@
 //
 // 1. The real Loader over a decoded cache of --images generated JPEGs of --size x --size: after
 //    the first epoch a sample is a stat() of its source and one copy into its batch. Reported:
-//    img/s, batches/s, and the consumer's time inside next() + Batch::release() while not waiting
-//    for data, per batch. That time is the consumer's side of the mutex-guarded hand-offs (the
-//    buffer back to the free list, the next ready batch out) plus the refill that submits the
-//    next batch's samples to the oneTBB arena. A sample reaches its batch through the batch's
-//    atomic counter; the last one publishes the batch under the same mutex.
-// 2. The same pattern alone, at the loader's measured batch rate: `threads` producers and one
-//    consumer pass prefetch + 1 buffer tokens around (free -> producer -> ready -> consumer ->
-//    free), each producer computing threads / (loader batches/s) seconds per token, through
+//    img/s, batches/s, the process's CPU time per batch, and the consumer's time per batch inside
+//    next() + Batch::release() while not waiting for data: its side of the mutex-guarded
+//    hand-offs (the buffer back to the free list, the next ready batch out) plus the refill that
+//    submits the next batch's samples to the oneTBB arena. (A sample reaches its batch through
+//    the batch's atomic counter; the last one publishes the batch under the same mutex.)
+// 2. The same pattern alone: P producers and one consumer pass buffer tokens around (free ->
+//    producer -> ready -> consumer -> free) through
 //      - std::mutex + one std::condition_variable (notify_all), as Loader and GpuFeed do;
-//      - boost::lockfree::queue, waiting threads spinning on std::this_thread::yield() (a
-//        lock-free queue has no blocking wait);
-//    and with one producer (the GpuFeed's feeder thread and its consumer, depth 3 tokens) also
-//      - boost::lockfree::spsc_queue.
-//    Reported: tokens/s, and the time per token above the ideal (the work divided among the
-//    producers), paced as above and unpaced (no work: the primitive's own ceiling).
+//      - boost::lockfree::queue, a waiting thread yielding (std::this_thread::yield) or, after a
+//        short spin, sleeping on a futex (std::atomic::wait) that every put bumps: a lock-free
+//        queue has no blocking wait of its own;
+//    for the loader (P = its threads, prefetch + 1 tokens) and for the GpuFeed's ring (P = 1, the
+//    feeder thread, 3 tokens; there also boost::lockfree::spsc_queue). Paced: the producers
+//    compute for the loader's CPU time per batch (measured in the same run) between hand-offs,
+//    split so that every variant asks for the loader's batch rate; unpaced: no work, the
+//    primitive's own ceiling. Reported: tokens/s and the CPU time per token the hand-off costs
+//    (the process's CPU time less the work), both counted the same way whatever else runs on
+//    the machine: CPU time, not wall time.
 // Every figure is the median of --reps runs, the variants interleaved within each run. Built
 // without Boost (bench/CMakeLists.txt finds it optionally) the lock-free rows are left out.
 #include <algorithm>
@@ -40,6 +43,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <opencv2/core.hpp>
@@ -61,6 +66,20 @@ using namespace stoker;
 namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// CPU time of the whole process (every thread), user + system.
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -138,7 +157,8 @@ Dataset make_dataset(const fs::path& root, int images, int size) {
 struct LoaderFigures {
   double images_per_second = 0;
   double batches_per_second = 0;
-  double consumer_ns_per_batch = 0;  // in next() + release(), not waiting for data
+  double cpu_us_per_batch = 0;       // the whole process
+  double consumer_us_per_batch = 0;  // in next() + release(), not waiting for data
 };
 
 // A loader whose decoded cache holds every sample (the first epoch filled it).
@@ -164,6 +184,7 @@ LoaderFigures run_loader(Loader& loader, std::uint64_t& epoch, double seconds) {
   loader.reset_stats();
   std::uint64_t images = 0, batches = 0;
   double in_calls = 0;
+  const double cpu0 = process_cpu_seconds();
   const auto start = Clock::now();
   do {
     loader.begin_epoch(++epoch);
@@ -180,12 +201,15 @@ LoaderFigures run_loader(Loader& loader, std::uint64_t& epoch, double seconds) {
     }
   } while (seconds_since(start) < seconds);
   const double elapsed = seconds_since(start);
+  const double cpu = process_cpu_seconds() - cpu0;
   const LoaderStats st = loader.stats();
   if (st.cache_hits != images) throw Error("a warm epoch missed the cache");
+  const auto n = static_cast<double>(batches);
   LoaderFigures f;
   f.images_per_second = static_cast<double>(images) / elapsed;
-  f.batches_per_second = static_cast<double>(batches) / elapsed;
-  f.consumer_ns_per_batch = std::max(0.0, in_calls - st.consumer_wait_seconds) / static_cast<double>(batches) * 1e9;
+  f.batches_per_second = n / elapsed;
+  f.cpu_us_per_batch = cpu / n * 1e6;
+  f.consumer_us_per_batch = std::max(0.0, in_calls - st.consumer_wait_seconds) / n * 1e6;
   return f;
 }
 
@@ -203,12 +227,14 @@ std::uint64_t compute(std::uint64_t iterations) {
   return x;
 }
 
-double compute_iterations_per_second() {
+// Iterations of compute() per second of this thread's CPU time (not wall time: another process
+// taking the core in between does not count).
+double compute_iterations_per_cpu_second() {
   double best = 0;
   for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    compute(2'000'000);
-    best = std::max(best, 2e6 / seconds_since(t0));
+    const double t0 = thread_cpu_seconds();
+    compute(4'000'000);
+    best = std::max(best, 4e6 / (thread_cpu_seconds() - t0));
   }
   return best;
 }
@@ -306,12 +332,12 @@ using Spsc = boost::lockfree::spsc_queue<int, boost::lockfree::capacity<256>>;
 
 struct RingFigures {
   double tokens_per_second = 0;
-  double ns_over_ideal = 0;  // per token, above work / producers
+  double handoff_cpu_us = 0;  // per token: the process's CPU time less the producers' work
 };
 
 // The consumer takes ready tokens and gives them back for `seconds`; `producers` threads fill them.
 template <typename Ring>
-RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, double work_seconds, double seconds) {
+RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, double work_cpu_seconds, double seconds) {
   Ring ring(tokens);
   std::atomic<std::uint64_t> sink{0};
   std::vector<std::thread> threads;
@@ -331,6 +357,7 @@ RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, d
     ring.put_free(t);
   }
   std::uint64_t items = 0;
+  const double cpu0 = process_cpu_seconds();
   const auto start = Clock::now();
   double elapsed = 0;
   do {
@@ -341,11 +368,13 @@ RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, d
     items += 64;
     elapsed = seconds_since(start);
   } while (elapsed < seconds);
+  const double cpu = process_cpu_seconds() - cpu0;
   ring.stop();
   for (auto& th : threads) th.join();
+  const auto n = static_cast<double>(items);
   RingFigures f;
-  f.tokens_per_second = static_cast<double>(items) / elapsed;
-  f.ns_over_ideal = (elapsed / static_cast<double>(items) - work_seconds / producers) * 1e9;
+  f.tokens_per_second = n / elapsed;
+  f.handoff_cpu_us = (cpu / n - work_cpu_seconds) * 1e6;
   return f;
 }
 
@@ -353,7 +382,7 @@ struct Variant {
   std::string name;
   int producers;
   int tokens;
-  std::function<RingFigures(std::uint64_t, double, double)> run;  // (work iterations, work seconds, seconds)
+  std::function<RingFigures(std::uint64_t, double, double)> run;  // (work iterations, work CPU s, seconds)
 };
 
 }  // namespace
@@ -372,7 +401,7 @@ int main(int argc, char** argv) try {
   } cleanup{dir, own_dir};
   const Dataset ds = make_dataset(dir, a.images, a.size);
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency());
-  const double iterations_per_second = compute_iterations_per_second();
+  const double iterations_per_second = compute_iterations_per_cpu_second();
 
   std::printf("handoff_bench: %d generated %dx%d JPEGs, decoded cache (warm epochs), %d loader threads, prefetch %d\n",
               a.images, a.size, a.size, threads, a.prefetch);
@@ -384,11 +413,8 @@ int main(int argc, char** argv) try {
   for (const int batch : a.batches) {
     auto loader = warm_loader(ds, a, batch);
     std::uint64_t epoch = 0;
-    // The pace of the hand-offs alone: the loader's batch rate (one calibration run).
-    const LoaderFigures pace = run_loader(*loader, epoch, a.seconds);
-    const double producer_seconds = threads / pace.batches_per_second;  // per batch, per producer
-    const double feeder_seconds = 1.0 / pace.batches_per_second;        // the GpuFeed's one feeder
-    auto iterations = [&](double s) { return static_cast<std::uint64_t>(s * iterations_per_second); };
+    // The producers' work in the paced runs: the loader's CPU time per batch (a calibration run).
+    const double cpu_per_batch = run_loader(*loader, epoch, a.seconds).cpu_us_per_batch * 1e-6;
 
     // The loader's topology (its decode threads and the consumer), then the GpuFeed's (one feeder
     // thread, a ring of depth 3, the consumer).
@@ -405,42 +431,44 @@ int main(int argc, char** argv) try {
 #endif
     add.operator()<MutexRing>("std::mutex + condition_variable", 1, 3);
 #if defined(STOKER_BENCH_HAVE_BOOST_LOCKFREE)
+    add.operator()<LockfreeRing<Mpmc, Wait::Futex>>("boost::lockfree::queue, atomic wait", 1, 3);
     add.operator()<LockfreeRing<Spsc, Wait::Yield>>("boost::lockfree::spsc_queue, yield", 1, 3);
     add.operator()<LockfreeRing<Spsc, Wait::Futex>>("boost::lockfree::spsc_queue, atomic wait", 1, 3);
 #endif
 
-    std::vector<double> img_s, batch_s, consumer_ns;
-    std::vector<std::vector<double>> paced_rate(variants.size()), paced_over(variants.size()),
-        unpaced_rate(variants.size()), unpaced_over(variants.size());
+    std::vector<double> img_s, batch_s, cpu_us, consumer_us;
+    std::vector<std::vector<double>> paced_rate(variants.size()), paced_cpu(variants.size()),
+        bare_rate(variants.size()), bare_cpu(variants.size());
     for (int r = 0; r < a.reps; ++r) {
       const LoaderFigures f = run_loader(*loader, epoch, a.seconds);
       img_s.push_back(f.images_per_second);
       batch_s.push_back(f.batches_per_second);
-      consumer_ns.push_back(f.consumer_ns_per_batch);
+      cpu_us.push_back(f.cpu_us_per_batch);
+      consumer_us.push_back(f.consumer_us_per_batch);
       for (std::size_t v = 0; v < variants.size(); ++v) {
-        const double work = variants[v].producers == 1 ? feeder_seconds : producer_seconds;
-        const RingFigures paced = variants[v].run(iterations(work), work, a.seconds);
+        // P producers at the loader's batch rate: P tokens in flight per loader batch time.
+        const double work = cpu_per_batch * variants[v].producers / threads;
+        const RingFigures paced = variants[v].run(static_cast<std::uint64_t>(work * iterations_per_second), work, a.seconds);
         paced_rate[v].push_back(paced.tokens_per_second);
-        paced_over[v].push_back(paced.ns_over_ideal);
+        paced_cpu[v].push_back(paced.handoff_cpu_us);
         const RingFigures bare = variants[v].run(0, 0, a.seconds);
-        unpaced_rate[v].push_back(bare.tokens_per_second);
-        unpaced_over[v].push_back(bare.ns_over_ideal);
+        bare_rate[v].push_back(bare.tokens_per_second);
+        bare_cpu[v].push_back(bare.handoff_cpu_us);
       }
     }
 
-    const double period_ns = 1e9 / median(batch_s);
-    std::printf("batch %d: the real Loader, warm epochs\n", batch);
-    std::printf("  %12s %12s %36s\n", "img/s", "batches/s", "consumer ns/batch in next()+release()");
-    std::printf("  %12.0f %12.0f %14.0f (%.1f%% of a batch period, not waiting)\n\n", median(img_s), median(batch_s),
-                median(consumer_ns), 100.0 * median(consumer_ns) / period_ns);
-    std::printf("batch %d: the hand-off alone at the loader's pace: %d producers working %.2f us per token each, "
-                "1 producer %.2f us\n", batch, threads, producer_seconds * 1e6, feeder_seconds * 1e6);
-    std::printf("  %-42s %9s %6s %14s %14s %16s %14s\n", "hand-off", "producers", "tokens", "paced tokens/s",
-                "ns/token extra", "unpaced tokens/s", "ns/token");
+    std::printf("batch %d, the real Loader (warm epochs):\n", batch);
+    std::printf("  %10s %10s %14s %36s\n", "img/s", "batches/s", "CPU us/batch", "consumer us/batch in next()+release()");
+    std::printf("  %10.0f %10.0f %14.2f %14.2f (not waiting)\n\n", median(img_s), median(batch_s), median(cpu_us),
+                median(consumer_us));
+    std::printf("batch %d, the hand-off alone; paced: each of %d producers computes %.2f CPU us per token, a single one %.2f\n",
+                batch, threads, cpu_per_batch * 1e6, cpu_per_batch / threads * 1e6);
+    std::printf("  %-42s %9s %6s %10s %18s %10s %18s\n", "hand-off", "producers", "tokens", "paced /s",
+                "hand-off CPU us", "unpaced /s", "hand-off CPU us");
     for (std::size_t v = 0; v < variants.size(); ++v) {
-      std::printf("  %-42s %9d %6d %14.0f %14.0f %16.0f %14.0f\n", variants[v].name.c_str(), variants[v].producers,
-                  variants[v].tokens, median(paced_rate[v]), median(paced_over[v]), median(unpaced_rate[v]),
-                  median(unpaced_over[v]));
+      std::printf("  %-42s %9d %6d %10.0f %18.2f %10.0f %18.2f\n", variants[v].name.c_str(), variants[v].producers,
+                  variants[v].tokens, median(paced_rate[v]), median(paced_cpu[v]), median(bare_rate[v]),
+                  median(bare_cpu[v]));
     }
     std::printf("\n");
   }
