@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <typeinfo>
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
@@ -88,6 +90,16 @@ struct BlockDeleter {
   void operator()(std::byte* p) const noexcept { allocator->deallocate(p, bytes); }
 };
 
+// What went wrong with one sample of a batch. Only the sample's own read or decode failure (a
+// DecodeError naming its file) is a bad sample that BadSamplePolicy::Skip leaves out; anything else
+// (out of memory, a cache or transform error, a misconfiguration) stops the epoch under either
+// policy, and next() throws it as the type it was thrown with.
+struct SampleFailure {
+  std::exception_ptr error;  // null: the sample is in its slot
+  bool bad_sample = false;
+  std::string reason;  // a bad sample's DecodeError::reason()
+};
+
 // One batch buffer and the state of the batch being filled in it.
 struct Slot {
   enum class State { Free, Filling, Ready, Held };
@@ -95,7 +107,7 @@ struct Slot {
   std::vector<float> labels;
   std::vector<std::int32_t> classes;
   std::vector<std::int64_t> ids;
-  std::vector<std::string> failures;  // per position; empty = decoded fine
+  std::vector<SampleFailure> failures;  // per position
 
   State state = State::Free;
   std::int64_t batch_index = -1;
@@ -103,7 +115,7 @@ struct Slot {
   int planned = 0;  // samples assigned to this batch
   int size = 0;     // samples delivered (after skipped ones are compacted away)
   std::atomic<int> pending{0};
-  std::optional<DecodeError> error;  // BadSamplePolicy::Fail: the first failure in batch order
+  std::exception_ptr error;  // the first failure in batch order that stops the epoch
   std::vector<SkippedSample> skipped;
 };
 
@@ -172,7 +184,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::int64_t next_submit_ = 0;
   std::int64_t next_deliver_ = 0;
   bool cache_saved_ = false;  // this epoch's end already wrote the cache file
-  std::optional<DecodeError> failed_;
+  std::exception_ptr failed_;  // what stopped this epoch: next() throws it until begin_epoch()
   int inflight_batches_ = 0;
 };
 
@@ -292,7 +304,7 @@ void LoaderCore::begin_epoch(std::uint64_t epoch) {
   next_submit_ = 0;
   next_deliver_ = 0;
   cache_saved_ = false;
-  failed_.reset();
+  failed_ = nullptr;
   skipped_.clear();
   epoch_active_ = true;
   refill_locked();
@@ -311,9 +323,9 @@ void LoaderCore::refill_locked() {
     s.epoch = epoch_;
     s.planned = count;
     s.size = 0;
-    s.error.reset();
+    s.error = nullptr;
     s.skipped.clear();
-    for (int p = 0; p < count; ++p) s.failures[static_cast<std::size_t>(p)].clear();
+    for (int p = 0; p < count; ++p) s.failures[static_cast<std::size_t>(p)] = {};
     s.pending.store(count);
     submitted_.push_back(si);
     ++inflight_batches_;
@@ -326,21 +338,61 @@ void LoaderCore::refill_locked() {
   }
 }
 
+namespace {
+
+// `error` again, of the same type, its message ending with the sample it was thrown for, so that
+// "ResizeTransform expects 3 channels" says which file. Only stoker's own exception types can be
+// rebuilt so; any other (std::bad_alloc, a caller's own type) is kept as it is.
+std::exception_ptr naming_sample(const std::exception_ptr& error, const std::string& path) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    const std::string what = std::string(e.what()) + " (loading " + path + ")";
+    const std::type_info& type = typeid(e);
+    if (type == typeid(InvalidArgument)) return std::make_exception_ptr(InvalidArgument(what));
+    if (type == typeid(IoError)) return std::make_exception_ptr(IoError(what));
+    if (type == typeid(BadAlloc)) return std::make_exception_ptr(BadAlloc(what));
+    if (type == typeid(DatasetError)) return std::make_exception_ptr(DatasetError(what));
+    if (type == typeid(CudaError)) {
+      return std::make_exception_ptr(CudaError(what, static_cast<const CudaError&>(e).code()));
+    }
+    if (type == typeid(Error)) return std::make_exception_ptr(Error(what));
+  } catch (...) {
+  }
+  return error;
+}
+
+// Files the failure of the sample read from `path`. Never throws: it is a oneTBB task's last word.
+void record_failure(SampleFailure& failure, const std::exception_ptr& error, const std::string& path) noexcept {
+  failure.error = error;
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const DecodeError& e) {
+      // A DecodeError about another file (one a transform reads itself) is not this sample's.
+      failure.bad_sample = e.path() == path;
+      if (failure.bad_sample) failure.reason = e.reason();
+    } catch (...) {
+      failure.error = naming_sample(error, path);
+    }
+  } catch (...) {
+    // Out of memory while filing it: the error as thrown stops the epoch.
+    failure.error = error;
+    failure.bad_sample = false;
+  }
+}
+
+}  // namespace
+
 void LoaderCore::run_sample(int si, int position, std::uint32_t sample, std::uint64_t generation) {
   Slot& s = *slots_[static_cast<std::size_t>(si)];
   if (generation == generation_.load()) {
-    std::string failure;
     try {
       process_sample(s, position, sample);
-    } catch (const DecodeError& e) {
-      failure = e.reason();
-    } catch (const std::exception& e) {
-      failure = e.what();
-      if (failure.empty()) failure = "unknown error";
     } catch (...) {
-      failure = "unknown error";
+      record_failure(s.failures[static_cast<std::size_t>(position)], std::current_exception(),
+                     dataset_.samples[sample].path);
     }
-    s.failures[static_cast<std::size_t>(position)] = std::move(failure);
   }
   if (s.pending.fetch_sub(1) == 1) finish_batch(si, generation);
 }
@@ -359,8 +411,18 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
 
   if (hit && cache_outputs_) {
     // The transform's output was cached: the warm path is one copy into the slot.
+    const ImageView& cached = hit->decoded;
+    if (cached.height != shape_.height || cached.width != shape_.width || cached.channels != shape_.channels) {
+      // Only a cache file can hold such an entry: written by a transform with the same
+      // cache_identity() but another output shape.
+      auto dims = [](int h, int w, int c) { return std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c); };
+      throw IoError(options_.cache.file.string() + ": the cached output is " +
+                    dims(cached.height, cached.width, cached.channels) + ", the transform makes " +
+                    dims(shape_.height, shape_.width, shape_.channels) +
+                    " (its cache_identity() does not name its output shape); delete the cache file");
+    }
     const auto t0 = Clock::now();
-    std::memcpy(slot, hit->decoded.data, shape_.bytes());
+    std::memcpy(slot, cached.data, shape_.bytes());
     counters_.transform_ns += elapsed_ns(t0);
   } else {
     // Decoded hit: no read, no decode. Encoded hit: decode only. Miss: read and decode, then offer
@@ -392,14 +454,14 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
     if (cache_ && !hit) {
       switch (cache_->key().kind) {
         case CacheKind::Encoded: cache_->admit_encoded(sample, bytes, stamp); break;
-        case CacheKind::Decoded:
-          cache_->admit_decoded(sample,
-                                cache_outputs_ ? ImageView{reinterpret_cast<const std::uint8_t*>(slot), shape_.height,
-                                                           shape_.width, shape_.channels,
-                                                           static_cast<std::size_t>(shape_.width) * 3}
-                                               : image,
-                                stamp);
+        case CacheKind::Decoded: {
+          // Behind a deterministic transform the entry is its output: the slot's rows, any channel count.
+          const std::size_t row = static_cast<std::size_t>(shape_.width) * static_cast<std::size_t>(shape_.channels);
+          const ImageView output{reinterpret_cast<const std::uint8_t*>(slot), shape_.height, shape_.width,
+                                 shape_.channels, row};
+          cache_->admit_decoded(sample, cache_outputs_ ? output : image, stamp);
           break;
+        }
         case CacheKind::None: break;
       }
     }
@@ -439,18 +501,17 @@ void LoaderCore::finish_batch(int si, std::uint64_t generation) {
     const std::int64_t begin = s.batch_index * options_.batch_size;
     int out = 0;
     for (int p = 0; p < s.planned; ++p) {
-      const auto& why = s.failures[static_cast<std::size_t>(p)];
-      if (why.empty()) {
+      const SampleFailure& failure = s.failures[static_cast<std::size_t>(p)];
+      if (!failure.error) {
         if (out != p) move_sample(s, p, out);
         ++out;
         continue;
       }
-      const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
-      const std::string& path = dataset_.samples[sample].path;
-      if (options_.on_bad_sample == BadSamplePolicy::Fail) {
-        if (!s.error) s.error.emplace(path, why);
-      } else {
-        s.skipped.push_back({static_cast<std::int64_t>(sample), path, why});
+      if (failure.bad_sample && options_.on_bad_sample == BadSamplePolicy::Skip) {
+        const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
+        s.skipped.push_back({static_cast<std::int64_t>(sample), dataset_.samples[sample].path, failure.reason});
+      } else if (!s.error) {
+        s.error = failure.error;
       }
     }
     s.size = out;
@@ -470,7 +531,7 @@ std::optional<Batch> LoaderCore::next() {
   std::unique_lock lock(mu_);
   if (!epoch_active_) throw Error("Loader::next() called before begin_epoch()");
   for (;;) {
-    if (failed_) throw *failed_;
+    if (failed_) std::rethrow_exception(failed_);
     if (next_deliver_ >= batches_per_epoch_) {
       // A complete epoch: persist what the cache learned (no task is running now).
       if (cache_ && !cache_saved_) {
@@ -500,12 +561,11 @@ std::optional<Batch> LoaderCore::next() {
     counters_.skipped += s.skipped.size();
     s.skipped.clear();
     if (s.error) {
-      failed_ = std::move(s.error);
-      s.error.reset();
+      failed_ = std::exchange(s.error, nullptr);
       s.state = Slot::State::Free;
       free_slots_.push_back(si);
-      cancel_locked();
-      throw *failed_;
+      cancel_locked();  // in-flight samples stop early; begin_epoch() or the destructor joins them
+      std::rethrow_exception(failed_);
     }
     if (s.size == 0) {  // every sample of this batch was skipped
       s.state = Slot::State::Free;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/loader.hpp"
@@ -71,6 +72,38 @@ TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
     aug->apply(v, SampleContext{42, 0, id}, want.data());
     EXPECT_EQ(one.at(id), want) << "sample " << id;
   }
+}
+
+// An augmenter made for grayscale input behind the RGB decoder is a configuration error, not 24 bad
+// files: under the skip policy too, the first next() throws the augmenter's InvalidArgument (it
+// used to skip every sample and deliver an empty epoch).
+TEST(AugmentInLoader, AnAugmenterForAnotherChannelCountStopsTheEpochUnderSkip) {
+  test::TempDir dir;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 12; ++i) {
+      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(50, 60, i));
+    }
+  }
+  AugmentSpec s = keras_example_augmentation(32, 32);
+  s.channels = 1;
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.threads = 2;
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  o.transform = std::make_shared<const Augmenter>(s);
+  Loader loader(dataset_from_directory(dir.path()), o);
+  loader.begin_epoch(0);
+  try {
+    int batches = 0;
+    while (auto b = loader.next()) ++batches;
+    FAIL() << "the epoch ended after " << batches << " batches, " << loader.stats().samples_skipped << " skipped";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("Augmenter: source has 3 channels, expected 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("(loading " + dir.path().string()), std::string::npos) << what;
+  }
+  EXPECT_EQ(loader.stats().samples_skipped, 0u);
 }
 
 }  // namespace

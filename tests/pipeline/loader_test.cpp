@@ -1,10 +1,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <new>
 #include <set>
-#include <thread>
+#include <typeinfo>
 
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
@@ -250,6 +256,240 @@ TEST(Loader, SkipPolicyCountsBadFilesAndNeverLeavesAGarbageSlot) {
   }
 }
 
+// The default resize, except that in epoch 0 sample `fail_id` (every sample when it is negative)
+// throws what `raise` throws: a transform that is misconfigured or runs out of memory.
+class ThrowingTransform final : public SampleTransform {
+ public:
+  ThrowingTransform(const LoaderOptions& o, std::function<void()> raise, std::int64_t fail_id)
+      : resize_(o.image_height, o.image_width, o.interpolation), raise_(std::move(raise)), fail_id_(fail_id) {}
+  SampleShape output_shape() const override { return resize_.output_shape(); }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override {
+    if (ctx.epoch == 0 && (fail_id_ < 0 || ctx.sample_id == fail_id_)) raise_();
+    resize_.apply(src, ctx, dst);
+  }
+
+ private:
+  ResizeTransform resize_;
+  std::function<void()> raise_;
+  std::int64_t fail_id_;
+};
+
+// An epoch run to its end or to its first error.
+struct EpochResult {
+  std::exception_ptr error;  // null: the epoch ended normally
+  std::size_t samples = 0;
+};
+
+EpochResult try_epoch(Loader& loader, std::uint64_t epoch) {
+  EpochResult r;
+  loader.begin_epoch(epoch);
+  try {
+    while (auto b = loader.next()) r.samples += static_cast<std::size_t>(b->size());
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+  return r;
+}
+
+// Under both policies a transform throwing E stops epoch 0 with exactly E, whose message holds
+// `in_message`; nothing is counted as skipped; next() keeps throwing it; epoch 1 (where the
+// transform no longer throws) delivers every sample; the loader can be destroyed right after the
+// throw, with the rest of the epoch in flight.
+template <typename E>
+void expect_epoch_stops_with(const Dataset& ds, const std::function<void()>& raise, std::int64_t fail_id,
+                             const std::string& in_message) {
+  for (const auto policy : {BadSamplePolicy::Skip, BadSamplePolicy::Fail}) {
+    SCOPED_TRACE(policy == BadSamplePolicy::Skip ? "skip" : "fail");
+    auto o = small_options();
+    o.shuffle = false;
+    o.on_bad_sample = policy;
+    o.transform = std::make_shared<ThrowingTransform>(o, raise, fail_id);
+    Loader loader(ds, o);
+    const EpochResult r = try_epoch(loader, 0);
+    ASSERT_TRUE(r.error) << "the epoch ended without an error after " << r.samples << " samples";
+    try {
+      std::rethrow_exception(r.error);
+    } catch (const E& e) {
+      EXPECT_EQ(typeid(e), typeid(E)) << typeid(e).name();
+      EXPECT_NE(std::string(e.what()).find(in_message), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "stopped with " << typeid(e).name() << ": " << e.what();
+    }
+    EXPECT_EQ(loader.stats().samples_skipped, 0u);
+    EXPECT_TRUE(loader.skipped().empty());
+    EXPECT_THROW(loader.next(), E);  // sticky until the next epoch
+    const EpochResult again = try_epoch(loader, 1);
+    EXPECT_FALSE(again.error);
+    EXPECT_EQ(again.samples, ds.size());
+  }
+  auto o = small_options();
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  o.transform = std::make_shared<ThrowingTransform>(o, raise, fail_id);
+  Loader loader(ds, o);
+  EXPECT_TRUE(try_epoch(loader, 0).error);
+}  // ~Loader joins the cancelled tasks
+
+TEST(Loader, OnlyASamplesOwnDecodeErrorIsABadSampleOtherErrorsKeepTheirType) {
+  Fixture f(10, 2);  // 20 samples, 5 batches of 4: work is in flight when sample 5 throws
+  const Dataset ds = f.dataset();
+  const std::string sample5 = ds.samples[5].path;
+  // A misconfigured transform fails on every sample: under skip that used to be an empty epoch.
+  expect_epoch_stops_with<InvalidArgument>(
+      ds, [] { throw InvalidArgument("the transform needs 4 channels, the decoder gives 3"); }, -1,
+      "needs 4 channels, the decoder gives 3 (loading " + ds.samples[0].path + ")");
+  expect_epoch_stops_with<BadAlloc>(
+      ds, [] { throw BadAlloc("cannot allocate 1073741824 bytes of transform scratch"); }, 5,
+      "1073741824 bytes of transform scratch (loading " + sample5 + ")");
+  expect_epoch_stops_with<std::bad_alloc>(ds, [] { throw std::bad_alloc(); }, 5, "bad_alloc");
+  expect_epoch_stops_with<IoError>(
+      ds, [] { throw IoError("/models/lut.bin: cannot read the colour table"); }, 5,
+      "/models/lut.bin: cannot read the colour table (loading " + sample5 + ")");
+  // A DecodeError about a file other than the sample's (one the transform reads) is not a bad sample.
+  const std::string lut = (f.dir / "lut.png").string();
+  expect_epoch_stops_with<DecodeError>(ds, [&] { throw DecodeError(lut, "not an image"); }, 5, lut + ": not an image");
+}
+
+// A JPEG whose header is intact but whose entropy-coded data is cut off: skip leaves it out and
+// counts it; fail stops the epoch with a DecodeError naming it.
+TEST(Loader, CorruptJpegIsSkippedAndCountedOrFailsNamingTheFile) {
+  Fixture f(4, 2);
+  auto jpeg = test::read_bytes(f.dir / "class0" / "img1.jpg");
+  jpeg.resize(jpeg.size() / 2);
+  const fs::path corrupt = f.dir / "class1" / "corrupt.jpg";
+  test::write_bytes(corrupt, jpeg);
+  const Dataset ds = f.dataset();
+  ASSERT_EQ(ds.size(), 9u);
+
+  auto o = small_options();
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  Loader skipping(ds, o);
+  const Delivered d = run_epoch(skipping, 0);
+  EXPECT_EQ(d.ids.size(), 8u);
+  EXPECT_EQ(skipping.stats().samples_skipped, 1u);
+  const auto skipped = skipping.skipped();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].path, corrupt.string());
+  EXPECT_NE(skipped[0].reason.find("corrupt or truncated JPEG data"), std::string::npos) << skipped[0].reason;
+
+  o.on_bad_sample = BadSamplePolicy::Fail;
+  Loader failing(ds, o);
+  const EpochResult r = try_epoch(failing, 0);
+  ASSERT_TRUE(r.error);
+  try {
+    std::rethrow_exception(r.error);
+  } catch (const DecodeError& e) {
+    EXPECT_EQ(e.path(), corrupt.string());
+    EXPECT_NE(e.reason().find("corrupt or truncated JPEG data"), std::string::npos) << e.reason();
+    EXPECT_EQ(std::string(e.what()).rfind(corrupt.string() + ": ", 0), 0u) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stopped with " << typeid(e).name() << ": " << e.what();
+  }
+}
+
+// The cache file is written when an epoch ends; its folder removed after the loader checked it is
+// an IoError naming the file from that next(), under skip too, after every batch was delivered.
+TEST(Loader, CacheFileThatCannotBeWrittenIsAnIoErrorAtTheEndOfTheEpoch) {
+  Fixture f(5, 2);
+  TempDir cache_dir;
+  const fs::path folder = cache_dir / "cache";
+  fs::create_directories(folder);
+  auto o = small_options();
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  o.cache.kind = CacheKind::Decoded;
+  o.cache.file = folder / "train.stkc";
+  Loader loader(f.dataset(), o);
+  fs::remove_all(folder);
+  loader.begin_epoch(0);
+  std::size_t samples = 0;
+  try {
+    while (auto b = loader.next()) samples += static_cast<std::size_t>(b->size());
+    ADD_FAILURE() << "the cache file's folder is gone, yet the epoch ended without an error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(o.cache.file.string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(samples, 10u);
+  EXPECT_EQ(loader.stats().samples_skipped, 0u);
+  // The entries are still in RAM: the next epoch is served from them.
+  EXPECT_EQ(run_epoch(loader, 1).ids.size(), 10u);
+  EXPECT_EQ(loader.stats().cache_hits, 10u);
+}
+
+// A deterministic transform of any channel count: nearest-neighbour resize of the decoded RGB
+// image; channel c is source channel c, or (for a 4th) the inverse of the first.
+class ChannelTransform final : public SampleTransform {
+ public:
+  ChannelTransform(int height, int width, int channels, std::string identity)
+      : shape_{height, width, channels, DType::U8, Layout::NHWC}, identity_(std::move(identity)) {}
+  SampleShape output_shape() const override { return shape_; }
+  std::string cache_identity() const override { return identity_; }
+  void apply(const ImageView& src, const SampleContext&, std::byte* dst) const override {
+    auto* out = reinterpret_cast<std::uint8_t*>(dst);
+    for (int y = 0; y < shape_.height; ++y) {
+      const std::uint8_t* row = src.row(y * src.height / shape_.height);
+      for (int x = 0; x < shape_.width; ++x) {
+        const std::uint8_t* px = row + static_cast<std::size_t>(x * src.width / shape_.width) * 3;
+        for (int c = 0; c < shape_.channels; ++c) *out++ = c < 3 ? px[c] : static_cast<std::uint8_t>(255 - px[0]);
+      }
+    }
+  }
+
+ private:
+  SampleShape shape_;
+  std::string identity_;
+};
+
+// Entries of a cache file written by a transform with the same cache_identity() but another output
+// shape would be copied past their end: an IoError naming the cache file, under skip too.
+TEST(Loader, CachedOutputOfAnotherShapeIsAnIoErrorNamingTheCacheFile) {
+  Fixture f(4, 2);
+  TempDir cache_dir;
+  auto o = small_options();
+  o.cache.kind = CacheKind::Decoded;
+  o.cache.file = cache_dir / "train.stkc";
+  o.transform = std::make_shared<ChannelTransform>(16, 24, 3, "my-transform");
+  {
+    Loader writer(f.dataset(), o);
+    run_epoch(writer, 0);
+  }
+  ASSERT_TRUE(fs::exists(o.cache.file));
+  o.transform = std::make_shared<ChannelTransform>(16, 24, 1, "my-transform");  // the identity forgot the channels
+  o.on_bad_sample = BadSamplePolicy::Skip;
+  Loader reader(f.dataset(), o);
+  ASSERT_NE(reader.cache_status().find("8 of 8 samples"), std::string::npos) << reader.cache_status();
+  const EpochResult r = try_epoch(reader, 0);
+  ASSERT_TRUE(r.error) << "the epoch ended without an error after " << r.samples << " samples";
+  try {
+    std::rethrow_exception(r.error);
+  } catch (const IoError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(o.cache.file.string() + ": the cached output is 16x24x3, the transform makes 16x24x1", 0), 0u)
+        << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stopped with " << typeid(e).name() << ": " << e.what();
+  }
+  EXPECT_EQ(reader.stats().samples_skipped, 0u);
+}
+
+// A decoded cache behind a deterministic transform keeps the transform's output, copied from the
+// batch slot: a warm epoch must give the cold epoch's pixels for 1 and 4 channels as for 3.
+TEST(Loader, DecodedCacheOfTransformOutputsWithOneThreeOrFourChannels) {
+  Fixture f(5, 2);
+  for (const int channels : {1, 3, 4}) {
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    auto o = small_options();
+    o.cache.kind = CacheKind::Decoded;
+    o.transform = std::make_shared<ChannelTransform>(16, 24, channels, "channels " + std::to_string(channels));
+    Loader loader(f.dataset(), o);
+    ASSERT_EQ(loader.sample_shape().channels, channels);
+    const Delivered cold = run_epoch(loader, 0);
+    const Delivered warm = run_epoch(loader, 0);  // same order, every sample from the cache
+    EXPECT_EQ(loader.stats().cache_hits, 10u);
+    EXPECT_EQ(loader.stats().files_read, 10u);
+    ASSERT_EQ(warm.ids, cold.ids);
+    for (std::size_t i = 0; i < cold.ids.size(); ++i) EXPECT_EQ(warm.pixels[i], cold.pixels[i]) << "sample " << cold.ids[i];
+  }
+}
+
 TEST(Loader, SkipPolicyWithABatchOfOnlyBadFiles) {
   TempDir dir;
   fs::create_directories(dir / "a");
@@ -279,16 +519,90 @@ TEST(Loader, ConsumerHoldingEveryBufferGetsAnErrorNotAHang) {
   EXPECT_TRUE(loader.next());
 }
 
+// The default resize behind a gate: samples after the first batch (no shuffle) wait in apply()
+// until open(). Counts the samples that entered and, on each entry, by how many it exceeds the
+// loader's bound: (buffers released by the consumer + prefetch + 1) batches.
+class GateTransform final : public SampleTransform {
+ public:
+  explicit GateTransform(const LoaderOptions& o)
+      : resize_(o.image_height, o.image_width), batch_(o.batch_size), buffers_(o.prefetch + 1) {}
+  SampleShape output_shape() const override { return resize_.output_shape(); }
+  void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override {
+    {
+      std::unique_lock lock(mu_);
+      ++entered_;
+      worst_excess_ = std::max(worst_excess_, entered_ - (released_ + buffers_) * batch_);
+      cv_.notify_all();
+      if (ctx.sample_id >= batch_) cv_.wait(lock, [&] { return open_; });
+    }
+    resize_.apply(src, ctx, dst);
+  }
+  void wait_until_entered(int samples) const {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return entered_ >= samples; });
+  }
+  void open() const {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void releasing_one() const {  // called before the consumer gives a buffer back
+    std::lock_guard lock(mu_);
+    ++released_;
+  }
+  int entered() const {
+    std::lock_guard lock(mu_);
+    return entered_;
+  }
+  int worst_excess() const {
+    std::lock_guard lock(mu_);
+    return worst_excess_;
+  }
+
+ private:
+  ResizeTransform resize_;
+  int batch_, buffers_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable int entered_ = 0, released_ = 0, worst_excess_ = INT_MIN;
+  mutable bool open_ = false;
+};
+
+// More decode threads than the bound, samples held at a gate, the consumer holding the first
+// batch: the loader fills its other buffers and stops there; then, through the epoch, no sample
+// ever starts more than prefetch + 1 batches ahead of the buffers the consumer gave back.
 TEST(Loader, BackpressureBoundsWorkAheadOfTheConsumer) {
-  Fixture f(20, 2);
+  Fixture f(20, 2);  // 40 samples, 10 batches of 4
   auto o = small_options();
-  o.prefetch = 2;
+  o.prefetch = 2;  // 3 buffers: 12 samples before the consumer gives one back
+  o.shuffle = false;
+  o.threads = 16;  // only the loader's backpressure keeps these workers from running ahead
+  const auto gate = std::make_shared<GateTransform>(o);
+  o.transform = gate;
   Loader loader(f.dataset(), o);
+  struct Opener {
+    const GateTransform& gate;
+    ~Opener() { gate.open(); }  // before ~Loader joins the gated tasks, also when an ASSERT returns
+  } opener{*gate};
+
   loader.begin_epoch(0);
-  auto first = loader.next();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // give the workers time to run ahead
-  // At most the held batch + prefetch batches may have been read.
-  EXPECT_LE(loader.stats().files_read, static_cast<std::uint64_t>((o.prefetch + 1) * o.batch_size));
+  std::optional<Batch> held = loader.next();  // the first batch does not wait at the gate
+  ASSERT_TRUE(held);
+  gate->wait_until_entered(12);  // the two other buffers' samples are at the gate
+  EXPECT_EQ(loader.stats().files_read, 12u);
+  EXPECT_EQ(gate->worst_excess(), 0);
+  gate->open();
+  int batches = 1;
+  for (;;) {
+    gate->releasing_one();
+    held.reset();
+    held = loader.next();
+    if (!held) break;
+    ++batches;
+  }
+  EXPECT_EQ(batches, 10);
+  EXPECT_EQ(gate->entered(), 40);
+  EXPECT_LE(gate->worst_excess(), 0) << "a sample started more than prefetch + 1 batches ahead of the consumer";
   EXPECT_EQ(loader.buffer_bytes() % 4096, 0u);
   EXPECT_GE(loader.buffer_bytes(), static_cast<std::size_t>(3 * 4 * 16 * 24 * 3));
 }

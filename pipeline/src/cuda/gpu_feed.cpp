@@ -579,8 +579,6 @@ std::size_t GpuFeed::pinned_bytes() const noexcept {
 }
 SampleShape GpuFeed::input_shape() const noexcept { return core_->in_shape_; }
 SampleShape GpuFeed::output_shape() const noexcept { return core_->out_shape_; }
-StreamHandle GpuFeed::copy_stream() const noexcept { return core_->copy_.get(); }
-StreamHandle GpuFeed::stage_stream() const noexcept { return core_->stage_.get(); }
 
 std::string GpuFeed::describe() const {
   const auto& c = *core_;

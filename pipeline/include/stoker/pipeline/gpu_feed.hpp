@@ -130,8 +130,6 @@ class GpuFeed {
   std::size_t pinned_bytes() const noexcept;   // loader batch buffers + staging
   SampleShape input_shape() const noexcept;    // what the loader produces
   SampleShape output_shape() const noexcept;   // what next() delivers
-  StreamHandle copy_stream() const noexcept;
-  StreamHandle stage_stream() const noexcept;
   std::string describe() const;                // one line: depth, bytes, stage, device
   GpuFeedStats stats() const;
 

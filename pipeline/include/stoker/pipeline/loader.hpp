@@ -35,8 +35,11 @@ enum class LabelMode : std::uint8_t {
   None,         // no labels
 };
 
+// What a bad sample does: one whose own file cannot be read or decoded (DecodeError naming that
+// file). Any other failure while loading a sample (out of memory, a transform's InvalidArgument, a
+// cache file's IoError) stops the epoch under either policy, and next() throws it with its type.
 enum class BadSamplePolicy : std::uint8_t {
-  Fail,  // the epoch stops; next() throws DecodeError naming the file and the reason
+  Fail,  // the epoch stops; next() throws the DecodeError naming the file and the reason
   Skip,  // the sample is left out of its batch (the batch gets smaller) and counted
 };
 
@@ -137,8 +140,11 @@ class Loader {
   void begin_epoch(std::uint64_t epoch);
 
   // The next batch of the current epoch, in plan order; std::nullopt at the end of the epoch.
-  // Throws DecodeError under BadSamplePolicy::Fail, Error if the consumer holds every buffer, and
-  // IoError at the end of an epoch when the cache file (CacheOptions::file) cannot be written.
+  // Throws what stopped the epoch, with the type it was thrown with (DecodeError for a bad sample
+  // under BadSamplePolicy::Fail; InvalidArgument, BadAlloc... from any sample under either policy;
+  // stoker's own types say which file was loading), again on each call until begin_epoch(). Throws
+  // Error if the consumer holds every buffer, and IoError at the end of an epoch when the cache file
+  // (CacheOptions::file) cannot be written.
   std::optional<Batch> next();
 
   std::size_t batches_per_epoch() const noexcept;
