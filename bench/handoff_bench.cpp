@@ -55,7 +55,7 @@
 #include <boost/lockfree/spsc_queue.hpp>
 #endif
 
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/loader.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/error.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/loader.hpp"

@@ -25,7 +25,7 @@
 #include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 #if defined(STOKER_CUDA_EMULATION)
-#include "stoker/pipeline/detail/cuda_emulation.hpp"
+#include "stoker/core/detail/cuda_emulation.hpp"
 #endif
 
 namespace stoker {
