@@ -12,7 +12,8 @@
 //    the batch's atomic counter; the last one publishes the batch under the same mutex.)
 // 2. The same pattern alone: P producers and one consumer pass buffer tokens around (free ->
 //    producer -> ready -> consumer -> free) through
-//      - std::mutex + one std::condition_variable (notify_all), as Loader and GpuFeed do;
+//      - std::mutex + one std::condition_variable (notify_all), sleeping at once (as GpuFeed) or
+//        after a brief spin (as Loader::next());
 //      - boost::lockfree::queue, a waiting thread yielding (std::this_thread::yield) or, after a
 //        short spin, sleeping on a futex (std::atomic::wait) that every put bumps: a lock-free
 //        queue has no blocking wait of its own;
@@ -215,6 +216,14 @@ LoaderFigures run_loader(Loader& loader, std::uint64_t& epoch, double seconds) {
 
 // ---- 2. the hand-off pattern alone ----------------------------------------------------------------
 
+inline void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // Producer work that is computation, not a clock: a preempted thread makes no progress.
 std::uint64_t compute(std::uint64_t iterations) {
   std::uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -239,7 +248,10 @@ double compute_iterations_per_cpu_second() {
   return best;
 }
 
-// As Loader and GpuFeed hand buffers around: one mutex, two lists, one condition variable.
+// As Loader and GpuFeed hand buffers around: one mutex, two lists, one condition variable. With
+// kSpinFirst a thread that finds its list empty first watches a count of puts for 16 pauses and
+// 12 yields, as Loader::next() does before it sleeps; the GpuFeed sleeps at once.
+template <bool kSpinFirst>
 class MutexRing {
  public:
   explicit MutexRing(int tokens) {
@@ -258,6 +270,18 @@ class MutexRing {
  private:
   bool take(std::deque<int>& from, int& t) {
     std::unique_lock lock(mu_);
+    if (kSpinFirst && from.empty() && !stopping_) {
+      const std::uint64_t seen = puts_.load(std::memory_order_relaxed);
+      lock.unlock();
+      for (int i = 0; i < 28 && puts_.load(std::memory_order_relaxed) == seen; ++i) {
+        if (i < 16) {
+          cpu_pause();
+        } else {
+          std::this_thread::yield();
+        }
+      }
+      lock.lock();
+    }
     cv_.wait(lock, [&] { return !from.empty() || stopping_; });
     if (from.empty()) return false;
     t = from.front();
@@ -267,11 +291,13 @@ class MutexRing {
   void put(std::deque<int>& to, int t) {
     std::lock_guard lock(mu_);
     to.push_back(t);
+    puts_.fetch_add(1, std::memory_order_relaxed);
     cv_.notify_all();
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int> free_, ready_;
+  std::atomic<std::uint64_t> puts_{0};
   bool stopping_ = false;
 };
 
@@ -424,12 +450,14 @@ int main(int argc, char** argv) try {
                             return run_ring<Ring>(producers, tokens, w, ws, s);
                           }});
     };
-    add.operator()<MutexRing>("std::mutex + condition_variable", threads, a.prefetch + 1);
+    add.operator()<MutexRing<false>>("std::mutex + condition_variable", threads, a.prefetch + 1);
+    add.operator()<MutexRing<true>>("std::mutex + cv, spin first (as Loader)", threads, a.prefetch + 1);
 #if defined(STOKER_BENCH_HAVE_BOOST_LOCKFREE)
     add.operator()<LockfreeRing<Mpmc, Wait::Yield>>("boost::lockfree::queue, yield", threads, a.prefetch + 1);
     add.operator()<LockfreeRing<Mpmc, Wait::Futex>>("boost::lockfree::queue, atomic wait", threads, a.prefetch + 1);
 #endif
-    add.operator()<MutexRing>("std::mutex + condition_variable", 1, 3);
+    add.operator()<MutexRing<false>>("std::mutex + cv (as GpuFeed)", 1, 3);
+    add.operator()<MutexRing<true>>("std::mutex + cv, spin first", 1, 3);
 #if defined(STOKER_BENCH_HAVE_BOOST_LOCKFREE)
     add.operator()<LockfreeRing<Mpmc, Wait::Futex>>("boost::lockfree::queue, atomic wait", 1, 3);
     add.operator()<LockfreeRing<Spsc, Wait::Yield>>("boost::lockfree::spsc_queue, yield", 1, 3);

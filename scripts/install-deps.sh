@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
-  libopencv-dev libturbojpeg0-dev libtbb-dev libboost-dev
+  libopencv-dev libturbojpeg0-dev libtbb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhdf5-dev nlohmann-json3-dev libcli11-dev
   clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)

@@ -51,6 +51,15 @@ std::uint64_t elapsed_ns(Clock::time_point since) {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count());
 }
 
+// A spin-wait hint to the core (lets the sibling hyper-thread run), nothing where there is none.
+inline void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 constexpr std::size_t kPage = 4096;
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -159,7 +168,18 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::vector<SkippedSample> skipped_;  // current epoch
 
  private:
+  // One sample's task: queued by refill_locked(), handed to the arena by submit_queued() with mu_
+  // released, since a worker publishing a finished batch needs mu_ and would otherwise wait for the
+  // whole submission.
+  struct SampleTask {
+    int slot, position;
+    std::uint32_t sample;
+    std::uint64_t generation;
+  };
+
   void refill_locked();
+  void submit_queued(std::unique_lock<std::mutex>& lock);
+  void wait_briefly_for_a_batch(std::unique_lock<std::mutex>& lock);
   void cancel_locked();
   void run_sample(int slot, int position, std::uint32_t sample, std::uint64_t generation);
   void process_sample(Slot& s, int position, std::uint32_t sample);
@@ -171,6 +191,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int> free_slots_;
   std::deque<int> submitted_;  // slots in batch order, not yet delivered
+  std::vector<SampleTask> queued_;  // filled slots' samples not yet handed to the arena (capacity: all slots')
 
   tbb::task_arena arena_;
   tbb::enumerable_thread_specific<std::unique_ptr<ThreadScratch>> scratch_;
@@ -180,6 +201,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool stopping_ = false;
   std::uint64_t epoch_ = 0;
   std::atomic<std::uint64_t> generation_{0};  // bumped to cancel in-flight work
+  std::atomic<std::uint64_t> batches_published_{0};  // finished batches, for next() to watch before sleeping
   std::vector<std::uint32_t> order_;
   std::int64_t next_submit_ = 0;
   std::int64_t next_deliver_ = 0;
@@ -268,6 +290,7 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
     slots_.push_back(std::move(s));
     free_slots_.push_back(slot_count - 1 - i);
   }
+  queued_.reserve(per_batch * static_cast<std::size_t>(slot_count));  // refill_locked() never allocates
 }
 
 LoaderCore::~LoaderCore() { shutdown(); }
@@ -276,6 +299,10 @@ void LoaderCore::shutdown() noexcept {
   std::unique_lock lock(mu_);
   stopping_ = true;
   cancel_locked();
+  try {
+    submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
+  } catch (...) {
+  }
   cv_.wait(lock, [&] { return inflight_batches_ == 0; });
 }
 
@@ -298,6 +325,7 @@ void LoaderCore::cancel_locked() {
 void LoaderCore::begin_epoch(std::uint64_t epoch) {
   std::unique_lock lock(mu_);
   cancel_locked();
+  submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
   cv_.wait(lock, [&] { return inflight_batches_ == 0; });
   epoch_ = epoch;
   order_ = epoch_order(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle);
@@ -308,6 +336,7 @@ void LoaderCore::begin_epoch(std::uint64_t epoch) {
   skipped_.clear();
   epoch_active_ = true;
   refill_locked();
+  submit_queued(lock);
 }
 
 void LoaderCore::refill_locked() {
@@ -331,11 +360,47 @@ void LoaderCore::refill_locked() {
     ++inflight_batches_;
     ++next_submit_;
     const std::uint64_t generation = generation_.load();
-    for (int p = 0; p < count; ++p) {
-      const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
-      arena_.enqueue([this, si, p, sample, generation] { run_sample(si, p, sample, generation); });
+    for (int p = 0; p < count; ++p) queued_.push_back({si, p, order_[static_cast<std::size_t>(begin + p)], generation});
+  }
+}
+
+void LoaderCore::submit_queued(std::unique_lock<std::mutex>& lock) {
+  thread_local std::vector<SampleTask> tasks;
+  if (queued_.empty()) return;
+  tasks.assign(queued_.begin(), queued_.end());  // may allocate (a thread's first call): nothing sent yet
+  queued_.clear();                               // keeps the capacity reserved at construction
+  lock.unlock();
+  std::size_t sent = 0;
+  try {
+    for (; sent < tasks.size(); ++sent) {
+      const SampleTask t = tasks[sent];
+      arena_.enqueue([this, t] { run_sample(t.slot, t.position, t.sample, t.generation); });
+    }
+  } catch (...) {
+    // Out of memory: what was not sent goes back to the front of the queue for the next call.
+    lock.lock();
+    queued_.insert(queued_.begin(), tasks.begin() + static_cast<std::ptrdiff_t>(sent), tasks.end());
+    tasks.clear();
+    throw;
+  }
+  tasks.clear();
+  lock.lock();
+}
+
+// A batch of cached samples is microseconds away: less than sleeping on cv_ and being woken costs
+// (bench/handoff_bench, docs/benchmarks.md). So next() watches for a newly finished batch for a
+// moment (16 pauses, then 12 yields, which let a decode thread have this core) before it sleeps.
+void LoaderCore::wait_briefly_for_a_batch(std::unique_lock<std::mutex>& lock) {
+  const std::uint64_t seen = batches_published_.load(std::memory_order_relaxed);
+  lock.unlock();
+  for (int i = 0; i < 28 && batches_published_.load(std::memory_order_relaxed) == seen; ++i) {
+    if (i < 16) {
+      cpu_pause();
+    } else {
+      std::this_thread::yield();
     }
   }
+  lock.lock();
 }
 
 namespace {
@@ -519,6 +584,7 @@ void LoaderCore::finish_batch(int si, std::uint64_t generation) {
   std::lock_guard lock(mu_);
   if (current && generation == generation_.load()) {
     s.state = Slot::State::Ready;
+    batches_published_.fetch_add(1, std::memory_order_relaxed);
   } else {
     s.state = Slot::State::Free;
     free_slots_.push_back(si);
@@ -541,6 +607,7 @@ std::optional<Batch> LoaderCore::next() {
       return std::nullopt;
     }
     refill_locked();
+    submit_queued(lock);
     if (submitted_.empty()) {
       throw Error("all " + std::to_string(slots_.size()) +
                   " batch buffers are held by the consumer; release a Batch before asking for the next one "
@@ -550,6 +617,7 @@ std::optional<Batch> LoaderCore::next() {
     Slot& s = *slots_[static_cast<std::size_t>(si)];
     if (s.state != Slot::State::Ready) {
       const auto t0 = Clock::now();
+      wait_briefly_for_a_batch(lock);
       cv_.wait(lock, [&] { return s.state == Slot::State::Ready || stopping_; });
       counters_.wait_ns += elapsed_ns(t0);
       if (stopping_) throw Error("the loader is shutting down");
@@ -575,19 +643,21 @@ std::optional<Batch> LoaderCore::next() {
     s.state = Slot::State::Held;
     counters_.batches += 1;
     refill_locked();
+    submit_queued(lock);
     return Batch(shared_from_this(), si);
   }
 }
 
 void LoaderCore::release(int si) noexcept {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   Slot& s = *slots_[static_cast<std::size_t>(si)];
   s.state = Slot::State::Free;
   free_slots_.push_back(si);
   try {
     refill_locked();
+    submit_queued(lock);
   } catch (...) {
-    // enqueue can only fail on allocation; the batch is then submitted by the next next() call.
+    // Only allocation fails here; what was not submitted stays queued for the next next() call.
   }
 }
 
