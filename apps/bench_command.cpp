@@ -26,7 +26,8 @@ struct BenchArgs {
 
 // bench/loader_peers.py next to the source tree this binary was built from, or in the current folder.
 std::string find_peers_script() {
-  for (const std::string& candidate : {std::string(STOKER_SOURCE_DIR) + "/bench/loader_peers.py", std::string("bench/loader_peers.py")}) {
+  for (const std::string& candidate :
+       {std::string(STOKER_SOURCE_DIR) + "/bench/loader_peers.py", std::string("bench/loader_peers.py")}) {
     if (std::filesystem::exists(candidate)) return candidate;
   }
   return "bench/loader_peers.py";
@@ -45,10 +46,11 @@ void run_bench(BenchArgs& args) {
   s.peers_script = find_peers_script();
   const std::string machine = machine_description();
   std::printf("machine: %s\n", machine.c_str());
-  std::printf("dataset: %s, %zu images; %dx%d %s, batch %d, prefetch %d; each figure the median of %d runs after a "
-              "warm-up, a run being whole epochs for at least %.2g s (the cold epoch: one)\n",
-              s.loader.data.c_str(), ds.size(), s.loader.image_size, s.loader.image_size, s.loader.interpolation.c_str(),
-              s.loader.batch_size, s.loader.prefetch, s.repeat, s.min_seconds);
+  std::printf(
+      "dataset: %s, %zu images; %dx%d %s, batch %d, prefetch %d; each figure the median of %d runs after a "
+      "warm-up, a run being whole epochs for at least %.2g s (the cold epoch: one)\n",
+      s.loader.data.c_str(), ds.size(), s.loader.image_size, s.loader.image_size, s.loader.interpolation.c_str(),
+      s.loader.batch_size, s.loader.prefetch, s.repeat, s.min_seconds);
 
   std::vector<BenchRow> rows;
   for (const auto& suite : args.suites) {
@@ -78,8 +80,13 @@ void run_bench(BenchArgs& args) {
   report["repeat"] = s.repeat;
   report["min_seconds"] = s.min_seconds;
   for (const auto& r : rows) {
-    report["rows"].push_back({{"suite", r.suite}, {"config", r.config}, {"threads", r.threads}, {"img_per_s", r.img_per_s},
-                              {"reference", r.reference}, {"ratio", r.ratio}, {"note", r.note}});
+    report["rows"].push_back({{"suite", r.suite},
+                              {"config", r.config},
+                              {"threads", r.threads},
+                              {"img_per_s", r.img_per_s},
+                              {"reference", r.reference},
+                              {"ratio", r.ratio},
+                              {"note", r.note}});
   }
   if (!args.json.empty()) {
     std::ofstream(args.json) << report.dump(2) << "\n";

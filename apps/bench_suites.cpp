@@ -20,8 +20,8 @@
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
 #include "stoker/core/cuda.hpp"
-#include "stoker/pipeline/gpu_feed.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/gpu_feed.hpp"
 
 namespace stoker::app {
 namespace {
@@ -197,7 +197,8 @@ std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {
     char note[160];
     std::snprintf(note, sizeof note, "peak RSS %.0f MiB (%.0f before; batch buffers %.1f MiB)", loader_rss,
                   baseline_rss, static_cast<double>(buffer_bytes) / (1 << 20));
-    rows.push_back({"loader", "stoker loader, files in the page cache", t, rates[i], "raw limit", rates[i] / raw, note});
+    rows.push_back(
+        {"loader", "stoker loader, files in the page cache", t, rates[i], "raw limit", rates[i] / raw, note});
   }
   return rows;
 }
@@ -217,12 +218,14 @@ std::vector<BenchRow> cache_suite(const Dataset& ds, const BenchSettings& s) {
   }
   rows.push_back({"cache", "epoch 1, cold (files evicted from the page cache)", t, cold, "", 0, ""});
   const double warm_files = loader_rate(ds, base, s);
-  rows.push_back({"cache", "epoch 2+, no cache (files in the page cache)", t, warm_files, "cold", warm_files / cold, ""});
+  rows.push_back(
+      {"cache", "epoch 2+, no cache (files in the page cache)", t, warm_files, "cold", warm_files / cold, ""});
   for (CacheKind kind : {CacheKind::Encoded, CacheKind::Decoded}) {
     LoaderOptions o = base;
     o.cache.kind = kind;
     const double r = loader_rate(ds, o, s);  // the warm-up epoch fills the cache
-    rows.push_back({"cache", std::string("epoch 2+, ") + to_string(kind) + " cache in RAM", t, r, "cold", r / cold, ""});
+    rows.push_back(
+        {"cache", std::string("epoch 2+, ") + to_string(kind) + " cache in RAM", t, r, "cold", r / cold, ""});
   }
   const std::string file = "/tmp/stoker-bench-" + std::to_string(::getpid()) + ".cache";
   LoaderOptions o = base;
@@ -258,8 +261,8 @@ std::vector<BenchRow> augment_suite(const Dataset& ds, const BenchSettings& s) {
     LoaderOptions cached = aug;
     cached.cache.kind = CacheKind::Decoded;
     const double warm = loader_rate(ds, cached, s);
-    rows.push_back({"augment", "seed's augmentation from the decoded cache (CPU)", t, warm, "resize only",
-                    warm / resize, ""});
+    rows.push_back(
+        {"augment", "seed's augmentation from the decoded cache (CPU)", t, warm, "resize only", warm / resize, ""});
   }
   return rows;
 }
@@ -310,8 +313,8 @@ std::vector<BenchRow> peers_suite(const BenchSettings& s) {
     const std::string cmd = python + " " + s.peers_script + " --framework " + framework + " --data '" + s.loader.data +
                             "' --image-size " + std::to_string(s.loader.image_size) + " --batch-size " +
                             std::to_string(s.loader.batch_size) + " --workers " + std::to_string(workers) +
-                            " --repeat " + std::to_string(s.repeat) + " --min-seconds " + std::to_string(s.min_seconds) +
-                            (augment ? " --augment" : "") + " 2>/dev/null";
+                            " --repeat " + std::to_string(s.repeat) + " --min-seconds " +
+                            std::to_string(s.min_seconds) + (augment ? " --augment" : "") + " 2>/dev/null";
     std::string out;
     if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
       std::array<char, 4096> buf{};
@@ -323,7 +326,8 @@ std::vector<BenchRow> peers_suite(const BenchSettings& s) {
         return;
       }
     }
-    rows.push_back({"peers", label, std::max(1, workers), 0, "", 0, "skipped: " + framework + " not available via " + python});
+    rows.push_back(
+        {"peers", label, std::max(1, workers), 0, "", 0, "skipped: " + framework + " not available via " + python});
   };
   for (int t : s.threads) {
     run_peer(s.torch_python, "torch", t, false, "PyTorch DataLoader, resize only");

@@ -11,12 +11,12 @@
 namespace stoker::app {
 
 struct BenchSettings {
-  LoaderFlags loader;            // dataset, image size, batch size, prefetch…
-  std::vector<int> threads;      // thread counts to measure
+  LoaderFlags loader;        // dataset, image size, batch size, prefetch…
+  std::vector<int> threads;  // thread counts to measure
   int repeat = 3;
-  double min_seconds = 1.0;      // a timed run spans whole epochs until at least this long
+  double min_seconds = 1.0;  // a timed run spans whole epochs until at least this long
   std::string torch_python, keras_python;
-  std::string peers_script;      // bench/loader_peers.py
+  std::string peers_script;  // bench/loader_peers.py
 };
 
 struct BenchRow {
@@ -26,7 +26,7 @@ struct BenchRow {
   double img_per_s = 0;
   std::string reference;  // what `ratio` compares against, empty when none
   double ratio = 0;
-  std::string note;       // e.g. peak memory
+  std::string note;  // e.g. peak memory
 };
 
 // Loader vs the raw decode limit (TurboJPEG decode + resize of in-memory files) per thread count,

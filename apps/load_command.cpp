@@ -17,8 +17,8 @@ struct LoadArgs {
 
 void print_first_batch(const Batch& b, const Dataset& ds) {
   const SampleShape s = b.sample_shape();
-  std::printf("first batch: %d samples, %dx%dx%d %s %s, %zu bytes of pixels\n", b.size(), s.height, s.width,
-              s.channels, to_string(s.dtype), to_string(s.layout), s.bytes() * static_cast<std::size_t>(b.size()));
+  std::printf("first batch: %d samples, %dx%dx%d %s %s, %zu bytes of pixels\n", b.size(), s.height, s.width, s.channels,
+              to_string(s.dtype), to_string(s.layout), s.bytes() * static_cast<std::size_t>(b.size()));
   const int shown = std::min(b.size(), 4);
   for (int i = 0; i < shown; ++i) {
     const auto* px = reinterpret_cast<const std::uint8_t*>(b.pixels()) + s.bytes() * static_cast<std::size_t>(i);
@@ -27,7 +27,8 @@ void print_first_batch(const Batch& b, const Dataset& ds) {
     const auto& sample = ds.samples[static_cast<std::size_t>(b.sample_ids()[static_cast<std::size_t>(i)])];
     std::printf("  sample %-6lld class %-8s label", static_cast<long long>(b.sample_ids()[static_cast<std::size_t>(i)]),
                 ds.class_names[static_cast<std::size_t>(sample.label)].c_str());
-    for (int k = 0; k < b.label_width(); ++k) std::printf(" %.0f", b.labels()[static_cast<std::size_t>(i * b.label_width() + k)]);
+    for (int k = 0; k < b.label_width(); ++k)
+      std::printf(" %.0f", b.labels()[static_cast<std::size_t>(i * b.label_width() + k)]);
     std::printf("  mean pixel %.1f  %s\n", sum / static_cast<double>(s.bytes()), sample.path.c_str());
   }
 }
@@ -52,14 +53,16 @@ void run_load(const LoadArgs& args) {
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const LoaderStats st = loader.stats();
-    std::printf("epoch %d: %zu images in %.2f s = %.0f img/s | read %.1f MB (%.2f s) decode %.2f s resize %.2f s "
-                "(thread-seconds) | consumer waited %.2f s | skipped %llu",
-                epoch, samples, wall, static_cast<double>(samples) / wall, static_cast<double>(st.bytes_read) / 1e6,
-                st.read_seconds, st.decode_seconds, st.transform_seconds, st.consumer_wait_seconds,
-                static_cast<unsigned long long>(st.samples_skipped));
+    std::printf(
+        "epoch %d: %zu images in %.2f s = %.0f img/s | read %.1f MB (%.2f s) decode %.2f s resize %.2f s "
+        "(thread-seconds) | consumer waited %.2f s | skipped %llu",
+        epoch, samples, wall, static_cast<double>(samples) / wall, static_cast<double>(st.bytes_read) / 1e6,
+        st.read_seconds, st.decode_seconds, st.transform_seconds, st.consumer_wait_seconds,
+        static_cast<unsigned long long>(st.samples_skipped));
     if (loader.cache_stats()) {
       std::printf(" | cache %llu hits %llu misses, %.1f MiB held", static_cast<unsigned long long>(st.cache_hits),
-                  static_cast<unsigned long long>(st.cache_misses), static_cast<double>(st.cache_bytes_held) / (1 << 20));
+                  static_cast<unsigned long long>(st.cache_misses),
+                  static_cast<double>(st.cache_bytes_held) / (1 << 20));
     }
     std::printf("\n");
   }

@@ -9,9 +9,9 @@
 #include "commands.hpp"
 #include "progress.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/trainer/model.hpp"
 #include "stoker/training/device.hpp"
 #include "stoker/training/model_folder.hpp"
-#include "stoker/trainer/model.hpp"
 
 namespace stoker::app {
 namespace {
@@ -32,7 +32,8 @@ training::TrainedModel load_for_use(const UseArgs& a) {
   training::DeviceChoice device = training::choose_device(a.device);
   training::place_backbone(m.backbone, device, a.batch_size);
   if (!device.fallback_reason.empty()) {
-    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", device.fallback_reason.c_str());
+    std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n",
+                 device.fallback_reason.c_str());
   }
   return m;
 }
@@ -47,7 +48,8 @@ void run_evaluate(const UseArgs& a) {
                                                    });
   if (progress) progress->finish();
   if (a.json) {
-    std::printf("%s\n", nlohmann::json({{"images", s.samples}, {"loss", s.loss}, {"accuracy", s.accuracy}}).dump().c_str());
+    std::printf("%s\n",
+                nlohmann::json({{"images", s.samples}, {"loss", s.loss}, {"accuracy", s.accuracy}}).dump().c_str());
   } else {
     std::printf("%d images: loss %.4f, accuracy %.4f\n", s.samples, s.loss, s.accuracy);
   }
@@ -93,8 +95,12 @@ void run_inspect(const InspectArgs& a) {
 void add_model_commands(CLI::App& app) {
   auto eval = std::make_shared<UseArgs>();
   CLI::App* e = app.add_subcommand("evaluate", "loss and accuracy of a trained model on a labelled folder");
-  e->add_option("--model-dir", eval->model_dir, "folder written by stoker train --out")->required()->check(CLI::ExistingDirectory);
-  e->add_option("--data", eval->data, "folder with one sub-folder per class")->required()->check(CLI::ExistingDirectory);
+  e->add_option("--model-dir", eval->model_dir, "folder written by stoker train --out")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  e->add_option("--data", eval->data, "folder with one sub-folder per class")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   e->add_option("--batch-size", eval->batch_size)->capture_default_str();
   e->add_option("--threads", eval->threads, "decode threads (0 = all cores)");
   e->add_flag("--json", eval->json, "machine-readable output");
@@ -103,8 +109,12 @@ void add_model_commands(CLI::App& app) {
 
   auto pred = std::make_shared<UseArgs>();
   CLI::App* p = app.add_subcommand("predict", "class and probability for each image");
-  p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")->required()->check(CLI::ExistingDirectory);
-  p->add_option("images", pred->images, "image files")->required()->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  p->add_option("images", pred->images, "image files")
+      ->required()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   p->add_option("--batch-size", pred->batch_size)->capture_default_str();
   p->add_option("--threads", pred->threads, "decode threads (0 = all cores)");
   p->add_flag("--json", pred->json, "machine-readable output");

@@ -32,8 +32,8 @@ struct EpochLog {
 };
 
 void print_epoch(const TrainConfig& c, const EpochLog& e) {
-  std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | %.0f img/s%s%s\n", e.epoch + 1,
-              c.epochs, e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.images_per_second,
+  std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | %.0f img/s%s%s\n", e.epoch + 1, c.epochs,
+              e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.images_per_second,
               e.features_cached ? " (head only, features cached)" : "", e.improved ? " | best so far, saved" : "");
   std::printf("  utilisation: %s\n", describe(e.utilisation).c_str());
   std::fflush(stdout);
@@ -120,9 +120,7 @@ class TrainLog final : public training::TrainObserver {
     std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
     gpu_.reset();
   }
-  void on_features_begin(const std::string& what, std::size_t batches) override {
-    progress_.emplace(what, batches);
-  }
+  void on_features_begin(const std::string& what, std::size_t batches) override { progress_.emplace(what, batches); }
   void on_features_progress(std::size_t batches, std::size_t images) override {
     if (progress_) progress_->update(batches, images);
     if (meter_) record_throughput(images);  // the training features of an epoch without augmentation

@@ -16,8 +16,8 @@ struct TrainConfig {
   LoaderFlags loader;  // --data, --image-size, --batch-size, --threads, cache…
   std::string val;     // separate validation folder
   double validation_split = 0.2;
-  std::string model;   // Keras .h5 or TF.js model.json
-  std::string cut_at;  // layer whose output are the features
+  std::string model;              // Keras .h5 or TF.js model.json
+  std::string cut_at;             // layer whose output are the features
   std::string preprocess = "tf";  // tf ([-1, 1]) | caffe | torch | none
   int epochs = 10;
   double learning_rate = 1e-3;

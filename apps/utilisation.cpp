@@ -157,7 +157,8 @@ void UtilisationMeter::sample() {
   }
 }
 
-Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_seconds, std::optional<double> gpu_seconds) {
+Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_seconds,
+                                     std::optional<double> gpu_seconds) {
   stop_sampler();
   Utilisation u;
   u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -205,7 +206,8 @@ std::string describe(const Utilisation& u) {
       gpu += g;
     }
     if (u.gpu_busy_percent) {
-      std::snprintf(g, sizeof g, " device busy %.0f%% (NVML, any process, mean of %d samples), %.0f MiB used on the device",
+      std::snprintf(g, sizeof g,
+                    " device busy %.0f%% (NVML, any process, mean of %d samples), %.0f MiB used on the device",
                     *u.gpu_busy_percent, u.gpu_busy_samples, u.gpu_memory_used_mib.value_or(0));
       gpu += g;
     } else {

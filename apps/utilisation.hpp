@@ -15,10 +15,10 @@ namespace stoker::app {
 
 struct Utilisation {
   double seconds = 0;
-  double disk_read_mb_per_s = 0;     // bytes the process read from storage (not the page cache)
-  double file_read_mb_per_s = 0;     // bytes read through read() calls, page cache included
+  double disk_read_mb_per_s = 0;  // bytes the process read from storage (not the page cache)
+  double file_read_mb_per_s = 0;  // bytes read through read() calls, page cache included
   double cpu_percent_of_all_cores = 0;
-  bool gpu_run = false;              // the meter watched a CUDA device
+  bool gpu_run = false;  // the meter watched a CUDA device
   // NVML's utilisation (share of time a kernel of any process ran on the device), the mean of
   // the samples taken through the stretch; NVML averages each over its own window (up to 1 s).
   std::optional<double> gpu_busy_percent;
@@ -28,8 +28,8 @@ struct Utilisation {
   // The run's own GPU work (the backbone and the copy of its features), timed with CUDA events,
   // over the wall time. Not the head: it trains on the host.
   std::optional<double> backbone_gpu_share;
-  double data_wait_share = 0;        // time the trainer waited for batches / wall time
-  double compute_share = 0;          // time in the backbone (or, for head-only epochs, the head) / wall time
+  double data_wait_share = 0;  // time the trainer waited for batches / wall time
+  double compute_share = 0;    // time in the backbone (or, for head-only epochs, the head) / wall time
 };
 
 // Snapshots the counters at construction; finish() returns the usage since then. With a CUDA
@@ -46,7 +46,7 @@ class UtilisationMeter {
                      std::optional<double> gpu_seconds = std::nullopt);
 
  private:
-  void sample();         // one NVML reading into the sums (mu_ held)
+  void sample();  // one NVML reading into the sums (mu_ held)
   void stop_sampler();
 
   std::chrono::steady_clock::time_point start_;

@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   }
   // Interleave cats and dogs, keep max_images.
   std::vector<fs::path> picked;
-  for (std::size_t i = 0; i < files.size() && picked.size() < max_images; i += std::max<std::size_t>(1, files.size() / max_images)) {
+  for (std::size_t i = 0; i < files.size() && picked.size() < max_images;
+       i += std::max<std::size_t>(1, files.size() / max_images)) {
     picked.push_back(files[i]);
   }
 
@@ -107,9 +108,10 @@ int main(int argc, char** argv) {
   }
   for (Decoded& d : images) d.view.data = d.pixels.data();
   const std::size_t n_images = images.size();
-  std::printf("augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= 299, mean %.0f px), "
-              "output 299x299x3, %.1f s per row\n\n",
-              n_images, pixels / n_images, seconds);
+  std::printf(
+      "augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= 299, mean %.0f px), "
+      "output 299x299x3, %.1f s per row\n\n",
+      n_images, pixels / n_images, seconds);
 
   const stoker::ResizeTransform resize(299, 299, stoker::Interpolation::Bilinear);
   const stoker::Augmenter seed(seed_spec());
@@ -144,22 +146,29 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   rows.push_back({"plain resize (ResizeTransform, bilinear, u8)", rate(seconds, n_images, run_transform(resize)), 1});
-  rows.push_back({"validation mode (deterministic part: resize)", rate(seconds, n_images, run_transform(validation)), 1});
+  rows.push_back(
+      {"validation mode (deterministic part: resize)", rate(seconds, n_images, run_transform(validation)), 1});
   rows.push_back({"seed augmentation, u8 NHWC", rate(seconds, n_images, run_transform(seed)), 1});
   rows.push_back({"seed augmentation, f32 NCHW [-1,1]", rate(seconds, n_images, run_transform(seed_f32)), 1});
   rows.push_back({"seed + contrast/saturation/hue, f32 NCHW", rate(seconds, n_images, run_transform(seed_jitter)), 1});
   rows.push_back({"random-resized-crop + flip, u8", rate(seconds, n_images, run_transform(crop_flip)), 1});
-  rows.push_back({"seed augmentation, slow reference executor", rate(seconds / 2, 16, [&](std::size_t i) {
-                    seed.apply_reference(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
-                                         out.data());
-                  }), 1});
+  rows.push_back({"seed augmentation, slow reference executor",
+                  rate(seconds / 2, 16,
+                       [&](std::size_t i) {
+                         seed.apply_reference(images[i % n_images].view,
+                                              stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+                       }),
+                  1});
   {
     stoker::ImageDecoder dec;
-    rows.push_back({"JPEG decode (DCT-scaled) + seed augmentation, u8", rate(seconds, n_images, [&](std::size_t i) {
-                      const auto& bytes = encoded[i % n_images];
-                      const stoker::ImageView v = dec.decode(bytes, "bench", 299, 299);
-                      seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
-                    }), 1});
+    rows.push_back({"JPEG decode (DCT-scaled) + seed augmentation, u8",
+                    rate(seconds, n_images,
+                         [&](std::size_t i) {
+                           const auto& bytes = encoded[i % n_images];
+                           const stoker::ImageView v = dec.decode(bytes, "bench", 299, 299);
+                           seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+                         }),
+                    1});
   }
   {
     // All cores of this machine through oneTBB, as the loader runs it.

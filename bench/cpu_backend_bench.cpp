@@ -139,12 +139,14 @@ int main(int argc, char** argv) {
     }
     const double img_s = median(rates), flops = flops_per_sample(g);
     const unsigned cores = a.threads > 0 ? static_cast<unsigned>(a.threads) : std::thread::hardware_concurrency();
-    std::printf("model: %s%s%s, input %dx%dx%d, %.1f MFLOP per image\n", a.model.c_str(), a.cut.empty() ? "" : " cut at ",
-                a.cut.c_str(), in_shape.at(0), in_shape.at(1), in_shape.at(2), flops / 1e6);
+    std::printf("model: %s%s%s, input %dx%dx%d, %.1f MFLOP per image\n", a.model.c_str(),
+                a.cut.empty() ? "" : " cut at ", a.cut.c_str(), in_shape.at(0), in_shape.at(1), in_shape.at(2),
+                flops / 1e6);
     std::printf("backend: %s, %u threads, batch %d, median of %d runs of >= %.2g s\n", backend->name().c_str(), cores,
                 a.batch, a.reps, a.min_seconds);
     std::printf("cpu_backend_bench img/s: %.1f\n", img_s);
-    std::printf("cpu_backend_bench GFLOP/s: %.1f (%.1f per thread)\n", img_s * flops / 1e9, img_s * flops / 1e9 / cores);
+    std::printf("cpu_backend_bench GFLOP/s: %.1f (%.1f per thread)\n", img_s * flops / 1e9,
+                img_s * flops / 1e9 / cores);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpu_backend_bench: %s\n", e.what());

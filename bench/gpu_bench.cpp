@@ -34,8 +34,8 @@
 
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
-#include "stoker/core/error.hpp"
 #include "stoker/core/cuda.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
 namespace fs = std::filesystem;
@@ -72,7 +72,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.size < 8 || a.size > 4096 || a.batch < 1 || a.batch > 65535 || a.images < a.batch || a.iters < 1 ||
       a.reps < 1 || a.epochs < 1 || a.threads < 0) {
-    throw stoker::InvalidArgument("bad option values (size 8..4096, batch 1..65535, images >= batch, iters/reps/epochs >= 1)");
+    throw stoker::InvalidArgument(
+        "bad option values (size 8..4096, batch 1..65535, images >= batch, iters/reps/epochs >= 1)");
   }
   return a;
 }
@@ -133,7 +134,7 @@ struct KernelResult {
   double wall = 0;   // img/s by wall clock, host parameter draw included, median
   double gated = 0;  // img/s of pure GPU time (batches queued before the interval starts), median
   bool gate_held = false;
-  bool ok = false;   // the last batch matches the kernel's host twin
+  bool ok = false;  // the last batch matches the kernel's host twin
 };
 
 // Warm-up by time (clocks ramp up, lazy module loading), bounded in iterations. Each step is
@@ -186,10 +187,11 @@ KernelResult kernel_alone(const Args& a) {
     gpu_rate.push_back(n / (stoker::Event::elapsed_ms(t0, t1) / 1e3));
   }
   KernelResult k{median(gpu_rate), median(wall_rate), 0, false, false};
-  std::printf("# kernel alone: %d reps x %d batches; img/s by GPU events min %.0f median %.0f max %.0f; wall median %.0f "
-              "(host parameter draw included)\n",
-              a.reps, a.iters, *std::min_element(gpu_rate.begin(), gpu_rate.end()), k.gpu,
-              *std::max_element(gpu_rate.begin(), gpu_rate.end()), k.wall);
+  std::printf(
+      "# kernel alone: %d reps x %d batches; img/s by GPU events min %.0f median %.0f max %.0f; wall median %.0f "
+      "(host parameter draw included)\n",
+      a.reps, a.iters, *std::min_element(gpu_rate.begin(), gpu_rate.end()), k.gpu,
+      *std::max_element(gpu_rate.begin(), gpu_rate.end()), k.wall);
 
   // Pure GPU time: kGated batches enqueued while the stream waits behind a gate (memsets on a
   // helper stream), so no host work (parameter draw, launches) can fall inside the interval. If
@@ -221,10 +223,12 @@ KernelResult kernel_alone(const Args& a) {
   helper.synchronize();
   k.gated = median(gated_rate);
   k.gate_held = gate_held;
-  std::printf("# kernel alone, pure GPU time (%d batches queued behind a gate, %d reps): img/s min %.0f median %.0f max %.0f%s\n",
-              kGated, a.reps, *std::min_element(gated_rate.begin(), gated_rate.end()), k.gated,
-              *std::max_element(gated_rate.begin(), gated_rate.end()),
-              gate_held ? "" : " (the gate opened before all batches were queued: may include host time)");
+  std::printf(
+      "# kernel alone, pure GPU time (%d batches queued behind a gate, %d reps): img/s min %.0f median %.0f max "
+      "%.0f%s\n",
+      kGated, a.reps, *std::min_element(gated_rate.begin(), gated_rate.end()), k.gated,
+      *std::max_element(gated_rate.begin(), gated_rate.end()),
+      gate_held ? "" : " (the gate opened before all batches were queued: may include host time)");
 
   // Check that the timed kernel does the work: one more batch, first and last samples against the
   // kernel's host twin (the GPU tests compare it exactly; here a coarse bound catches a no-op).
@@ -284,7 +288,8 @@ fs::path make_dataset(const Args& a, stoker::Dataset& ds) {
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < n_threads; ++t) pool.emplace_back(work);
   for (auto& t : pool) t.join();
-  if (failed > 0) throw stoker::Error("gpu_bench: could not write " + std::to_string(failed.load()) + " images into " + dir.string());
+  if (failed > 0)
+    throw stoker::Error("gpu_bench: could not write " + std::to_string(failed.load()) + " images into " + dir.string());
   std::printf("# dataset: %d JPEGs %dx%d in %s (%d written now, %.1f s)\n", a.images, src, src, dir.c_str(),
               written.load(), seconds_since(t0));
   std::vector<stoker::Sample> samples;
@@ -306,11 +311,11 @@ stoker::LoaderOptions loader_options(const Args& a) {
 }
 
 struct EpochResult {
-  double img_per_s = 0;       // all warm epochs: images / wall time, the GPU work included
+  double img_per_s = 0;                                   // all warm epochs: images / wall time, the GPU work included
   double epoch_min = 0, epoch_median = 0, epoch_max = 0;  // per warm epoch (host clock, see below)
-  double copy_gbps = 0;       // pixel bytes / time inside the copies (copy events), 1e9 B/s
-  double delivered_gbps = 0;  // pixel bytes delivered / wall time, 1e9 B/s
-  bool cache_ok = false;      // the warm epochs were served from the decoded cache, nothing decoded
+  double copy_gbps = 0;                                   // pixel bytes / time inside the copies (copy events), 1e9 B/s
+  double delivered_gbps = 0;                              // pixel bytes delivered / wall time, 1e9 B/s
+  bool cache_ok = false;  // the warm epochs were served from the decoded cache, nothing decoded
   std::string describe;
 };
 
@@ -370,16 +375,17 @@ EpochResult warm_epochs(const Args& a, const stoker::Dataset& ds, std::shared_pt
   const std::uint64_t hits = st.loader.cache_hits - before.loader.cache_hits;
   const std::uint64_t misses = st.loader.cache_misses - before.loader.cache_misses;
   const std::uint64_t files = st.loader.files_read - before.loader.files_read;
-  r.cache_ok = images == static_cast<std::size_t>(a.epochs) * static_cast<std::size_t>(a.images) &&
-               hits == images && misses == 0 && files == 0;
-  std::printf("# %s\n# cold epoch %.2f s; %d warm epochs: %zu images in %.3f s, per epoch img/s min %.0f median %.0f max %.0f\n"
-              "# warm epochs: cache hits %llu, misses %llu, files read %llu: %s\n"
-              "# consumer wait %.3f s, feeder waited for slots %.3f s, loader transform %.3f s (summed, all epochs)\n",
-              r.describe.c_str(), cold_s, a.epochs, images, wall, r.epoch_min, r.epoch_median, r.epoch_max,
-              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
-              static_cast<unsigned long long>(files),
-              r.cache_ok ? "ok" : "FAILED (the warm epochs did not all come from the decoded cache)",
-              st.consumer_wait_seconds, st.feeder_wait_seconds, st.loader.transform_seconds);
+  r.cache_ok = images == static_cast<std::size_t>(a.epochs) * static_cast<std::size_t>(a.images) && hits == images &&
+               misses == 0 && files == 0;
+  std::printf(
+      "# %s\n# cold epoch %.2f s; %d warm epochs: %zu images in %.3f s, per epoch img/s min %.0f median %.0f max %.0f\n"
+      "# warm epochs: cache hits %llu, misses %llu, files read %llu: %s\n"
+      "# consumer wait %.3f s, feeder waited for slots %.3f s, loader transform %.3f s (summed, all epochs)\n",
+      r.describe.c_str(), cold_s, a.epochs, images, wall, r.epoch_min, r.epoch_median, r.epoch_max,
+      static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
+      static_cast<unsigned long long>(files),
+      r.cache_ok ? "ok" : "FAILED (the warm epochs did not all come from the decoded cache)", st.consumer_wait_seconds,
+      st.feeder_wait_seconds, st.loader.transform_seconds);
   return r;
 }
 
@@ -401,8 +407,8 @@ double plain_copy_gbps(std::size_t bytes, int iters, int reps) {
     t1.synchronize();
     rate.push_back(static_cast<double>(bytes) * iters / (stoker::Event::elapsed_ms(t0, t1) / 1e3) / 1e9);
   }
-  std::printf("# plain pinned H2D copies of %zu bytes: %d reps x %d copies, GB/s min %.2f median %.2f max %.2f\n", bytes,
-              reps, iters, *std::min_element(rate.begin(), rate.end()), median(rate),
+  std::printf("# plain pinned H2D copies of %zu bytes: %d reps x %d copies, GB/s min %.2f median %.2f max %.2f\n",
+              bytes, reps, iters, *std::min_element(rate.begin(), rate.end()), median(rate),
               *std::max_element(rate.begin(), rate.end()));
   return median(rate);
 }
@@ -445,32 +451,45 @@ int main(int argc, char** argv) {
 
     // Column 3 of row 1 holds the number only (scripts/gpu_check.sh reads it).
     std::printf("\n| measurement | value | reference |\n|---|---|---|\n");
-    std::printf("| 1. augmentation kernel, %dx%d, batch %d, u8 NHWC -> bf16 NCHW normalised (GPU events, median of %d) | %.0f img/s | PyTorch peer: bench/torch_augment_peer.py, same GPU (goal >= 3x) |\n",
-                a.size, a.size, a.batch, a.reps, k.gpu);
-    std::printf("| 1b. the same, wall clock with the host parameter draw (one stream, two workspaces) | %.0f img/s | |\n",
-                k.wall);
-    std::printf("| 1c. the same, pure GPU time (batches queued before timing; no host work inside) | %.0f img/s | %s |\n",
-                k.gated, k.gate_held ? "" : "gate opened early: may include host time");
+    std::printf(
+        "| 1. augmentation kernel, %dx%d, batch %d, u8 NHWC -> bf16 NCHW normalised (GPU events, median of %d) | %.0f "
+        "img/s | PyTorch peer: bench/torch_augment_peer.py, same GPU (goal >= 3x) |\n",
+        a.size, a.size, a.batch, a.reps, k.gpu);
+    std::printf(
+        "| 1b. the same, wall clock with the host parameter draw (one stream, two workspaces) | %.0f img/s | |\n",
+        k.wall);
+    std::printf(
+        "| 1c. the same, pure GPU time (batches queued before timing; no host work inside) | %.0f img/s | %s |\n",
+        k.gated, k.gate_held ? "" : "gate opened early: may include host time");
     bool ok = true;
-    if (!k.ok) std::printf("gpu_bench: FAILED: the augmentation kernel's output does not match its host twin\n"), ok = false;
+    if (!k.ok)
+      std::printf("gpu_bench: FAILED: the augmentation kernel's output does not match its host twin\n"), ok = false;
     if (!feed_error.empty()) {
       std::printf("gpu_bench: FAILED: measurements 2 and 3: %s\n", feed_error.c_str());
       std::fflush(stdout);
       std::fprintf(stderr, "gpu_bench: %s\n", feed_error.c_str());
       return 1;
     }
-    std::printf("| 2. warm epochs: decoded cache -> pinned -> device -> CUDA augmentation, %dx%d bf16 | %.0f img/s | per epoch median %.0f; copy-bound limit at plain bandwidth: %.0f img/s (goal >= 100000) |\n",
-                a.size, a.size, aug.img_per_s, aug.epoch_median, plain * 1e9 / static_cast<double>(image_bytes));
+    std::printf(
+        "| 2. warm epochs: decoded cache -> pinned -> device -> CUDA augmentation, %dx%d bf16 | %.0f img/s | per epoch "
+        "median %.0f; copy-bound limit at plain bandwidth: %.0f img/s (goal >= 100000) |\n",
+        a.size, a.size, aug.img_per_s, aug.epoch_median, plain * 1e9 / static_cast<double>(image_bytes));
     std::printf("| 2b. warm epochs, uint8 only (no stage) | %.0f img/s | per epoch median %.0f |\n", raw.img_per_s,
                 raw.epoch_median);
-    std::printf("| 3. H2D bandwidth of the feed's copies (copy events, uint8 run) | %.1f GB/s (1e9 B/s) | plain pinned cudaMemcpy of %zu bytes: %.1f GB/s, ratio %.2f (goal >= 0.8) |\n",
-                raw.copy_gbps, batch_bytes, plain, raw.copy_gbps / plain);
-    std::printf("| 3b. uint8 pixels delivered per wall second (no stage) | %.1f GB/s (1e9 B/s) | ratio to plain %.2f |\n",
-                raw.delivered_gbps, raw.delivered_gbps / plain);
-    std::printf("| 3c. uint8 pixels delivered per wall second (with the augmentation) | %.1f GB/s (1e9 B/s) | ratio to plain %.2f |\n",
-                aug.delivered_gbps, aug.delivered_gbps / plain);
+    std::printf(
+        "| 3. H2D bandwidth of the feed's copies (copy events, uint8 run) | %.1f GB/s (1e9 B/s) | plain pinned "
+        "cudaMemcpy of %zu bytes: %.1f GB/s, ratio %.2f (goal >= 0.8) |\n",
+        raw.copy_gbps, batch_bytes, plain, raw.copy_gbps / plain);
+    std::printf(
+        "| 3b. uint8 pixels delivered per wall second (no stage) | %.1f GB/s (1e9 B/s) | ratio to plain %.2f |\n",
+        raw.delivered_gbps, raw.delivered_gbps / plain);
+    std::printf(
+        "| 3c. uint8 pixels delivered per wall second (with the augmentation) | %.1f GB/s (1e9 B/s) | ratio to plain "
+        "%.2f |\n",
+        aug.delivered_gbps, aug.delivered_gbps / plain);
     if (!aug.cache_ok || !raw.cache_ok)
-      std::printf("gpu_bench: FAILED: warm epochs were not served from the decoded cache (figures 2/3 are not warm)\n"), ok = false;
+      std::printf("gpu_bench: FAILED: warm epochs were not served from the decoded cache (figures 2/3 are not warm)\n"),
+          ok = false;
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);

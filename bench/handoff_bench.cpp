@@ -121,7 +121,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.images < 2 || a.size < 1 || a.reps < 1 || a.seconds <= 0 || a.batches.empty() || a.prefetch < 1) {
-    throw InvalidArgument("--images >= 2, --size >= 1, --reps >= 1, --seconds > 0, --prefetch >= 1 and a --batches list");
+    throw InvalidArgument(
+        "--images >= 2, --size >= 1, --reps >= 1, --seconds > 0, --prefetch >= 1 and a --batches list");
   }
   return a;
 }
@@ -174,8 +175,7 @@ std::unique_ptr<Loader> warm_loader(const Dataset& ds, const Args& a, int batch)
   o.cache.budget_bytes = std::size_t{1} << 30;
   auto loader = std::make_unique<Loader>(ds, o);
   loader->begin_epoch(0);
-  while (loader->next()) {
-  }
+  while (loader->next()) {}
   if (loader->cache_stats()->admitted != ds.size()) throw Error("the decoded cache did not take every sample");
   return loader;
 }
@@ -363,7 +363,8 @@ struct RingFigures {
 
 // The consumer takes ready tokens and gives them back for `seconds`; `producers` threads fill them.
 template <typename Ring>
-RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, double work_cpu_seconds, double seconds) {
+RingFigures run_ring(int producers, int tokens, std::uint64_t work_iterations, double work_cpu_seconds,
+                     double seconds) {
   Ring ring(tokens);
   std::atomic<std::uint64_t> sink{0};
   std::vector<std::thread> threads;
@@ -416,7 +417,8 @@ struct Variant {
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   const bool own_dir = a.dir.empty();
-  const fs::path dir = own_dir ? fs::temp_directory_path() / ("stoker_handoff_bench_" + std::to_string(::getpid())) : a.dir;
+  const fs::path dir =
+      own_dir ? fs::temp_directory_path() / ("stoker_handoff_bench_" + std::to_string(::getpid())) : a.dir;
   struct Cleanup {
     const fs::path& dir;
     bool remove;
@@ -433,8 +435,8 @@ int main(int argc, char** argv) try {
               a.images, a.size, a.size, threads, a.prefetch);
   std::printf("machine: %s, %u hardware threads; load average %.2f at the start\n", cpu_model().c_str(),
               std::thread::hardware_concurrency(), load_average());
-  std::printf("each figure the median of %d runs of %.2f s, the rows of one batch size interleaved in each run\n\n", a.reps,
-              a.seconds);
+  std::printf("each figure the median of %d runs of %.2f s, the rows of one batch size interleaved in each run\n\n",
+              a.reps, a.seconds);
 
   for (const int batch : a.batches) {
     auto loader = warm_loader(ds, a, batch);
@@ -446,9 +448,10 @@ int main(int argc, char** argv) try {
     // thread, a ring of depth 3, the consumer).
     std::vector<Variant> variants;
     auto add = [&]<typename Ring>(std::string name, int producers, int tokens) {
-      variants.push_back({std::move(name), producers, tokens, [producers, tokens](std::uint64_t w, double ws, double s) {
-                            return run_ring<Ring>(producers, tokens, w, ws, s);
-                          }});
+      variants.push_back(
+          {std::move(name), producers, tokens, [producers, tokens](std::uint64_t w, double ws, double s) {
+             return run_ring<Ring>(producers, tokens, w, ws, s);
+           }});
     };
     add.operator()<MutexRing<false>>("std::mutex + condition_variable", threads, a.prefetch + 1);
     add.operator()<MutexRing<true>>("std::mutex + cv, spin first (as Loader)", threads, a.prefetch + 1);
@@ -476,7 +479,8 @@ int main(int argc, char** argv) try {
       for (std::size_t v = 0; v < variants.size(); ++v) {
         // P producers at the loader's batch rate: P tokens in flight per loader batch time.
         const double work = cpu_per_batch * variants[v].producers / threads;
-        const RingFigures paced = variants[v].run(static_cast<std::uint64_t>(work * iterations_per_second), work, a.seconds);
+        const RingFigures paced =
+            variants[v].run(static_cast<std::uint64_t>(work * iterations_per_second), work, a.seconds);
         paced_rate[v].push_back(paced.tokens_per_second);
         paced_cpu[v].push_back(paced.handoff_cpu_us);
         const RingFigures bare = variants[v].run(0, 0, a.seconds);
@@ -486,11 +490,13 @@ int main(int argc, char** argv) try {
     }
 
     std::printf("batch %d, the real Loader (warm epochs):\n", batch);
-    std::printf("  %10s %10s %14s %36s\n", "img/s", "batches/s", "CPU us/batch", "consumer us/batch in next()+release()");
+    std::printf("  %10s %10s %14s %36s\n", "img/s", "batches/s", "CPU us/batch",
+                "consumer us/batch in next()+release()");
     std::printf("  %10.0f %10.0f %14.2f %14.2f (not waiting)\n\n", median(img_s), median(batch_s), median(cpu_us),
                 median(consumer_us));
-    std::printf("batch %d, the hand-off alone; paced: each of %d producers computes %.2f CPU us per token, a single one %.2f\n",
-                batch, threads, cpu_per_batch * 1e6, cpu_per_batch / threads * 1e6);
+    std::printf(
+        "batch %d, the hand-off alone; paced: each of %d producers computes %.2f CPU us per token, a single one %.2f\n",
+        batch, threads, cpu_per_batch * 1e6, cpu_per_batch / threads * 1e6);
     std::printf("  %-42s %9s %6s %10s %18s %10s %18s\n", "hand-off", "producers", "tokens", "paced /s",
                 "hand-off CPU us", "unpaced /s", "hand-off CPU us");
     for (std::size_t v = 0; v < variants.size(); ++v) {

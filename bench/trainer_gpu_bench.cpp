@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include <stoker/core/cuda.hpp>
 #include <stoker/core/error.hpp>
 #include <stoker/pipeline/convert.hpp>
-#include <stoker/core/cuda.hpp>
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 
@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
       auto gpu = make_cudnn_backend(backbone.graph(), o);  // cuDNN's algorithm search happens here
       // The input in the storage type, on the device: read in place, no conversion.
       std::vector<std::uint16_t> bits(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) bits[i] = st == DType::F16 ? convert::f16_bits(x[i]) : convert::bf16_bits(x[i]);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        bits[i] = st == DType::F16 ? convert::f16_bits(x[i]) : convert::bf16_bits(x[i]);
       DeviceBuffer dx(bits.size() * 2, "bench input");
       copy_to_device_async(dx.get(), bits.data(), bits.size() * 2, stream.get());
       std::vector<DeviceTensor> out;
@@ -135,11 +136,12 @@ int main(int argc, char** argv) {
       double sum_abs = 0;
       bool finite = true;
       for (float v : y) finite = finite && std::isfinite(v), sum_abs += std::fabs(v);
-      std::printf("trainer_gpu_bench img/s (%s): %.0f  (median of %d reps x %d batches of %d, min %.0f max %.0f; "
-                  "%.3f ms per batch; %.1f MiB on the device; output %s, mean |y| %.4g)\n",
-                  storage_name(st), median(rate), a.reps, a.iters, a.batch, *std::min_element(rate.begin(), rate.end()),
-                  *std::max_element(rate.begin(), rate.end()), median(ms_per), gpu->device_bytes() / 1048576.0,
-                  shape_to_string(out[0].shape).c_str(), sum_abs / static_cast<double>(count));
+      std::printf(
+          "trainer_gpu_bench img/s (%s): %.0f  (median of %d reps x %d batches of %d, min %.0f max %.0f; "
+          "%.3f ms per batch; %.1f MiB on the device; output %s, mean |y| %.4g)\n",
+          storage_name(st), median(rate), a.reps, a.iters, a.batch, *std::min_element(rate.begin(), rate.end()),
+          *std::max_element(rate.begin(), rate.end()), median(ms_per), gpu->device_bytes() / 1048576.0,
+          shape_to_string(out[0].shape).c_str(), sum_abs / static_cast<double>(count));
       std::fflush(stdout);
       if (!finite) throw Error(std::string("non-finite features with ") + storage_name(st) + " storage");
       if (st == DType::F16) std::printf("%s", gpu->describe().c_str());

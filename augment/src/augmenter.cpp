@@ -15,9 +15,9 @@
 #include <opencv2/imgproc.hpp>
 
 #include "params.hpp"
+#include "photometric_rows.hpp"
 #include "pixel.hpp"
 #include "stoker/core/error.hpp"
-#include "photometric_rows.hpp"
 
 namespace stoker {
 namespace {
@@ -95,7 +95,8 @@ void warp_rows(const AugmentPlan& p, const augment::PixelSource& ps, const augme
       const long long sx = xc >> kCoordBits, sy = yc >> kCoordBits;
       const int fx = static_cast<int>((xc >> (kCoordBits - kWeightBits)) & (kOne - 1));
       const int fy = static_cast<int>((yc >> (kCoordBits - kWeightBits)) & (kOne - 1));
-      const std::uint8_t* p0 = ps.data + static_cast<std::size_t>(sy) * ps.row_stride + static_cast<std::size_t>(sx) * CN;
+      const std::uint8_t* p0 =
+          ps.data + static_cast<std::size_t>(sy) * ps.row_stride + static_cast<std::size_t>(sx) * CN;
       const std::size_t right = sx + 1 < ps.width ? CN : 0;
       const std::uint8_t* p1 = sy + 1 < ps.height ? p0 + ps.row_stride : p0;
       for (int c = 0; c < CN; ++c) {
@@ -145,7 +146,8 @@ void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& 
       for (int y = 0; y < p.out_height; ++y) {
         const std::uint8_t* row = src.data + static_cast<std::size_t>(sc.yofs[y]) * src.row_stride;
         std::uint8_t* o = out.ptr<std::uint8_t>(y);
-        for (int x = 0; x < p.out_width; ++x) std::memcpy(o + x * cn, row + sc.xofs[x] * cn, static_cast<std::size_t>(cn));
+        for (int x = 0; x < p.out_width; ++x)
+          std::memcpy(o + x * cn, row + sc.xofs[x] * cn, static_cast<std::size_t>(cn));
       }
     }
     if (lut) {

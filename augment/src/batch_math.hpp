@@ -11,8 +11,8 @@
 #include "params.hpp"
 #include "pixel.hpp"
 #include "stoker/augment/plan.hpp"
-#include "stoker/pipeline/convert.hpp"
 #include "stoker/core/image.hpp"
+#include "stoker/pipeline/convert.hpp"
 
 namespace stoker::augment {
 
@@ -22,13 +22,15 @@ struct SampleJob {
   PixelSource src;  // device memory for the kernel, host memory for run_on_host
   SampleParams params;
   Affine affine;
-  WarpStats stats;  // of the warped uint8 image (channel shift: min/max; contrast: luma sum)
+  WarpStats stats;     // of the warped uint8 image (channel shift: min/max; contrast: luma sum)
   float cmean = 0.0f;  // contrast's grey level
   OutputAffine out;    // per output channel: value * scale + offset, and the source channel
 };
 
 STOKER_HOST_DEVICE inline bool needs_warp_stats(const SampleParams& s) { return s.has_channel_shift || s.has_contrast; }
-STOKER_HOST_DEVICE inline bool needs_sample_stats(const AugmentPlan& p) { return p.samplewise_center || p.samplewise_std; }
+STOKER_HOST_DEVICE inline bool needs_sample_stats(const AugmentPlan& p) {
+  return p.samplewise_center || p.samplewise_std;
+}
 
 // The part of the job known before any pixel is read (the CPU executor's defaults: WarpStats of
 // the whole output, no sample-wise statistics).

@@ -31,7 +31,8 @@ CudaAugmentWorkspace::CudaAugmentWorkspace(int capacity)
     : capacity_(capacity),
       host_(device_bytes_for(capacity > 0 ? capacity : 1), "the augmentation job table"),
       device_(device_bytes_for(capacity > 0 ? capacity : 1), "the augmentation job table") {
-  if (capacity < 1) throw InvalidArgument("CudaAugmentWorkspace: capacity must be >= 1, received " + std::to_string(capacity));
+  if (capacity < 1)
+    throw InvalidArgument("CudaAugmentWorkspace: capacity must be >= 1, received " + std::to_string(capacity));
 }
 
 CudaAugmenter::CudaAugmenter(std::shared_ptr<const Augmenter> augmenter, std::optional<DType> dtype)
@@ -45,8 +46,9 @@ CudaAugmenter::CudaAugmenter(std::shared_ptr<const Augmenter> augmenter, std::op
   if (dtype) {
     const bool float_spec = augmenter_->plan().float_output;
     if ((*dtype == DType::U8) == float_spec) {
-      throw InvalidArgument(std::string("CudaAugmenter: output dtype ") + to_string(*dtype) + " does not fit a spec with " +
-                            to_string(shape_.dtype) + " output (f16 and bf16 need an f32 spec)");
+      throw InvalidArgument(std::string("CudaAugmenter: output dtype ") + to_string(*dtype) +
+                            " does not fit a spec with " + to_string(shape_.dtype) +
+                            " output (f16 and bf16 need an f32 spec)");
     }
     shape_.dtype = *dtype;
   }
@@ -61,8 +63,8 @@ void CudaAugmenter::check_image(int i, int height, int width, std::size_t row_st
                           std::to_string(height) + ")");
   }
   if (row_stride < static_cast<std::size_t>(width) * static_cast<std::size_t>(cn)) {
-    throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has row_stride " + std::to_string(row_stride) +
-                          ", below width * channels = " + std::to_string(width * cn));
+    throw InvalidArgument("CudaAugmenter: image " + std::to_string(i) + " has row_stride " +
+                          std::to_string(row_stride) + ", below width * channels = " + std::to_string(width * cn));
   }
 }
 
@@ -71,9 +73,9 @@ namespace {
 void check_box(int i, const augment::SampleParams& s, int height, int width) {
   if (!(s.crop_x >= 0 && s.crop_y >= 0 && s.crop_w >= 1 && s.crop_h >= 1 && s.crop_x + s.crop_w <= width &&
         s.crop_y + s.crop_h <= height)) {
-    throw InvalidArgument("CudaAugmenter: the crop box of sample " + std::to_string(i) + " (" + std::to_string(s.crop_w) +
-                          "x" + std::to_string(s.crop_h) + "+" + std::to_string(s.crop_x) + "+" +
-                          std::to_string(s.crop_y) + ") is not inside its " + std::to_string(width) + "x" +
+    throw InvalidArgument("CudaAugmenter: the crop box of sample " + std::to_string(i) + " (" +
+                          std::to_string(s.crop_w) + "x" + std::to_string(s.crop_h) + "+" + std::to_string(s.crop_x) +
+                          "+" + std::to_string(s.crop_y) + ") is not inside its " + std::to_string(width) + "x" +
                           std::to_string(height) + " source");
   }
 }
@@ -180,8 +182,7 @@ void CudaAugmenter::enqueue(std::span<const DeviceImage> images, const SampleCon
   } catch (...) {
     try {
       ws.done_.record(stream);  // whatever was enqueued still reads the table
-    } catch (...) {
-    }
+    } catch (...) {}
     throw;
   }
   ws.done_.record(stream);
@@ -233,7 +234,9 @@ namespace {
 class AugmentSlot final : public DeviceStageSlot {
  public:
   AugmentSlot(const CudaAugmenter& gpu, int batch_size)
-      : gpu_(gpu), ws_(batch_size), images_(static_cast<std::size_t>(batch_size)),
+      : gpu_(gpu),
+        ws_(batch_size),
+        images_(static_cast<std::size_t>(batch_size)),
         contexts_(static_cast<std::size_t>(batch_size)) {}
   void run(const DeviceStageInput& in, void* out, StreamHandle stream) override {
     const auto n = static_cast<std::size_t>(in.size);
@@ -274,7 +277,8 @@ void launch_augment_batch(const augment::AugmentPlan& plan, const augment::Batch
   const std::size_t sample_bytes = output.sample_elements * dtype_size(output.dtype);
   emulation::launch(stream, [=] {
     for (int i = 0; i < n; ++i) {
-      job_output_on_host(plan, output.dtype, jobs[i], static_cast<std::byte*>(out) + sample_bytes * static_cast<std::size_t>(i));
+      job_output_on_host(plan, output.dtype, jobs[i],
+                         static_cast<std::byte*>(out) + sample_bytes * static_cast<std::size_t>(i));
     }
   });
 }

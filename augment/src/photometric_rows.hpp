@@ -85,8 +85,8 @@ inline void hue_row(float* __restrict r, float* __restrict g, float* __restrict 
     const bool max_r = mx == R, max_g = mx == G;
     const float num = select(max_r, G - B, select(max_g, B - R, R - G));
     const float q = num / select(d > 0.0f, d, 1.0f);
-    const float h_r = select(q < 0.0f, q + 6.0f, q);            // (g - b) / d, wrapped
-    const float h_gb = q + select(max_g, 2.0f, 4.0f);           // (b - r) / d + 2 or (r - g) / d + 4
+    const float h_r = select(q < 0.0f, q + 6.0f, q);   // (g - b) / d, wrapped
+    const float h_gb = q + select(max_g, 2.0f, 4.0f);  // (b - r) / d + 2 or (r - g) / d + 4
     float h = select(d > 0.0f, select(max_r, h_r, h_gb) / 6.0f, 0.0f);
     // the rotation
     h += hue;

@@ -108,7 +108,8 @@ STOKER_HOST_DEVICE inline void sample_fixed(const PixelSource& src, const Augmen
     const long long half = kCoordOne / 2;
     const int ix = tap_index((X + half) >> kCoordBits, src.width, p.fill_mode);
     const int iy = tap_index((Y + half) >> kCoordBits, src.height, p.fill_mode);
-    const std::uint8_t* px = src.data + static_cast<std::size_t>(iy) * src.row_stride + static_cast<std::size_t>(ix) * cn;
+    const std::uint8_t* px =
+        src.data + static_cast<std::size_t>(iy) * src.row_stride + static_cast<std::size_t>(ix) * cn;
     for (int c = 0; c < cn; ++c) out[c] = px[c];
     return;
   }
@@ -158,8 +159,8 @@ STOKER_HOST_DEVICE inline void resize_coord(int d, int out_size, float crop_orig
   f = fc;
 }
 
-STOKER_HOST_DEVICE inline void sample_resize(const PixelSource& src, const AugmentPlan& p, const SampleParams& s, int dx,
-                                             int dy, std::uint8_t* out) {
+STOKER_HOST_DEVICE inline void sample_resize(const PixelSource& src, const AugmentPlan& p, const SampleParams& s,
+                                             int dx, int dy, std::uint8_t* out) {
   const int cn = src.channels;
   const int ox = s.flip_horizontal ? p.out_width - 1 - dx : dx;
   const int oy = s.flip_vertical ? p.out_height - 1 - dy : dy;
@@ -200,7 +201,9 @@ struct WarpStats {
 // floor() of a non-negative float (a plain conversion: floorf is a library call on baseline x86-64).
 STOKER_HOST_DEVICE inline float floor_pos(float v) { return static_cast<float>(static_cast<int>(v)); }
 
-STOKER_HOST_DEVICE inline int pil_luma(int r, int g, int b) { return (19595 * r + 38470 * g + 7471 * b + 0x8000) >> 16; }
+STOKER_HOST_DEVICE inline int pil_luma(int r, int g, int b) {
+  return (19595 * r + 38470 * g + 7471 * b + 0x8000) >> 16;
+}
 
 // PIL's ImageEnhance blend of a degenerate value d and the pixel v by factor f, as uint8:
 // truncated towards zero and clipped to [0, 255].
@@ -215,7 +218,8 @@ STOKER_HOST_DEVICE inline float pil_blend(float d, float v, float f) {
 // shift and brightness steps applied to it (clipping inside the image ignored), rounded as PIL.
 STOKER_HOST_DEVICE inline float contrast_mean(const SampleParams& s, const WarpStats& st) {
   float m = static_cast<float>(static_cast<double>(st.luma_sum) / static_cast<double>(st.pixels));
-  if (s.has_channel_shift) m = hd::clampf(hd::add(m, s.channel_shift), static_cast<float>(st.min), static_cast<float>(st.max));
+  if (s.has_channel_shift)
+    m = hd::clampf(hd::add(m, s.channel_shift), static_cast<float>(st.min), static_cast<float>(st.max));
   if (s.has_brightness) m = hd::mul(m, s.brightness);
   return floorf(m + 0.5f);
 }
@@ -271,7 +275,8 @@ STOKER_HOST_DEVICE inline void photometric(const SampleParams& s, const WarpStat
     for (int c = 0; c < cn; ++c) v[c] = pil_blend(cmean, v[c], s.contrast);
   }
   if (cn >= 3 && s.has_saturation) {
-    const float l = static_cast<float>(pil_luma(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2])));
+    const float l =
+        static_cast<float>(pil_luma(static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2])));
     for (int c = 0; c < 3; ++c) v[c] = pil_blend(l, v[c], s.saturation);
   }
   if (cn >= 3 && s.has_hue) {
@@ -293,7 +298,8 @@ struct OutputAffine {
   int source_channel[kMaxChannels];
 };
 
-STOKER_HOST_DEVICE inline OutputAffine output_affine(const AugmentPlan& p, int cn, float sample_mean, float sample_std) {
+STOKER_HOST_DEVICE inline OutputAffine output_affine(const AugmentPlan& p, int cn, float sample_mean,
+                                                     float sample_std) {
   OutputAffine o{};
   for (int oc = 0; oc < cn; ++oc) {
     const int ic = (p.swap_rb && cn >= 3 && oc < 3) ? 2 - oc : oc;

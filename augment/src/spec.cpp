@@ -105,9 +105,7 @@ const char* to_string(FillMode mode) noexcept {
 ChannelNormalization ChannelNormalization::minus_one_to_one() {
   return {{127.5f, 127.5f, 127.5f, 127.5f}, {127.5f, 127.5f, 127.5f, 127.5f}, false};
 }
-ChannelNormalization ChannelNormalization::caffe() {
-  return {{103.939f, 116.779f, 123.68f, 0.0f}, {1, 1, 1, 1}, true};
-}
+ChannelNormalization ChannelNormalization::caffe() { return {{103.939f, 116.779f, 123.68f, 0.0f}, {1, 1, 1, 1}, true}; }
 ChannelNormalization ChannelNormalization::torch() {
   return {{0.485f * 255, 0.456f * 255, 0.406f * 255, 0.0f}, {0.229f * 255, 0.224f * 255, 0.225f * 255, 1.0f}, false};
 }
@@ -139,11 +137,12 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
   require_finite("zoom_range", s.zoom_range.lo);
   require_finite("zoom_range", s.zoom_range.hi);
   if (s.zoom_range.lo <= 0 || s.zoom_range.hi <= 0) {
-    fail("zoom_range", "zoom factors must be positive, received [" + num(s.zoom_range.lo) + ", " +
-                           num(s.zoom_range.hi) + "]");
+    fail("zoom_range",
+         "zoom factors must be positive, received [" + num(s.zoom_range.lo) + ", " + num(s.zoom_range.hi) + "]");
   }
   require_bounded("zoom_range", s.zoom_range.hi);
-  if (s.zoom_range.lo < 1e-6) fail("zoom_range", "zoom factors must be at least 1e-6, received " + num(s.zoom_range.lo));
+  if (s.zoom_range.lo < 1e-6)
+    fail("zoom_range", "zoom factors must be at least 1e-6, received " + num(s.zoom_range.lo));
   if (s.zoom_range.lo > s.zoom_range.hi) {
     fail("zoom_range", "lower bound above upper bound: [" + num(s.zoom_range.lo) + ", " + num(s.zoom_range.hi) + "]");
   }
@@ -170,8 +169,8 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
   require_finite("cval", s.cval);
   p.cval = static_cast<float>(s.cval);
   if (s.interpolation_order != 0 && s.interpolation_order != 1) {
-    fail("interpolation_order", "must be 0 (nearest) or 1 (bilinear), received " +
-                                    std::to_string(s.interpolation_order));
+    fail("interpolation_order",
+         "must be 0 (nearest) or 1 (bilinear), received " + std::to_string(s.interpolation_order));
   }
   p.interpolation_order = s.interpolation_order;
 
@@ -189,7 +188,8 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
     require_finite("random_resized_crop.scale", r.scale.lo);
     require_finite("random_resized_crop.scale", r.scale.hi);
     if (!(r.scale.lo > 0 && r.scale.lo <= r.scale.hi)) {
-      fail("random_resized_crop.scale", "needs 0 < lo <= hi, received [" + num(r.scale.lo) + ", " + num(r.scale.hi) + "]");
+      fail("random_resized_crop.scale",
+           "needs 0 < lo <= hi, received [" + num(r.scale.lo) + ", " + num(r.scale.hi) + "]");
     }
     if (r.scale.hi > 1) {
       fail("random_resized_crop.scale", num(r.scale.hi) + " would crop a box larger than the image (at most 1)");
@@ -197,7 +197,8 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
     require_finite("random_resized_crop.ratio", r.ratio.lo);
     require_finite("random_resized_crop.ratio", r.ratio.hi);
     if (!(r.ratio.lo > 0 && r.ratio.lo <= r.ratio.hi)) {
-      fail("random_resized_crop.ratio", "needs 0 < lo <= hi, received [" + num(r.ratio.lo) + ", " + num(r.ratio.hi) + "]");
+      fail("random_resized_crop.ratio",
+           "needs 0 < lo <= hi, received [" + num(r.ratio.lo) + ", " + num(r.ratio.hi) + "]");
     }
     check_center("random_resized_crop.center", r.center);
     p.crop = augment::CropKind::RandomResized;

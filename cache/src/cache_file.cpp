@@ -152,7 +152,8 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     return stale("truncated or torn: " + std::to_string(size_) + " bytes, the header says " +
                  std::to_string(h.file_size));
   }
-  if (h.kind != static_cast<std::uint32_t>(CacheKind::Encoded) && h.kind != static_cast<std::uint32_t>(CacheKind::Decoded))
+  if (h.kind != static_cast<std::uint32_t>(CacheKind::Encoded) &&
+      h.kind != static_cast<std::uint32_t>(CacheKind::Decoded))
     return stale("unknown cache kind " + std::to_string(h.kind));
   if (h.min_height > static_cast<std::uint32_t>(std::numeric_limits<int>::max()) ||
       h.min_width > static_cast<std::uint32_t>(std::numeric_limits<int>::max()))
@@ -271,7 +272,8 @@ void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
   auto pad_to = [&](std::uint64_t offset) {
     const long pos = std::ftell(out);
     if (pos < 0 || static_cast<std::uint64_t>(pos) > offset) return false;
-    return std::fwrite(zeros, 1, offset - static_cast<std::uint64_t>(pos), out) == offset - static_cast<std::uint64_t>(pos);
+    return std::fwrite(zeros, 1, offset - static_cast<std::uint64_t>(pos), out) ==
+           offset - static_cast<std::uint64_t>(pos);
   };
   for (std::size_t i = 0; ok && i < records.size(); ++i) {
     ok = pad_to(index[i].data_offset) &&

@@ -92,9 +92,7 @@ SampleCache::SampleCache(CacheOptions options, CacheKey key, std::vector<std::st
     require_writable_folder(options_.file);
     file_ = CacheFile::open(options_.file, key_);
     switch (file_->state()) {
-      case CacheFileState::Missing:
-        file_status_ = "no cache file yet; it will be written after the first epoch";
-        break;
+      case CacheFileState::Missing: file_status_ = "no cache file yet; it will be written after the first epoch"; break;
       case CacheFileState::Foreign:
         throw IoError(options_.file.string() + ": " + file_->problem() + "; refusing to use or overwrite it");
       case CacheFileState::Stale:
@@ -221,7 +219,8 @@ void SampleCache::admit_decoded(std::size_t sample, const ImageView& image, cons
     return;
   }
   e.ram.reset(new std::uint8_t[bytes]);
-  for (int y = 0; y < image.height; ++y) std::memcpy(e.ram.get() + row * static_cast<std::size_t>(y), image.row(y), row);
+  for (int y = 0; y < image.height; ++y)
+    std::memcpy(e.ram.get() + row * static_cast<std::size_t>(y), image.row(y), row);
   e.size = bytes;
   e.height = image.height;
   e.width = image.width;
@@ -259,7 +258,12 @@ bool SampleCache::save_if_changed() {
     }
     records.push_back(std::move(r));
   }
-  write_cache_file(options_.file, key_, records);
+  try {
+    write_cache_file(options_.file, key_, records);
+  } catch (...) {
+    dirty_ = true;  // not written: the next save tries again
+    throw;
+  }
   return true;
 }
 

@@ -20,8 +20,7 @@ std::string lower(std::string s) {
 
 void check_split(const Split& split) {
   if (!(split.validation_fraction >= 0.0 && split.validation_fraction < 1.0)) {
-    throw InvalidArgument("validation_split must be in [0, 1), received " +
-                          std::to_string(split.validation_fraction));
+    throw InvalidArgument("validation_split must be in [0, 1), received " + std::to_string(split.validation_fraction));
   }
   if (split.subset != Subset::All && split.validation_fraction == 0.0) {
     throw InvalidArgument("a training/validation subset needs validation_split > 0");
@@ -109,7 +108,8 @@ namespace {
 // RFC 4180 record reader: quoted fields may contain the delimiter, doubled quotes and newlines.
 class CsvReader {
  public:
-  CsvReader(std::istream& in, char delimiter, std::string name) : in_(in), delimiter_(delimiter), name_(std::move(name)) {}
+  CsvReader(std::istream& in, char delimiter, std::string name)
+      : in_(in), delimiter_(delimiter), name_(std::move(name)) {}
 
   bool next(std::vector<std::string>& fields) {
     fields.clear();
@@ -122,7 +122,12 @@ class CsvReader {
       const char c = static_cast<char>(ch);
       if (quoted) {
         if (c == '"') {
-          if (in_.peek() == '"') { field += '"'; in_.get(); } else { quoted = false; }
+          if (in_.peek() == '"') {
+            field += '"';
+            in_.get();
+          } else {
+            quoted = false;
+          }
         } else {
           if (c == '\n') ++line_;
           field += c;
@@ -157,15 +162,17 @@ Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
   check_split(options.split);
   std::ifstream in(csv_file, std::ios::binary);
   if (!in) throw DatasetError(csv_file.string() + ": cannot open CSV file");
-  const char delimiter = options.delimiter ? options.delimiter
-                                           : (lower(csv_file.extension().string()) == ".tsv" ? '\t' : ',');
+  const char delimiter =
+      options.delimiter ? options.delimiter : (lower(csv_file.extension().string()) == ".tsv" ? '\t' : ',');
   const fs::path base = options.base_dir.empty() ? csv_file.parent_path() : options.base_dir;
   CsvReader reader(in, delimiter, csv_file.string());
 
   std::vector<std::string> header;
-  if (!reader.next(header) || header.empty()) throw DatasetError(csv_file.string() + ": empty CSV file (no header row)");
+  if (!reader.next(header) || header.empty())
+    throw DatasetError(csv_file.string() + ": empty CSV file (no header row)");
   auto column = [&](const std::string& name) -> int {
-    for (std::size_t i = 0; i < header.size(); ++i) if (header[i] == name) return static_cast<int>(i);
+    for (std::size_t i = 0; i < header.size(); ++i)
+      if (header[i] == name) return static_cast<int>(i);
     std::string have;
     for (const auto& h : header) have += (have.empty() ? "" : ", ") + h;
     throw DatasetError(csv_file.string() + ": no column '" + name + "' (columns: " + have + ")");
@@ -183,7 +190,8 @@ Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
                          std::to_string(fields.size()) + " fields, expected at least " + std::to_string(need + 1));
     }
     if (fields[path_col].empty()) {
-      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": empty '" + options.path_column + "'");
+      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": empty '" + options.path_column +
+                         "'");
     }
     fs::path p(fields[path_col]);
     if (p.is_relative()) p = base / p;
@@ -215,7 +223,8 @@ Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> 
     if (s.path.empty()) throw DatasetError("dataset_from_list: sample " + std::to_string(i) + " has an empty path");
     if (s.label < -1 || s.label >= static_cast<std::int32_t>(class_names.size())) {
       throw DatasetError("dataset_from_list: sample " + std::to_string(i) + " (" + s.path + ") has label " +
-                         std::to_string(s.label) + ", but there are " + std::to_string(class_names.size()) + " classes");
+                         std::to_string(s.label) + ", but there are " + std::to_string(class_names.size()) +
+                         " classes");
     }
   }
   return apply_split(Dataset{std::move(samples), std::move(class_names)}, split);

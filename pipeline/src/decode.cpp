@@ -47,8 +47,9 @@ bool parse_pnm(std::span<const std::uint8_t> b, int& width, int& height) {
   long values[2];
   for (long& v : values) {
     while (i < b.size()) {
-      if (b[i] == '#') { while (i < b.size() && b[i] != '\n') ++i; }
-      else if (std::isspace(b[i])) ++i;
+      if (b[i] == '#') {
+        while (i < b.size() && b[i] != '\n') ++i;
+      } else if (std::isspace(b[i])) ++i;
       else break;
     }
     if (i >= b.size() || !std::isdigit(b[i])) return false;

@@ -16,8 +16,8 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
-#include "stoker/core/error.hpp"
 #include "stoker/cache/cache_file.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/plan.hpp"
 
 namespace stoker {
@@ -190,7 +190,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::unique_ptr<std::byte, BlockDeleter> memory_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int> free_slots_;
-  std::deque<int> submitted_;  // slots in batch order, not yet delivered
+  std::deque<int> submitted_;       // slots in batch order, not yet delivered
   std::vector<SampleTask> queued_;  // filled slots' samples not yet handed to the arena (capacity: all slots')
 
   tbb::task_arena arena_;
@@ -200,12 +200,12 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   bool epoch_active_ = false;
   bool stopping_ = false;
   std::uint64_t epoch_ = 0;
-  std::atomic<std::uint64_t> generation_{0};  // bumped to cancel in-flight work
+  std::atomic<std::uint64_t> generation_{0};         // bumped to cancel in-flight work
   std::atomic<std::uint64_t> batches_published_{0};  // finished batches, for next() to watch before sleeping
   std::vector<std::uint32_t> order_;
   std::int64_t next_submit_ = 0;
   std::int64_t next_deliver_ = 0;
-  bool cache_saved_ = false;  // this epoch's end already wrote the cache file
+  bool cache_saved_ = false;   // this epoch's end already wrote the cache file
   std::exception_ptr failed_;  // what stopped this epoch: next() throws it until begin_epoch()
   int inflight_batches_ = 0;
 };
@@ -224,7 +224,8 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   switch (o.label_mode) {
     case LabelMode::Binary:
       if (classes != 2) {
-        throw InvalidArgument("label mode 'binary' needs exactly 2 classes, the dataset has " + std::to_string(classes));
+        throw InvalidArgument("label mode 'binary' needs exactly 2 classes, the dataset has " +
+                              std::to_string(classes));
       }
       label_width_ = 1;
       break;
@@ -301,8 +302,7 @@ void LoaderCore::shutdown() noexcept {
   cancel_locked();
   try {
     submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
-  } catch (...) {
-  }
+  } catch (...) {}
   cv_.wait(lock, [&] { return inflight_batches_ == 0; });
 }
 
@@ -422,8 +422,7 @@ std::exception_ptr naming_sample(const std::exception_ptr& error, const std::str
       return std::make_exception_ptr(CudaError(what, static_cast<const CudaError&>(e).code()));
     }
     if (type == typeid(Error)) return std::make_exception_ptr(Error(what));
-  } catch (...) {
-  }
+  } catch (...) {}
   return error;
 }
 
@@ -480,7 +479,9 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
     if (cached.height != shape_.height || cached.width != shape_.width || cached.channels != shape_.channels) {
       // Only a cache file can hold such an entry: written by a transform with the same
       // cache_identity() but another output shape.
-      auto dims = [](int h, int w, int c) { return std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c); };
+      auto dims = [](int h, int w, int c) {
+        return std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c);
+      };
       throw IoError(options_.cache.file.string() + ": the cached output is " +
                     dims(cached.height, cached.width, cached.channels) + ", the transform makes " +
                     dims(shape_.height, shape_.width, shape_.channels) +
@@ -550,8 +551,10 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
 
 void LoaderCore::move_sample(Slot& s, int from, int to) {
   const std::size_t bytes = shape_.bytes();
-  std::memmove(s.pixels + bytes * static_cast<std::size_t>(to), s.pixels + bytes * static_cast<std::size_t>(from), bytes);
-  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to), w = static_cast<std::size_t>(label_width_);
+  std::memmove(s.pixels + bytes * static_cast<std::size_t>(to), s.pixels + bytes * static_cast<std::size_t>(from),
+               bytes);
+  const auto f = static_cast<std::size_t>(from), t = static_cast<std::size_t>(to),
+             w = static_cast<std::size_t>(label_width_);
   std::copy_n(s.labels.data() + f * w, w, s.labels.data() + t * w);
   s.classes[t] = s.classes[f];
   s.ids[t] = s.ids[f];

@@ -16,7 +16,9 @@ std::vector<std::uint32_t> epoch_order(std::uint32_t n, std::uint64_t seed, std:
     const std::uint64_t bound = static_cast<std::uint64_t>(i) + 1;
     const std::uint64_t limit = UINT64_MAX - (UINT64_MAX % bound);
     std::uint64_t r;
-    do { r = mix64(key + counter++); } while (r >= limit);
+    do {
+      r = mix64(key + counter++);
+    } while (r >= limit);
     std::swap(order[i], order[static_cast<std::uint32_t>(r % bound)]);
   }
   return order;

@@ -81,7 +81,8 @@ std::string ResizeTransform::cache_identity() const {
 }
 
 void ResizeTransform::apply(const ImageView& src, const SampleContext&, std::byte* dst) const {
-  if (src.channels != 3) throw InvalidArgument("ResizeTransform expects 3 channels, received " + std::to_string(src.channels));
+  if (src.channels != 3)
+    throw InvalidArgument("ResizeTransform expects 3 channels, received " + std::to_string(src.channels));
   cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);
   if (keep_aspect_ratio_) {
     const CropBox box = centre_crop_box(src.height, src.width, shape_.height, shape_.width);

@@ -92,7 +92,8 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   EXPECT_EQ(rows[0]["class"], "dog");
   EXPECT_GT(rows[0]["probability"].get<double>(), 0.5);
 
-  const CommandResult e = stoker("evaluate --json --model-dir " + (dir / "out").string() + " --data " + (dir / "data").string());
+  const CommandResult e =
+      stoker("evaluate --json --model-dir " + (dir / "out").string() + " --data " + (dir / "data").string());
   ASSERT_EQ(e.exit_code, 0) << e.out;
   const auto ev = nlohmann::json::parse(e.out.substr(e.out.rfind('{')));
   EXPECT_EQ(ev["images"], 20);
@@ -158,7 +159,7 @@ TEST_F(Cli, DeviceCuda) {
   const CommandResult t = stoker(train_args("--device cuda --horizontal-flip --rotation-range 10"));
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
-  EXPECT_NE(t.out.find("backbone") , std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("backbone"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("(CUDA events)"), std::string::npos) << t.out;
   std::ifstream h(dir / "out" / "history.json");
   const auto history = nlohmann::json::parse(h);
@@ -212,12 +213,14 @@ TEST_F(Cli, InspectPrintsTheLayerGraph) {
 }
 
 TEST_F(Cli, LoadCacheAndHelp) {
-  const CommandResult l = stoker("load --data " + (dir / "data").string() + " --epochs 2 --cache decoded --image-size 64");
+  const CommandResult l =
+      stoker("load --data " + (dir / "data").string() + " --epochs 2 --cache decoded --image-size 64");
   ASSERT_EQ(l.exit_code, 0) << l.out;
   EXPECT_NE(l.out.find("epoch 1:"), std::string::npos);
   EXPECT_NE(l.out.find("cache 20 hits 0 misses"), std::string::npos) << l.out;
   const std::string file = (dir / "c.cache").string();
-  ASSERT_EQ(stoker("cache build --data " + (dir / "data").string() + " --image-size 64 --cache-file " + file).exit_code, 0);
+  ASSERT_EQ(stoker("cache build --data " + (dir / "data").string() + " --image-size 64 --cache-file " + file).exit_code,
+            0);
   const CommandResult info = stoker("cache info " + file);
   EXPECT_EQ(info.exit_code, 0) << info.out;
   EXPECT_NE(info.out.find("20 entries"), std::string::npos) << info.out;

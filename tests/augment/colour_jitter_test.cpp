@@ -19,9 +19,9 @@
 
 #include <opencv2/core.hpp>
 
-#include "stoker/augment/augmenter.hpp"
 #include "params.hpp"
 #include "pixel.hpp"
+#include "stoker/augment/augmenter.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 #include "../../augment/src/photometric_rows.hpp"  // the CPU executor's row kernels
@@ -49,8 +49,8 @@ cv::Mat random_image(int h, int w, int cn, std::mt19937& rng) {
       for (int c = 0; c < cn; ++c) {
         std::uint8_t v = static_cast<std::uint8_t>(any(rng));
         if (k == 0) v = kSpecial[pick(rng)];
-        if (k == 1) v = grey;                                  // R = G = B
-        if (k == 2 && c > 0) v = row[x * cn];                  // ties with the first channel
+        if (k == 1) v = grey;                  // R = G = B
+        if (k == 2 && c > 0) v = row[x * cn];  // ties with the first channel
         row[x * cn + c] = v;
       }
     }
@@ -95,8 +95,8 @@ struct Output {
 };
 
 std::string describe(const Output& o, int cn) {
-  return std::string(o.dtype == DType::U8 ? "u8" : "f32") + (o.layout == Layout::NCHW ? " NCHW" : " NHWC") +
-         " norm " + std::to_string(o.norm) + " channels " + std::to_string(cn);
+  return std::string(o.dtype == DType::U8 ? "u8" : "f32") + (o.layout == Layout::NCHW ? " NCHW" : " NHWC") + " norm " +
+         std::to_string(o.norm) + " channels " + std::to_string(cn);
 }
 
 AugmentSpec spec_for(const Output& o, int h, int w, int cn) {
@@ -193,8 +193,9 @@ TEST(ColourJitter, EveryColourIsBitIdenticalToThePerPixelReference) {
     for (int y = 0; y < 1024; ++y) {
       for (int x = 0; x < 1024; ++x) {
         const int i = y * 1024 + x;  // 20 bits: red's low nibble, green, blue
-        src.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<std::uint8_t>(hi * 16 + (i >> 16)),
-                                            static_cast<std::uint8_t>((i >> 8) & 255), static_cast<std::uint8_t>(i & 255));
+        src.at<cv::Vec3b>(y, x) =
+            cv::Vec3b(static_cast<std::uint8_t>(hi * 16 + (i >> 16)), static_cast<std::uint8_t>((i >> 8) & 255),
+                      static_cast<std::uint8_t>(i & 255));
       }
     }
     EXPECT_TRUE(bit_identical(aug, src, hue_only)) << "hue, red " << hi * 16 << "..";
@@ -214,8 +215,8 @@ using RowFn = void (*)(const augment::rows::PhotometricConstants&, const augment
 }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 [[gnu::target("avx2"), gnu::flatten]] void row_avx2(const augment::rows::PhotometricConstants& k,
-                                                    const augment::rows::RowTarget& t, const std::uint8_t* warped, int y,
-                                                    float* const* plane) {
+                                                    const augment::rows::RowTarget& t, const std::uint8_t* warped,
+                                                    int y, float* const* plane) {
   augment::rows::process_row(k, t, warped, y, plane);
 }
 #endif
@@ -291,7 +292,8 @@ TEST(ColourJitter, RowKernelsMatchPhotometricOnEveryColourInEveryVariant) {
           want[x * 3 + c] = v[c];
           want_nchw[static_cast<std::size_t>(c) * n + x] =
               augment::hd::add(augment::hd::mul(v[2 - c], oa.scale[c]), oa.offset[c]);
-          want_u8[x * 3 + c] = augment::hd::to_u8(augment::hd::add(augment::hd::mul(v[c], oa8.scale[c]), oa8.offset[c]));
+          want_u8[x * 3 + c] =
+              augment::hd::to_u8(augment::hd::add(augment::hd::mul(v[c], oa8.scale[c]), oa8.offset[c]));
         }
       }
       for (const auto& [name, fn] : variants) {

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "stoker/augment/augmenter.hpp"
 #include "pixel.hpp"
+#include "stoker/augment/augmenter.hpp"
 #include "test_support.hpp"
 
 namespace stoker {

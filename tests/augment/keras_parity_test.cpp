@@ -5,10 +5,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
-#include <utility>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -16,10 +15,11 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "stoker/augment/augmenter.hpp"
 #include "pixel.hpp"
+#include "stoker/augment/augmenter.hpp"
 #include "test_support.hpp"
 
 namespace stoker {
@@ -121,8 +121,8 @@ TEST(KerasParity, ApplyTransformMatchesKerasWithinTwoGreyLevelsAwayFromBorders) 
   }
   std::cout << "Keras parity, worst |stoker - keras| in grey levels (interior / all pixels):\n";
   for (const auto& [name, w] : per_parameter) {
-    std::cout << "  " << std::left << std::setw(24) << name << std::fixed << std::setprecision(3) << w.interior
-              << " / " << w.all << "\n";
+    std::cout << "  " << std::left << std::setw(24) << name << std::fixed << std::setprecision(3) << w.interior << " / "
+              << w.all << "\n";
   }
   std::cout << "  overall " << overall.interior << " / " << overall.all << "\n";
 }
@@ -181,7 +181,8 @@ TEST(KerasParity, FitAndStandardizeMatchKeras) {
       std::vector<float> got(32 * 32 * 3);
       aug->apply(views[k], SampleContext{}, reinterpret_cast<std::byte*>(got.data()));
       ASSERT_EQ(want.size(), got.size());
-      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+      for (std::size_t i = 0; i < got.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
     }
   }
   EXPECT_LE(worst, 1e-4);

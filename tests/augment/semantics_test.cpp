@@ -20,9 +20,9 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include "stoker/augment/augmenter.hpp"
 #include "params.hpp"
 #include "pixel.hpp"
+#include "stoker/augment/augmenter.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/transform.hpp"
 #include "test_support.hpp"
@@ -175,7 +175,8 @@ TEST(AugmentSemantics, FlippingTwiceIsTheIdentityAndAFlipIsCvFlip) {
   s.height = 31;
   s.width = 45;
   const Augmenter aug(s);
-  for (const auto& [fh, fv, code] : std::vector<std::tuple<bool, bool, int>>{{true, false, 1}, {false, true, 0}, {true, true, -1}}) {
+  for (const auto& [fh, fv, code] :
+       std::vector<std::tuple<bool, bool, int>>{{true, false, 1}, {false, true, 0}, {true, true, -1}}) {
     SampleParams p = neutral(31, 45);
     p.flip_horizontal = fh;
     p.flip_vertical = fv;
@@ -270,8 +271,10 @@ TEST(AugmentSemantics, SlowReferenceAgreesWithTheFastPathWithinOneGreyLevel) {
             aug.apply_reference(view_of(images[k]), ctx, ref.data());
             double worst = 0;
             for (std::size_t i = 0; i < n; ++i) {
-              const double a = float_nchw ? reinterpret_cast<const float*>(fast.data())[i] : std::to_integer<int>(fast[i]);
-              const double b = float_nchw ? reinterpret_cast<const float*>(ref.data())[i] : std::to_integer<int>(ref[i]);
+              const double a =
+                  float_nchw ? reinterpret_cast<const float*>(fast.data())[i] : std::to_integer<int>(fast[i]);
+              const double b =
+                  float_nchw ? reinterpret_cast<const float*>(ref.data())[i] : std::to_integer<int>(ref[i]);
               worst = std::max(worst, std::abs(a - b));
             }
             // One grey level; for float outputs, one grey level after normalisation by std 0.224*255.
@@ -339,7 +342,7 @@ TEST(AugmentSemantics, IntegerAndListShiftsDrawLikeKeras) {
   AugmentSpec s;
   s.height = 50;
   s.width = 80;
-  s.height_shift_range = ShiftRange::integer(4);          // numpy choice(4) * choice([-1, 1])
+  s.height_shift_range = ShiftRange::integer(4);           // numpy choice(4) * choice([-1, 1])
   s.width_shift_range = ShiftRange::choices({0.1, 0.25});  // fractions of the width
   const Augmenter aug(s);
   std::map<float, int> tx_seen, ty_seen;
@@ -438,8 +441,8 @@ TEST(AugmentSemantics, OutputFormatsAndNormalisationPresets) {
     ChannelNormalization norm;
     bool nchw;
   };
-  for (const Case& c : {Case{ChannelNormalization::minus_one_to_one(), false}, Case{ChannelNormalization::caffe(), true},
-                        Case{ChannelNormalization::torch(), true}}) {
+  for (const Case& c : {Case{ChannelNormalization::minus_one_to_one(), false},
+                        Case{ChannelNormalization::caffe(), true}, Case{ChannelNormalization::torch(), true}}) {
     AugmentSpec s = base;
     s.dtype = DType::F32;
     s.layout = c.nchw ? Layout::NCHW : Layout::NHWC;
@@ -453,7 +456,8 @@ TEST(AugmentSemantics, OutputFormatsAndNormalisationPresets) {
           const int ic = c.norm.bgr ? 2 - oc : oc;
           const float v = ref.at<cv::Vec3b>(y, x)[ic];
           const float want = (v - c.norm.mean[oc]) / c.norm.std[oc];
-          const std::size_t i = c.nchw ? (static_cast<std::size_t>(oc) * 20 + y) * 16 + x : (static_cast<std::size_t>(y) * 16 + x) * 3 + oc;
+          const std::size_t i = c.nchw ? (static_cast<std::size_t>(oc) * 20 + y) * 16 + x
+                                       : (static_cast<std::size_t>(y) * 16 + x) * 3 + oc;
           ASSERT_NEAR(out[i], want, 1e-5f);
         }
       }

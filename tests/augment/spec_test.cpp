@@ -1,8 +1,8 @@
 // Invalid settings fail when the Augmenter is built, with a message naming the parameter.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,12 +52,21 @@ TEST(AugmentSpec, InvalidSettingsFailAtConstructionNamingTheParameter) {
   expect_rejected([](AugmentSpec& s) { s.interpolation_order = 3; }, "interpolation_order");
   expect_rejected([](AugmentSpec& s) { s.center_crop = CenterCrop{1.25, true}; }, "center_crop.fraction");
   expect_rejected([](AugmentSpec& s) { s.center_crop = CenterCrop{0.0, true}; }, "center_crop.fraction");
-  expect_rejected([](AugmentSpec& s) { s.random_resized_crop = RandomResizedCrop{{0.5, 1.5}, {0.75, 1.33}}; },
-                  "random_resized_crop.scale");
-  expect_rejected([](AugmentSpec& s) { s.random_resized_crop = RandomResizedCrop{{0.5, 0.2}, {0.75, 1.33}}; },
-                  "random_resized_crop.scale");
-  expect_rejected([](AugmentSpec& s) { s.random_resized_crop = RandomResizedCrop{{0.2, 0.5}, {0, 1.33}}; },
-                  "random_resized_crop.ratio");
+  expect_rejected(
+      [](AugmentSpec& s) {
+        s.random_resized_crop = RandomResizedCrop{{0.5, 1.5}, {0.75, 1.33}};
+      },
+      "random_resized_crop.scale");
+  expect_rejected(
+      [](AugmentSpec& s) {
+        s.random_resized_crop = RandomResizedCrop{{0.5, 0.2}, {0.75, 1.33}};
+      },
+      "random_resized_crop.scale");
+  expect_rejected(
+      [](AugmentSpec& s) {
+        s.random_resized_crop = RandomResizedCrop{{0.2, 0.5}, {0, 1.33}};
+      },
+      "random_resized_crop.ratio");
   expect_rejected(
       [](AugmentSpec& s) {
         s.center_crop = CenterCrop{};

@@ -273,7 +273,8 @@ TEST(CacheFile, TornTruncatedAndOldVersionFilesAreRebuilt) {
   auto header_flip = good;
   header_flip[20] ^= 1;
   expect_rebuilt(header_flip, "corrupt header");
-  expect_rebuilt(std::vector<std::uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)), "truncated");
+  expect_rebuilt(std::vector<std::uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)),
+                 "truncated");
   expect_rebuilt(std::vector<std::uint8_t>(good.begin(), good.begin() + 100), "truncated header");
   auto index_flip = good;
   index_flip[128 + 70] ^= 1;
@@ -312,7 +313,8 @@ TEST(CacheFile, AForeignFileIsRefusedAndLeftUntouched) {
 // The file is written after the first epoch; where it cannot be, the loader says so at once.
 TEST(CacheFile, AMissingFolderFailsAtConstruction) {
   CacheFileFixture f;
-  for (const fs::path& bad : {f.photos.dir / "no_such_folder" / "cache.stoker", fs::path(f.ds.samples[0].path) / "cache.stoker"}) {
+  for (const fs::path& bad :
+       {f.photos.dir / "no_such_folder" / "cache.stoker", fs::path(f.ds.samples[0].path) / "cache.stoker"}) {
     auto o = f.with_file();
     o.cache.file = bad;
     try {

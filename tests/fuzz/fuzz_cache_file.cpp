@@ -32,8 +32,7 @@ void fix_checksums(std::string& file) {
   if (file.size() < 128) return;
   const std::uint64_t count = get64(file, kEntryCount), index = get64(file, kIndexOffset),
                       strings = get64(file, kStringsSize);
-  if (index <= file.size() && count <= (file.size() - index) / 64 &&
-      strings <= file.size() - index - count * 64)
+  if (index <= file.size() && count <= (file.size() - index) / 64 && strings <= file.size() - index - count * 64)
     put64(file, kIndexChecksum, stoker::checksum64(file.data() + index, count * 64 + strings));
   put64(file, kHeaderChecksum, stoker::checksum64(file.data(), kHeaderChecksum));
 }
@@ -63,17 +62,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     auto f = stoker::CacheFile::inspect(path);
     exercise(*f);
-  } catch (const stoker::Error&) {
-  }
+  } catch (const stoker::Error&) {}
   try {
     auto f = stoker::CacheFile::open(path, stoker::CacheKey{stoker::CacheKind::Decoded, 32, 32, 0});
     exercise(*f);
-  } catch (const stoker::Error&) {
-  }
+  } catch (const stoker::Error&) {}
   try {
     auto f = stoker::CacheFile::open(path, stoker::CacheKey{stoker::CacheKind::Encoded, 0, 0, 0});
     exercise(*f);
-  } catch (const stoker::Error&) {
-  }
+  } catch (const stoker::Error&) {}
   return 0;
 }

@@ -11,9 +11,9 @@
 #include "batch_math.hpp"
 #include "gpu_test_util.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
 #if defined(STOKER_TESTS_HAVE_CUDA_HEADERS)
@@ -123,7 +123,8 @@ TEST(CudaExecutorHostPath, HalfOutputsAreRoundedFloatOutput) {
   std::vector<augment::SampleParams> params;
   for (int i = 0; i < 4; ++i) {
     views.push_back(view_of(images[static_cast<std::size_t>(i)]));
-    params.push_back(cpu->params({7, 0, i}, images[static_cast<std::size_t>(i)].rows, images[static_cast<std::size_t>(i)].cols));
+    params.push_back(
+        cpu->params({7, 0, i}, images[static_cast<std::size_t>(i)].rows, images[static_cast<std::size_t>(i)].cols));
   }
   const std::size_t n = f32.output_shape().elements() * 4;
   std::vector<float> a(n);
@@ -222,7 +223,8 @@ TEST(ConvertMath, HostReferenceLayoutsAndNormalisation) {
   const int batch = 2;
   std::vector<std::uint8_t> src(in.elements() * batch);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 37 + 11);
-  const auto spec = ConvertSpec::normalize(DType::F32, Layout::NCHW, {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f});
+  const auto spec =
+      ConvertSpec::normalize(DType::F32, Layout::NCHW, {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f});
   std::vector<float> nchw(src.size());
   convert_batch_host(spec, in, batch, src.data(), nchw.data());
   for (int n = 0; n < batch; ++n)

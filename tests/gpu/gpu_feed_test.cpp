@@ -20,9 +20,9 @@
 
 #include "gpu_test_util.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/core/cuda.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 #if defined(STOKER_CUDA_EMULATION)
 #include "stoker/core/detail/cuda_emulation.hpp"
@@ -115,7 +115,8 @@ TEST_F(GpuFeedTest, BatchesEqualTheCpuLoaders) {
 TEST_F(GpuFeedTest, ConvertStageMatchesHostReference) {
   const Dataset ds = make_dataset(20);
   const LoaderOptions lo = loader_options(6, 40);
-  const auto spec = ConvertSpec::normalize(DType::BF16, Layout::NCHW, {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f});
+  const auto spec =
+      ConvertSpec::normalize(DType::BF16, Layout::NCHW, {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f});
   GpuFeed feed(ds, lo, {.depth = 2, .stage = make_convert_stage(spec)});
   EXPECT_EQ(feed.output_shape().dtype, DType::BF16);
   Loader cpu(ds, lo);
@@ -131,7 +132,8 @@ TEST_F(GpuFeedTest, ConvertStageMatchesHostReference) {
     consumer.synchronize();
     const auto got = download<std::uint16_t>(b->data(), b->bytes() / 2);
     std::vector<std::uint16_t> want(got.size());
-    convert_batch_host(spec, cpu.sample_shape(), h->size(), reinterpret_cast<const std::uint8_t*>(h->pixels()), want.data());
+    convert_batch_host(spec, cpu.sample_shape(), h->size(), reinterpret_cast<const std::uint8_t*>(h->pixels()),
+                       want.data());
     EXPECT_EQ(got, want);
     ++batches;
   }
@@ -171,7 +173,8 @@ TEST_F(GpuFeedTest, AugmentStageMatchesCpuExecutor) {
       for (int i = 0; i < h->size(); ++i) {
         const ImageView v{reinterpret_cast<const std::uint8_t*>(h->pixels()) + in.bytes() * i, in.height, in.width, 3,
                           static_cast<std::size_t>(in.width) * 3};
-        cpu_aug->apply(v, {lo.seed, epoch, h->sample_ids()[static_cast<std::size_t>(i)]}, reinterpret_cast<std::byte*>(want.data()));
+        cpu_aug->apply(v, {lo.seed, epoch, h->sample_ids()[static_cast<std::size_t>(i)]},
+                       reinterpret_cast<std::byte*>(want.data()));
         EXPECT_LE(test::max_abs_diff(DType::F32, got.data() + per * i, want.data(), per), 1e-3) << i;
       }
     }
@@ -250,8 +253,7 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
   GpuFeed feed(ds, lo, {.depth = 2, .record_copy_timing = true});
   const Stream consumer;
   feed.begin_epoch(0);  // fills the cache
-  while (auto b = feed.next()) {
-  }
+  while (auto b = feed.next()) {}
 #if defined(STOKER_CUDA_EMULATION)
   expect_next_batch_copied_while_consumer_works(feed, consumer);
 #else
@@ -280,19 +282,22 @@ TEST_F(GpuFeedTest, CopiesOverlapConsumerWork) {
     // This batch's copy events are re-recorded when its slot is reused: read them now (its copy
     // has completed: the consumer stream waited for it; the host waits only for that copy).
     event_synchronize(b->copy_end_event());
-    copies.push_back({elapsed_ms(reference.get(), b->copy_start_event()), elapsed_ms(reference.get(), b->copy_end_event())});
+    copies.push_back(
+        {elapsed_ms(reference.get(), b->copy_start_event()), elapsed_ms(reference.get(), b->copy_end_event())});
     b->release(consumer.get());
   }
   consumer.synchronize();
   std::vector<Interval> work;
   for (std::size_t k = 0; k < work_start.size(); ++k) {
-    work.push_back({elapsed_ms(reference.get(), work_start[k]->get()), elapsed_ms(reference.get(), work_end[k]->get())});
+    work.push_back(
+        {elapsed_ms(reference.get(), work_start[k]->get()), elapsed_ms(reference.get(), work_end[k]->get())});
   }
   ASSERT_GE(work.size(), 3u);
   int overlapped = 0, pairs = 0;
   for (std::size_t k = 0; k + 1 < work.size(); ++k) {
     const Interval w = work[k], c = copies[k + 1];
-    std::printf("batch %zu: work [%.3f, %.3f] ms, copy of %zu [%.3f, %.3f] ms\n", k, w.start, w.end, k + 1, c.start, c.end);
+    std::printf("batch %zu: work [%.3f, %.3f] ms, copy of %zu [%.3f, %.3f] ms\n", k, w.start, w.end, k + 1, c.start,
+                c.end);
     ++pairs;
     if (c.start < w.end && c.end > w.start) ++overlapped;
   }
@@ -337,7 +342,8 @@ TEST_F(GpuFeedTest, SlotIsRefilledOnlyAfterConsumerWork) {
     ASSERT_EQ(copy_start.size(), 5u);
     for (std::size_t k = 0; k + 1 < copy_start.size(); ++k) {
       const float end = elapsed_ms(reference.get(), work_end[k]->get());
-      std::printf("batch %zu: consumer work ends %.3f ms, copy of %zu starts %.3f ms\n", k, end, k + 1, copy_start[k + 1]);
+      std::printf("batch %zu: consumer work ends %.3f ms, copy of %zu starts %.3f ms\n", k, end, k + 1,
+                  copy_start[k + 1]);
       EXPECT_GE(copy_start[k + 1], end - 1e-3f) << "the slot was overwritten while the consumer still used it";
     }
   }

@@ -12,9 +12,9 @@
 
 #include "gpu_test_util.hpp"
 #include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/convert.hpp"
-#include "stoker/core/cuda.hpp"
 
 namespace stoker {
 namespace {
@@ -40,7 +40,8 @@ DeviceSources upload(const std::vector<cv::Mat>& mats, const Stream& s) {
   for (const cv::Mat& m : mats) {
     const std::size_t pitch = static_cast<std::size_t>(m.cols) * 3 + 5;  // a stride that is not width * 3
     std::vector<std::uint8_t> host(pitch * static_cast<std::size_t>(m.rows), 0);
-    for (int y = 0; y < m.rows; ++y) std::memcpy(host.data() + pitch * y, m.ptr(y), static_cast<std::size_t>(m.cols) * 3);
+    for (int y = 0; y < m.rows; ++y)
+      std::memcpy(host.data() + pitch * y, m.ptr(y), static_cast<std::size_t>(m.cols) * 3);
     DeviceBuffer b(host.size(), "test image");
     copy_to_device_async(b.get(), host.data(), host.size(), s.get());
     s.synchronize();
@@ -91,8 +92,8 @@ TEST_F(GpuKernels, AugmentationMatchesCpuExecutor) {
                                 ctx[static_cast<std::size_t>(i)], ref.data());
       worst_fast = std::max(worst_fast, max_abs_diff(shape.dtype, g, fast.data(), shape.elements()));
       worst_ref = std::max(worst_ref, max_abs_diff(shape.dtype, g, ref.data(), shape.elements()));
-      worst_emu = std::max(worst_emu, max_abs_diff(shape.dtype, g, host_emulation.data() + shape.bytes() * i,
-                                                   shape.elements()));
+      worst_emu = std::max(worst_emu,
+                           max_abs_diff(shape.dtype, g, host_emulation.data() + shape.bytes() * i, shape.elements()));
     }
     RecordProperty(c.name + "_worst_vs_cpu", std::to_string(worst_fast));
     EXPECT_LE(worst_ref, test::tolerance(*cpu, false)) << "vs the reference executor";
@@ -155,9 +156,11 @@ TEST_F(GpuKernels, WorkspaceReuseAcrossBatchesInFlight) {
   copy_to_host_async(gb.data(), b.get(), bytes, stream.get());
   stream.synchronize();
   for (int i = 0; i < 3; ++i) {
-    cpu->apply(view_of(mats[static_cast<std::size_t>(i)]), ca[static_cast<std::size_t>(i)], reinterpret_cast<std::byte*>(want.data()));
+    cpu->apply(view_of(mats[static_cast<std::size_t>(i)]), ca[static_cast<std::size_t>(i)],
+               reinterpret_cast<std::byte*>(want.data()));
     EXPECT_LE(max_abs_diff(DType::U8, ga.data() + want.size() * i, want.data(), want.size()), 1.0);
-    cpu->apply(view_of(mats[static_cast<std::size_t>(i)]), cb[static_cast<std::size_t>(i)], reinterpret_cast<std::byte*>(want.data()));
+    cpu->apply(view_of(mats[static_cast<std::size_t>(i)]), cb[static_cast<std::size_t>(i)],
+               reinterpret_cast<std::byte*>(want.data()));
     EXPECT_LE(max_abs_diff(DType::U8, gb.data() + want.size() * i, want.data(), want.size()), 1.0);
   }
 }
@@ -268,7 +271,8 @@ TEST_F(GpuKernels, WorkspaceReuseAcrossStreams) {
   for (int i = 0; i < 3; ++i) mats.push_back(test::make_pattern_rgb(330 + 11 * i, 310 + 23 * i, i));
   const Stream first, second;
   const DeviceSources src = upload(mats, first);
-  const CyclingBatch one = cycling_batch(*cpu, mats, src, 192, 1, 0, 0), two = cycling_batch(*cpu, mats, src, 192, 1, 9, 0);
+  const CyclingBatch one = cycling_batch(*cpu, mats, src, 192, 1, 0, 0),
+                     two = cycling_batch(*cpu, mats, src, 192, 1, 9, 0);
   const SampleShape shape = gpu.output_shape();
   CudaAugmentWorkspace ws(192);
   DeviceBuffer a(shape.bytes() * 192, "test output a"), b(shape.bytes() * 192, "test output b");

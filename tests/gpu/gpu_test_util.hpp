@@ -12,9 +12,9 @@
 
 #include <opencv2/core.hpp>
 
-#include "stoker/augment/augmenter.hpp"
 #include "params.hpp"
 #include "pixel.hpp"
+#include "stoker/augment/augmenter.hpp"
 #include "stoker/core/image.hpp"
 #include "test_support.hpp"
 

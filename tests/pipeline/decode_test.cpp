@@ -222,8 +222,10 @@ TEST(DecodeErrors, AbsurdDimensionsAreRejectedBeforeAllocating) {
   auto jpeg = test::read_bytes(dir / "a.jpg");
   for (std::size_t i = 2; i + 8 < jpeg.size(); ++i) {
     if (jpeg[i] == 0xFF && (jpeg[i + 1] == 0xC0 || jpeg[i + 1] == 0xC2)) {  // SOF: length, precision, H, W
-      jpeg[i + 5] = 0xEA; jpeg[i + 6] = 0x60;  // 60000
-      jpeg[i + 7] = 0xEA; jpeg[i + 8] = 0x60;
+      jpeg[i + 5] = 0xEA;
+      jpeg[i + 6] = 0x60;  // 60000
+      jpeg[i + 7] = 0xEA;
+      jpeg[i + 8] = 0x60;
       break;
     }
   }
@@ -232,8 +234,14 @@ TEST(DecodeErrors, AbsurdDimensionsAreRejectedBeforeAllocating) {
 
   test::write_png(dir / "a.png", test::make_pattern_rgb(16, 16));
   auto png = test::read_bytes(dir / "a.png");
-  png[16] = 0; png[17] = 1; png[18] = 0x86; png[19] = 0xA0;  // width 100000
-  png[20] = 0; png[21] = 1; png[22] = 0x86; png[23] = 0xA0;  // height 100000
+  png[16] = 0;
+  png[17] = 1;
+  png[18] = 0x86;
+  png[19] = 0xA0;  // width 100000
+  png[20] = 0;
+  png[21] = 1;
+  png[22] = 0x86;
+  png[23] = 0xA0;  // height 100000
   test::write_bytes(dir / "huge.png", png);
   expect_decode_error(dir / "huge.png", "100000x100000 pixels, over the limit");
 
@@ -249,7 +257,10 @@ TEST(DecodeErrors, AbsurdDimensionsAreRejectedBeforeAllocating) {
     if (tag == 256 || tag == 257) {
       tif[e + 2] = 4;  // LONG
       tif[e + 3] = 0;
-      tif[e + 8] = 0x40; tif[e + 9] = 0x9C; tif[e + 10] = 0; tif[e + 11] = 0;  // 40000
+      tif[e + 8] = 0x40;
+      tif[e + 9] = 0x9C;
+      tif[e + 10] = 0;
+      tif[e + 11] = 0;  // 40000
     }
   }
   test::write_bytes(dir / "huge.tif", tif);

@@ -226,8 +226,8 @@ TEST(Loader, FailPolicyStopsTheEpochWithTheFileAndTheReason) {
   }
   EXPECT_EQ(good_batches, 0);
   EXPECT_THROW(loader.next(), DecodeError);  // sticky until the next epoch
-  loader.begin_epoch(1);                    // a new epoch starts cleanly
-  EXPECT_THROW(while (loader.next()) {}, DecodeError);
+  loader.begin_epoch(1);                     // a new epoch starts cleanly
+  EXPECT_THROW(while (loader.next()){}, DecodeError);
 }
 
 TEST(Loader, SkipPolicyCountsBadFilesAndNeverLeavesAGarbageSlot) {
@@ -340,13 +340,15 @@ TEST(Loader, OnlyASamplesOwnDecodeErrorIsABadSampleOtherErrorsKeepTheirType) {
   expect_epoch_stops_with<BadAlloc>(
       ds, [] { throw BadAlloc("cannot allocate 1073741824 bytes of transform scratch"); }, 5,
       "1073741824 bytes of transform scratch (loading " + sample5 + ")");
-  expect_epoch_stops_with<std::bad_alloc>(ds, [] { throw std::bad_alloc(); }, 5, "bad_alloc");
+  expect_epoch_stops_with<std::bad_alloc>(
+      ds, [] { throw std::bad_alloc(); }, 5, "bad_alloc");
   expect_epoch_stops_with<IoError>(
       ds, [] { throw IoError("/models/lut.bin: cannot read the colour table"); }, 5,
       "/models/lut.bin: cannot read the colour table (loading " + sample5 + ")");
   // A DecodeError about a file other than the sample's (one the transform reads) is not a bad sample.
   const std::string lut = (f.dir / "lut.png").string();
-  expect_epoch_stops_with<DecodeError>(ds, [&] { throw DecodeError(lut, "not an image"); }, 5, lut + ": not an image");
+  expect_epoch_stops_with<DecodeError>(
+      ds, [&] { throw DecodeError(lut, "not an image"); }, 5, lut + ": not an image");
 }
 
 // A JPEG whose header is intact but whose entropy-coded data is cut off: skip leaves it out and
@@ -409,9 +411,12 @@ TEST(Loader, CacheFileThatCannotBeWrittenIsAnIoErrorAtTheEndOfTheEpoch) {
   }
   EXPECT_EQ(samples, 10u);
   EXPECT_EQ(loader.stats().samples_skipped, 0u);
-  // The entries are still in RAM: the next epoch is served from them.
+  // The entries are still in RAM: the next epoch is served from them, and with the folder back
+  // it writes the file the failed save could not (nothing new was cached in between).
+  fs::create_directories(folder);
   EXPECT_EQ(run_epoch(loader, 1).ids.size(), 10u);
   EXPECT_EQ(loader.stats().cache_hits, 10u);
+  EXPECT_TRUE(fs::exists(o.cache.file)) << "a failed save is retried after the next epoch";
 }
 
 // A deterministic transform of any channel count: nearest-neighbour resize of the decoded RGB
@@ -486,7 +491,8 @@ TEST(Loader, DecodedCacheOfTransformOutputsWithOneThreeOrFourChannels) {
     EXPECT_EQ(loader.stats().cache_hits, 10u);
     EXPECT_EQ(loader.stats().files_read, 10u);
     ASSERT_EQ(warm.ids, cold.ids);
-    for (std::size_t i = 0; i < cold.ids.size(); ++i) EXPECT_EQ(warm.pixels[i], cold.pixels[i]) << "sample " << cold.ids[i];
+    for (std::size_t i = 0; i < cold.ids.size(); ++i)
+      EXPECT_EQ(warm.pixels[i], cold.pixels[i]) << "sample " << cold.ids[i];
   }
 }
 
@@ -615,7 +621,7 @@ TEST(Loader, StoppingMidEpochJoinsAndBatchesOutliveTheLoader) {
     loader.begin_epoch(0);
     kept = loader.next();
     loader.next();  // dropped at once
-  }  // destroyed mid-epoch with work in flight
+  }                 // destroyed mid-epoch with work in flight
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->size(), 4);
   EXPECT_EQ(kept->sample_ids().size(), 4u);

@@ -19,8 +19,7 @@ TempDir::TempDir() {
   static std::atomic<int> counter{0};
   const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
   path_ = fs::temp_directory_path() /
-          ("stoker-test-" + std::to_string(::getpid()) + "-" + std::to_string(stamp) + "-" +
-           std::to_string(counter++));
+          ("stoker-test-" + std::to_string(::getpid()) + "-" + std::to_string(stamp) + "-" + std::to_string(counter++));
   fs::create_directories(path_);
 }
 
@@ -56,15 +55,14 @@ cv::Mat make_pattern_rgb(int height, int width, int variant) {
 }
 
 namespace {
-void write_with_turbojpeg(const fs::path& file, const cv::Mat& img, int pixel_format, int subsamp,
-                          int quality) {
+void write_with_turbojpeg(const fs::path& file, const cv::Mat& img, int pixel_format, int subsamp, int quality) {
   tjhandle handle = tjInitCompress();
   if (!handle) throw std::runtime_error("tjInitCompress failed");
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const cv::Mat cont = img.isContinuous() ? img : img.clone();
-  const int rc = tjCompress2(handle, cont.data, cont.cols, 0, cont.rows, pixel_format, &out, &size,
-                             subsamp, quality, 0);
+  const int rc =
+      tjCompress2(handle, cont.data, cont.cols, 0, cont.rows, pixel_format, &out, &size, subsamp, quality, 0);
   if (rc != 0) {
     std::string msg = tjGetErrorStr2(handle);
     tjDestroy(handle);

@@ -77,10 +77,11 @@ TEST(CatsDogs, FrozenMobileNetSigmoidHead) {
                     static_cast<int>(yv.size()), opt);
   const auto& best = result.history[static_cast<std::size_t>(result.best_epoch)];
   const auto& last = result.history.back();
-  std::printf("catsdogs: %zu train / %zu validation images, features in %.1f s; best epoch %d: val_acc %.4f "
-              "val_loss %.4f; last epoch: val_acc %.4f val_loss %.4f\n",
-              yt.size(), yv.size(), feature_s, result.best_epoch + 1, best.validation.accuracy, best.validation.loss,
-              last.validation.accuracy, last.validation.loss);
+  std::printf(
+      "catsdogs: %zu train / %zu validation images, features in %.1f s; best epoch %d: val_acc %.4f "
+      "val_loss %.4f; last epoch: val_acc %.4f val_loss %.4f\n",
+      yt.size(), yv.size(), feature_s, result.best_epoch + 1, best.validation.accuracy, best.validation.loss,
+      last.validation.accuracy, last.validation.loss);
   RecordProperty("val_accuracy", std::to_string(best.validation.accuracy));
   RecordProperty("val_log_loss", std::to_string(best.validation.loss));
   EXPECT_GE(best.validation.accuracy, 0.94);

@@ -18,9 +18,9 @@
 
 #include <gtest/gtest.h>
 
+#include <stoker/core/cuda.hpp>
 #include <stoker/core/error.hpp>
 #include <stoker/core/half.hpp>
-#include <stoker/core/cuda.hpp>
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 
@@ -93,7 +93,8 @@ class Builder {
   std::mt19937 rng_;
 };
 
-LayerNode conv(int filters, int k, int stride, Padding pad, bool bias = true, ActivationSpec act = {}, int dilation = 1) {
+LayerNode conv(int filters, int k, int stride, Padding pad, bool bias = true, ActivationSpec act = {},
+               int dilation = 1) {
   LayerNode n;
   n.kind = LayerKind::Conv2D;
   n.keras_class = "Conv2D";
@@ -321,8 +322,8 @@ TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
         ASSERT_EQ(f32[k].size(), cpu[k].data.size());
         const double e32 = max_rel_error(f32[k], cpu[k].data), e16 = max_rel_error(f16[k], cpu[k].data),
                      eb16 = max_rel_error(bf16[k], cpu[k].data);
-        std::printf("%-28s %s output %zu: f32 %.2g, f16 %.2g, bf16 %.2g\n", name.c_str(), fold ? "fused" : "plain", k, e32,
-                    e16, eb16);
+        std::printf("%-28s %s output %zu: f32 %.2g, f16 %.2g, bf16 %.2g\n", name.c_str(), fold ? "fused" : "plain", k,
+                    e32, e16, eb16);
         EXPECT_LE(e32, 1e-5) << plan.describe();
         EXPECT_LE(max_rel_error(g32[k], cpu[k].data), 1e-5) << grouped.describe();
         if (discontinuous(name)) continue;
@@ -445,7 +446,8 @@ TEST(CudnnPlan, FoldsBatchNormLikeTheCpuBackendAndUsesCudnnLayout) {
         for (int ci = 0; ci < 3; ++ci) {
           // Keras HWIO [ky][kx][ci][o] → cuDNN KRSC [o][ky][kx][ci], scaled in float like the CPU backend.
           const float keras = k[((ky * 3 + kx) * 3 + ci) * 4 + o];
-          EXPECT_EQ(op.weights[static_cast<std::size_t>(((o * 3 + ky) * 3 + kx) * 3 + ci)], static_cast<float>(keras * s));
+          EXPECT_EQ(op.weights[static_cast<std::size_t>(((o * 3 + ky) * 3 + kx) * 3 + ci)],
+                    static_cast<float>(keras * s));
         }
   }
   // The GPU stores the folded weights in half precision: round-to-nearest-even, as the host does.
@@ -577,8 +579,10 @@ TEST(CudnnPlan, KernelMathIsTheSameWith32And64BitIndices) {
     ASSERT_EQ(cudnn::pad_source(zg, e, &a), cudnn::pad_source(zg, std::size_t{e}, &b));
     ASSERT_EQ(std::size_t{a}, b);
   }
-  for (std::uint32_t e = 0; e < 2u * 6; ++e) ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
-  for (std::uint32_t e = 0; e < 100; ++e) ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
+  for (std::uint32_t e = 0; e < 2u * 6; ++e)
+    ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
+  for (std::uint32_t e = 0; e < 100; ++e)
+    ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
 }
 
 TEST(CudnnPlan, RejectsWhatItCannotRun) {
@@ -619,9 +623,9 @@ std::filesystem::path shared_or_empty() {
   auto d = test::shared_data_dir();
   return d ? *d : std::filesystem::path();
 }
-#define REQUIRE_SHARED(dir)            \
-  const auto dir = shared_or_empty(); \
-  if (dir.empty()) {                  \
+#define REQUIRE_SHARED(dir)                                              \
+  const auto dir = shared_or_empty();                                    \
+  if (dir.empty()) {                                                     \
     GTEST_SKIP() << "shared data (../shared/data) not present; skipped"; \
   }
 
@@ -697,10 +701,11 @@ TEST(CudnnPlan, MobileNetV2FeaturesInHalfPrecisionOnTheHost) {
   const cudnn::Plan plan = cudnn::lower_graph(backbone.graph());
   std::size_t explicit_pads = 0, residuals = 0;
   for (const auto& op : plan.ops) explicit_pads += op.explicit_pad, residuals += op.residual >= 0;
-  std::printf("mobilenet plan: %zu ops (graph %zu nodes), %zu buffers (%zu values per sample), %zu explicit pads, "
-              "%zu fused residual adds\n",
-              plan.ops.size(), backbone.graph().nodes.size(), plan.buffer_size.size(), plan.activation_values(),
-              explicit_pads, residuals);
+  std::printf(
+      "mobilenet plan: %zu ops (graph %zu nodes), %zu buffers (%zu values per sample), %zu explicit pads, "
+      "%zu fused residual adds\n",
+      plan.ops.size(), backbone.graph().nodes.size(), plan.buffer_size.size(), plan.activation_values(), explicit_pads,
+      residuals);
   EXPECT_EQ(residuals, 10u);     // MobileNetV2's ten block_N_add
   EXPECT_EQ(explicit_pads, 1u);  // Conv1, 'same' stride 2 on 224 (the depthwise kernel pads in place)
   EXPECT_LE(plan.buffer_size.size(), 5u);
@@ -760,9 +765,10 @@ TEST(CudnnPlan, InceptionResNetV2OnTheHost) {
   const cudnn::Plan plan = cudnn::lower_graph(g);
   std::size_t residuals = 0, explicit_pads = 0;
   for (const auto& op : plan.ops) residuals += op.residual >= 0, explicit_pads += op.explicit_pad;
-  std::printf("inception_resnet_v2 plan: %zu ops, %zu buffers (%zu values per sample), %zu fused residual adds, "
-              "%zu explicit pads\n",
-              plan.ops.size(), plan.buffer_size.size(), plan.activation_values(), residuals, explicit_pads);
+  std::printf(
+      "inception_resnet_v2 plan: %zu ops, %zu buffers (%zu values per sample), %zu fused residual adds, "
+      "%zu explicit pads\n",
+      plan.ops.size(), plan.buffer_size.size(), plan.activation_values(), residuals, explicit_pads);
   for (DType d : {DType::F32, DType::F16}) {
     const double e = max_rel_error(cudnn::run_plan_host(plan, x.data(), 1, d)[0], cpu[0].data);
     std::printf("inception_resnet_v2 host plan %s vs cpu backend: %.3g\n", to_string(d), e);
@@ -772,12 +778,12 @@ TEST(CudnnPlan, InceptionResNetV2OnTheHost) {
 
 // ---- GPU ------------------------------------------------------------------------------------------------
 
-#define REQUIRE_GPU()                                                                                \
-  if (!built_with_cudnn()) {                                                                         \
-    GTEST_SKIP() << "stoker was built without the cuDNN backend";                                    \
-  }                                                                                                  \
-  if (cuda_device_count() == 0) {                                                                    \
-    GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();                                 \
+#define REQUIRE_GPU()                                                \
+  if (!built_with_cudnn()) {                                         \
+    GTEST_SKIP() << "stoker was built without the cuDNN backend";    \
+  }                                                                  \
+  if (cuda_device_count() == 0) {                                    \
+    GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
   }
 
 TEST(CudnnBackend, BuiltWithoutCudnnFailsClearly) {
@@ -949,7 +955,8 @@ TEST(CudnnBackend, NoDeviceMemoryGrowthAndTwoStreams) {
   s1.synchronize();
   s2.synchronize();
   const auto after = device_memory_info();
-  std::printf("device free before %zu after %zu (backend holds %zu bytes)\n", before.free, after.free, gpu->device_bytes());
+  std::printf("device free before %zu after %zu (backend holds %zu bytes)\n", before.free, after.free,
+              gpu->device_bytes());
   // Slack for the driver's lazy allocations (module loading, the second stream); no growth per call.
   EXPECT_LE(before.free, after.free + (4u << 20)) << "device memory grew over 200 calls";
   auto cpu = make_cpu_backend(graph)->forward(in.data(), 16);

@@ -132,7 +132,9 @@ TEST_P(ConvVsDirect, Matches) {
   EXPECT_LE(test::max_rel_error(y.data, ref), 2e-6);
   // Batch 1 (row-parallel path) gives the same values as batch 3.
   Tensor y1 = m.forward(x.data() + x.size() / n, 1);
-  EXPECT_LE(test::max_rel_error(y1.data, std::vector<float>(ref.begin() + ref.size() / n, ref.begin() + 2 * ref.size() / n)), 2e-6);
+  EXPECT_LE(
+      test::max_rel_error(y1.data, std::vector<float>(ref.begin() + ref.size() / n, ref.begin() + 2 * ref.size() / n)),
+      2e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -154,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(
       const auto& p = info.param;
       return std::string(p.depthwise ? "dw" : "conv") + "_" + std::to_string(p.h) + "x" + std::to_string(p.w) + "x" +
              std::to_string(p.c) + "_k" + std::to_string(p.k) + "s" + std::to_string(p.s) + "d" + std::to_string(p.d) +
-             (p.same ? "_same" : "_valid") + (p.depthwise ? "_m" + std::to_string(p.mult) : "_f" + std::to_string(p.filters));
+             (p.same ? "_same" : "_valid") +
+             (p.depthwise ? "_m" + std::to_string(p.mult) : "_f" + std::to_string(p.filters));
     });
 
 TEST(Pooling, MaxAndAverageSameExcludePadding) {
@@ -249,9 +252,7 @@ class DamagedBackend final : public Backend {
       case Damage::OneNaN:  // an element nobody wrote
         v[v.size() / 3] = std::numeric_limits<float>::quiet_NaN();
         break;
-      case Damage::ExtraOutput:
-        out.push_back(out[0]);
-        break;
+      case Damage::ExtraOutput: out.push_back(out[0]); break;
     }
     return out;
   }
@@ -367,8 +368,7 @@ nlohmann::json dense_layer(const char* name, int units, bool with_input) {
 TEST(Import, TfjsSequentialWithoutInputLayer) {
   test::TempDir tmp;
   write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
-             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}),
-             8);
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}), 8);
   Model m = load_model(tmp.path());
   EXPECT_EQ(m.input_shape(), (std::vector<int>{3}));
   std::vector<float> x = {1, 2, 3};
@@ -393,8 +393,7 @@ TEST(Import, UnsupportedLayerNamesLayerAndClass) {
 TEST(Import, WrongShapedWeightNamesLayerAndShapes) {
   test::TempDir tmp;
   write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
-             nlohmann::json::array({wspec("d1/kernel", {4, 2}), wspec("d1/bias", {2})}),
-             10);
+             nlohmann::json::array({wspec("d1/kernel", {4, 2}), wspec("d1/bias", {2})}), 10);
   try {
     load_model(tmp.path() / "model.json");
     FAIL() << "expected InvalidArgument";
@@ -415,10 +414,10 @@ void write_functional(const std::filesystem::path& dir, const nlohmann::json& me
     l["inbound_nodes"] = inputs.empty() ? nlohmann::json::array() : nlohmann::json::array({node});
     return l;
   };
-  nlohmann::json input = {{"class_name", "InputLayer"}, {"config", {{"name", "in"}, {"batch_input_shape", {nullptr, 4}}}}};
+  nlohmann::json input = {{"class_name", "InputLayer"},
+                          {"config", {{"name", "in"}, {"batch_input_shape", {nullptr, 4}}}}};
   nlohmann::json layers = nlohmann::json::array({layer(input, {}), layer(dense_layer("a", 2, false), {"in"}),
-                                                 layer(dense_layer("b", 2, false), {"in"}),
-                                                 layer(merge, {"a", "b"})});
+                                                 layer(dense_layer("b", 2, false), {"in"}), layer(merge, {"a", "b"})});
   nlohmann::json cfg = {{"name", "f"}, {"layers", layers}};
   cfg["input_layers"] = nlohmann::json::array({nlohmann::json::array({"in", 0, 0})});
   cfg["output_layers"] = nlohmann::json::array({nlohmann::json::array({merge["config"]["name"], 0, 0})});
@@ -426,8 +425,8 @@ void write_functional(const std::filesystem::path& dir, const nlohmann::json& me
   m["modelTopology"] = {{"class_name", "Functional"}, {"config", cfg}};
   nlohmann::json group = nlohmann::json::object();
   group["paths"] = nlohmann::json::array({"weights.bin"});
-  group["weights"] = nlohmann::json::array({wspec("a/kernel", {4, 2}), wspec("a/bias", {2}), wspec("b/kernel", {4, 2}),
-                                            wspec("b/bias", {2})});
+  group["weights"] = nlohmann::json::array(
+      {wspec("a/kernel", {4, 2}), wspec("a/bias", {2}), wspec("b/kernel", {4, 2}), wspec("b/bias", {2})});
   m["weightsManifest"] = nlohmann::json::array({group});
   std::ofstream(dir / "model.json") << m.dump();
   std::vector<float> w(20, 0.25f);
@@ -443,9 +442,10 @@ TEST(Import, InceptionResNetResidualScaling) {
   Tensor y = load_model(tmp.path()).forward(x.data(), 1);
   EXPECT_FLOAT_EQ(y.data[0], 2.75f + 2.75f * 0.17f);
   // Older Keras: the same residual as a Lambda named block17_N with arguments {scale}.
-  nlohmann::json lambda = {{"class_name", "Lambda"},
-                           {"config", {{"name", "block17_3"}, {"function", {"4wEAAAAA", nullptr, nullptr}},
-                                       {"arguments", {{"scale", 0.1}}}}}};
+  nlohmann::json lambda = {
+      {"class_name", "Lambda"},
+      {"config",
+       {{"name", "block17_3"}, {"function", {"4wEAAAAA", nullptr, nullptr}}, {"arguments", {{"scale", 0.1}}}}}};
   write_functional(tmp.path(), lambda);
   y = load_model(tmp.path()).forward(x.data(), 1);
   EXPECT_FLOAT_EQ(y.data[1], 2.75f + 2.75f * 0.1f);
@@ -462,11 +462,11 @@ TEST(Import, InceptionResNetResidualScaling) {
 
 TEST(Import, MissingWeightAndShortShardAreErrors) {
   test::TempDir tmp;
-  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}), nlohmann::json::array({wspec("d1/kernel", {3, 2})}), 6);
+  write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
+             nlohmann::json::array({wspec("d1/kernel", {3, 2})}), 6);
   EXPECT_THROW(load_model(tmp.path()), InvalidArgument);  // d1/bias missing
   write_tfjs(tmp.path(), nlohmann::json::array({dense_layer("d1", 2, true)}),
-             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}),
-             5);
+             nlohmann::json::array({wspec("d1/kernel", {3, 2}), wspec("d1/bias", {2})}), 5);
   EXPECT_THROW(load_model(tmp.path()), IoError);  // shard too short
 }
 

@@ -81,7 +81,8 @@ TEST(Head, AdamStepsMatchKerasSoftmax) { check_against_keras("softmax"); }
 void separable(int n, int d, int classes, unsigned seed, std::vector<float>& x, std::vector<int>& y) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> noise(0.0f, 1.0f);
-  std::vector<std::vector<float>> mu(static_cast<std::size_t>(classes), std::vector<float>(static_cast<std::size_t>(d)));
+  std::vector<std::vector<float>> mu(static_cast<std::size_t>(classes),
+                                     std::vector<float>(static_cast<std::size_t>(d)));
   std::mt19937 mrng(99);
   for (auto& m : mu)
     for (auto& v : m) v = 3.0f * noise(mrng);
@@ -90,7 +91,8 @@ void separable(int n, int d, int classes, unsigned seed, std::vector<float>& x, 
   for (int i = 0; i < n; ++i) {
     y[static_cast<std::size_t>(i)] = i % classes;
     for (int j = 0; j < d; ++j)
-      x[static_cast<std::size_t>(i) * d + j] = mu[static_cast<std::size_t>(i % classes)][static_cast<std::size_t>(j)] + noise(rng);
+      x[static_cast<std::size_t>(i) * d + j] =
+          mu[static_cast<std::size_t>(i % classes)][static_cast<std::size_t>(j)] + noise(rng);
   }
 }
 
@@ -101,9 +103,11 @@ TEST(Head, SigmoidHeadLearnsSeparableFeatures) {
   separable(128, 64, 2, 2, xv, yv);
   Head head = Head::sigmoid(64, {}, 7);
   EpochStats s;
-  for (int epoch = 0; epoch < 10; ++epoch) s = head.train_epoch(x.data(), y.data(), 512, 32, static_cast<std::uint64_t>(epoch));
+  for (int epoch = 0; epoch < 10; ++epoch)
+    s = head.train_epoch(x.data(), y.data(), 512, 32, static_cast<std::uint64_t>(epoch));
   auto v = head.evaluate(xv.data(), yv.data(), 128);
-  std::printf("sigmoid head: train loss %.4f acc %.3f, validation loss %.4f acc %.3f\n", s.loss, s.accuracy, v.loss, v.accuracy);
+  std::printf("sigmoid head: train loss %.4f acc %.3f, validation loss %.4f acc %.3f\n", s.loss, s.accuracy, v.loss,
+              v.accuracy);
   EXPECT_GE(s.accuracy, 0.99);
   EXPECT_GE(v.accuracy, 0.99);
   EXPECT_LT(v.loss, 0.1);
@@ -116,9 +120,11 @@ TEST(Head, SoftmaxHeadLearnsSeparableFeatures) {
   separable(150, 48, 5, 4, xv, yv);
   Head head = Head::softmax(48, 5, {}, 7);
   EpochStats s;
-  for (int epoch = 0; epoch < 10; ++epoch) s = head.train_epoch(x.data(), y.data(), 600, 32, static_cast<std::uint64_t>(epoch));
+  for (int epoch = 0; epoch < 10; ++epoch)
+    s = head.train_epoch(x.data(), y.data(), 600, 32, static_cast<std::uint64_t>(epoch));
   auto v = head.evaluate(xv.data(), yv.data(), 150);
-  std::printf("softmax head: train loss %.4f acc %.3f, validation loss %.4f acc %.3f\n", s.loss, s.accuracy, v.loss, v.accuracy);
+  std::printf("softmax head: train loss %.4f acc %.3f, validation loss %.4f acc %.3f\n", s.loss, s.accuracy, v.loss,
+              v.accuracy);
   EXPECT_GE(s.accuracy, 0.99);
   EXPECT_GE(v.accuracy, 0.99);
   auto classes = head.predict_classes(xv.data(), 150);

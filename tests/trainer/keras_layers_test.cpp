@@ -13,8 +13,8 @@ namespace stoker::trainer {
 namespace {
 
 using test::max_rel_error;
-using test::vectors_dir;
 using test::VectorFile;
+using test::vectors_dir;
 
 void check_every_layer(const std::string& name, const CpuBackendOptions& options, double tolerance) {
   const auto dir = vectors_dir() / "layers";

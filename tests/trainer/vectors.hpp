@@ -19,9 +19,7 @@
 
 namespace stoker::test {
 
-inline std::filesystem::path vectors_dir() {
-  return source_dir() / "tests" / "trainer" / "vectors";
-}
+inline std::filesystem::path vectors_dir() { return source_dir() / "tests" / "trainer" / "vectors"; }
 
 struct VectorFile {
   nlohmann::json meta;
@@ -43,7 +41,7 @@ struct VectorFile {
     const std::size_t off = entry.at("offset").get<std::size_t>();
     const std::size_t n = trainer::Tensor::element_count(shape);
     return trainer::Tensor(shape, std::vector<float>(data.begin() + static_cast<std::ptrdiff_t>(off),
-                                                      data.begin() + static_cast<std::ptrdiff_t>(off + n)));
+                                                     data.begin() + static_cast<std::ptrdiff_t>(off + n)));
   }
 };
 

@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "stoker/augment/augmenter.hpp"
-#include "stoker/training/device.hpp"
-#include "stoker/training/feature_source.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/trainer/model.hpp"
+#include "stoker/training/device.hpp"
+#include "stoker/training/feature_source.hpp"
 #include "test_support.hpp"
 
 namespace stoker::training {
@@ -23,7 +23,8 @@ class GpuPathCheck : public ::testing::Test {
       const auto folder = dir.path() / (c ? "dog" : "cat");
       std::filesystem::create_directories(folder);
       for (int i = 0; i < 5; ++i) {
-        test::write_jpeg(folder / ("img" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(50 + 7 * i, 70, 3 * i + c));
+        test::write_jpeg(folder / ("img" + std::to_string(i) + ".jpg"),
+                         test::make_pattern_rgb(50 + 7 * i, 70, 3 * i + c));
       }
     }
     dataset = dataset_from_directory(dir.path());

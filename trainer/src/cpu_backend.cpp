@@ -124,7 +124,8 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < outputs_.size(); ++i) {
       const float* src = values[static_cast<std::size_t>(outputs_[i])];
       const std::size_t per = slot_size_[static_cast<std::size_t>(outputs_[i])];
-      std::memcpy(outs[i].data.data() + static_cast<std::size_t>(b0) * per, src, per * static_cast<std::size_t>(nb) * sizeof(float));
+      std::memcpy(outs[i].data.data() + static_cast<std::size_t>(b0) * per, src,
+                  per * static_cast<std::size_t>(nb) * sizeof(float));
     }
     for (auto& b : buffers) pool.give(std::move(b));
   }

@@ -63,7 +63,8 @@ void line_impl(const float* x, const DepthwiseGeometry& g, int oy, const float* 
 
 }  // namespace
 
-void depthwise3x3_line(const float* x, const DepthwiseGeometry& g, int oy, const float* k, const float* bias, float* y) {
+void depthwise3x3_line(const float* x, const DepthwiseGeometry& g, int oy, const float* k, const float* bias,
+                       float* y) {
   line_impl(x, g, oy, k, bias, y);
 }
 

@@ -4,11 +4,11 @@
 namespace stoker::trainer::cpu {
 
 struct DepthwiseGeometry {
-  int h, w, c;      // input (one sample)
-  int ow;           // output width
-  int sh, sw;       // strides
-  int dh, dw;       // dilation
-  int pt, pl;       // leading padding
+  int h, w, c;  // input (one sample)
+  int ow;       // output width
+  int sh, sw;   // strides
+  int dh, dw;   // dilation
+  int pt, pl;   // leading padding
 };
 
 // y[ox, ch] = bias[ch] + sum over the 3×3 taps inside the image of x[iy, ix, ch] * k[ky, kx, ch]

@@ -10,8 +10,8 @@ namespace {
 
 // R rows × 16 columns: acc = A[R, k] · Bpanel[k, 16] (+ bias), written to out (ldo).
 template <int R>
-inline __attribute__((always_inline)) void micro(int k, const float* a, int lda, const float* bp,
-                                                 const float* bias, float* out, int ldo) {
+inline __attribute__((always_inline)) void micro(int k, const float* a, int lda, const float* bp, const float* bias,
+                                                 float* out, int ldo) {
   // The bias is added after the dot product: starting from it would round every partial sum at the
   // bias' magnitude (folded BatchNormalization shifts can be much larger than the result).
   v8 acc[R][2];
@@ -48,7 +48,8 @@ inline __attribute__((always_inline)) void tile(int k, const float* a, int lda, 
     float bias_pad[kPanel] = {};
     if (bias) std::memcpy(bias_pad, bias, sizeof(float) * static_cast<std::size_t>(cols));
     micro<R>(k, a, lda, bp, bias ? bias_pad : nullptr, tmp, kPanel);
-    for (int r = 0; r < R; ++r) std::memcpy(c + r * ldc, tmp + r * kPanel, sizeof(float) * static_cast<std::size_t>(cols));
+    for (int r = 0; r < R; ++r)
+      std::memcpy(c + r * ldc, tmp + r * kPanel, sizeof(float) * static_cast<std::size_t>(cols));
   }
 }
 
@@ -71,8 +72,8 @@ void gemm_rows_impl(const float* a, int lda, int m, const float* packed, int k, 
     // A bias pointer must allow reading 16 values; the last panel pads it in tile().
     int i = 0;
     for (; i + kRows <= m; i += kRows)
-      tile<kRows>(k, a + static_cast<std::size_t>(i) * lda, lda, bp, bias_p, c + static_cast<std::size_t>(i) * ldc + col0,
-                  ldc, cols);
+      tile<kRows>(k, a + static_cast<std::size_t>(i) * lda, lda, bp, bias_p,
+                  c + static_cast<std::size_t>(i) * ldc + col0, ldc, cols);
     const float* ai = a + static_cast<std::size_t>(i) * lda;
     float* ci = c + static_cast<std::size_t>(i) * ldc + col0;
     switch (m - i) {
@@ -97,7 +98,8 @@ PackedB pack_b(const float* b, int k, int n) {
   for (int p = 0; p < panels; ++p)
     for (int r = 0; r < k; ++r)
       for (int j = 0; j < kPanel && p * kPanel + j < n; ++j)
-        out.data[(static_cast<std::size_t>(p) * k + r) * kPanel + j] = b[static_cast<std::size_t>(r) * n + p * kPanel + j];
+        out.data[(static_cast<std::size_t>(p) * k + r) * kPanel + j] =
+            b[static_cast<std::size_t>(r) * n + p * kPanel + j];
   return out;
 }
 

@@ -116,7 +116,7 @@ void depthwise(const Op& op, const float* x, float* y, int nb) {
       if (op.kh == 3 && op.kw == 3 && mult == 1) {
         const DepthwiseGeometry geo{op.h, op.w, op.c, op.ow, op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left};
         depthwise3x3_line(x + n * op.h * op.w * op.c, geo, oy, op.weights.data(),
-                               op.bias.empty() ? nullptr : op.bias.data(), yl);
+                          op.bias.empty() ? nullptr : op.bias.data(), yl);
         apply_act(yl, static_cast<std::size_t>(op.ow), oc, op.act);
         continue;
       }
@@ -153,7 +153,8 @@ void affine(const Op& op, const float* x, float* y, int nb) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) {
       const float* xs = x + i * op.c;
       float* ys = y + i * op.c;
-      for (int c = 0; c < op.c; ++c) ys[c] = xs[c] * op.scale[static_cast<std::size_t>(c)] + op.bias[static_cast<std::size_t>(c)];
+      for (int c = 0; c < op.c; ++c)
+        ys[c] = xs[c] * op.scale[static_cast<std::size_t>(c)] + op.bias[static_cast<std::size_t>(c)];
     }
     apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
   });
@@ -187,7 +188,8 @@ void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
       for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] + in[1][i] * s1;
     for (std::size_t k = 2; k < in.size(); ++k)
       for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] += in[k][i];
-    apply_act(y + r.begin(), 1, static_cast<int>(r.size()), op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);
+    apply_act(y + r.begin(), 1, static_cast<int>(r.size()),
+              op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);
   });
   if (op.act.kind == ActKind::Softmax) apply_act(y, total / op.oc, op.oc, op.act);
 }

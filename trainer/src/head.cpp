@@ -157,7 +157,8 @@ EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch
   std::vector<int> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   SplitMix rng{seed * 0x100000001B3ull + epoch + 1};
-  for (int i = n - 1; i > 0; --i) std::swap(order[static_cast<std::size_t>(i)], order[rng.next() % static_cast<std::uint64_t>(i + 1)]);
+  for (int i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<std::size_t>(i)], order[rng.next() % static_cast<std::uint64_t>(i + 1)]);
   std::vector<float> bx(static_cast<std::size_t>(batch_size) * input_dim_);
   std::vector<int> by(static_cast<std::size_t>(batch_size));
   EpochStats s;
@@ -230,8 +231,9 @@ std::vector<int> Head::predict_classes(const float* x, int n) const {
   std::vector<int> c(static_cast<std::size_t>(n));
   for (int b = 0; b < n; ++b) {
     const float* pb = p.sample(b);
-    c[static_cast<std::size_t>(b)] = activation_ == HeadActivation::Sigmoid ? (pb[0] > 0.5f ? 1 : 0)
-                                                                            : static_cast<int>(std::max_element(pb, pb + units_) - pb);
+    c[static_cast<std::size_t>(b)] = activation_ == HeadActivation::Sigmoid
+                                         ? (pb[0] > 0.5f ? 1 : 0)
+                                         : static_cast<int>(std::max_element(pb, pb + units_) - pb);
   }
   return c;
 }
@@ -244,12 +246,13 @@ void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) 
   h["loss"] = activation_ == HeadActivation::Sigmoid ? "binary_crossentropy" : "categorical_crossentropy";
   h["input_dim"] = input_dim_;
   h["units"] = units_;
-  h["optimizer"] = {{"name", "adam"}, {"learning_rate", adam_.learning_rate}, {"beta_1", adam_.beta_1},
-                    {"beta_2", adam_.beta_2}, {"epsilon", adam_.epsilon}, {"iterations", step_}};
+  h["optimizer"] = {{"name", "adam"},           {"learning_rate", adam_.learning_rate},
+                    {"beta_1", adam_.beta_1},   {"beta_2", adam_.beta_2},
+                    {"epsilon", adam_.epsilon}, {"iterations", step_}};
   h["backbone"] = {{"model", backbone.model}, {"cut_at", backbone.cut_at}, {"preprocess", backbone.preprocess}};
   const std::vector<std::pair<const char*, const std::vector<float>*>> tensors = {
-      {"kernel", &kernel_}, {"bias", &bias_}, {"adam_m_kernel", &m_kernel_}, {"adam_v_kernel", &v_kernel_},
-      {"adam_m_bias", &m_bias_}, {"adam_v_bias", &v_bias_}};
+      {"kernel", &kernel_},          {"bias", &bias_},          {"adam_m_kernel", &m_kernel_},
+      {"adam_v_kernel", &v_kernel_}, {"adam_m_bias", &m_bias_}, {"adam_v_bias", &v_bias_}};
   std::size_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const bool is_kernel = t->size() == kernel_.size() && std::string(name).find("kernel") != std::string::npos;
@@ -282,7 +285,8 @@ namespace {
 // float is undefined behaviour).
 std::int64_t header_int(const nlohmann::json& v, const std::string& where, const std::string& what, std::int64_t lo,
                         std::int64_t hi) {
-  if (!v.is_number_integer()) throw IoError(where + ": " + what + " must be an integer, received " + v.dump().substr(0, 100));
+  if (!v.is_number_integer())
+    throw IoError(where + ": " + what + " must be an integer, received " + v.dump().substr(0, 100));
   if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)
                              : v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
     throw IoError(where + ": " + what + " " + v.dump() + " is out of range [" + std::to_string(lo) + ", " +
@@ -335,14 +339,18 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
                     " needs more weights than the file's " + std::to_string(data.size()) + " values");
     Head head(static_cast<int>(input_dim), static_cast<int>(units),
               act == "sigmoid" ? HeadActivation::Sigmoid : HeadActivation::Softmax, adam);
-    head.step_ = header_int(o.at("iterations"), where, "optimizer iterations", 0,
-                            std::numeric_limits<std::int64_t>::max());
+    head.step_ =
+        header_int(o.at("iterations"), where, "optimizer iterations", 0, std::numeric_limits<std::int64_t>::max());
     bool have_kernel = false, have_bias = false;
     for (const auto& t : h.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
-      std::vector<float>* dst = name == "kernel" ? &head.kernel_ : name == "bias" ? &head.bias_
-                              : name == "adam_m_kernel" ? &head.m_kernel_ : name == "adam_v_kernel" ? &head.v_kernel_
-                              : name == "adam_m_bias" ? &head.m_bias_ : name == "adam_v_bias" ? &head.v_bias_ : nullptr;
+      std::vector<float>* dst = name == "kernel"          ? &head.kernel_
+                                : name == "bias"          ? &head.bias_
+                                : name == "adam_m_kernel" ? &head.m_kernel_
+                                : name == "adam_v_kernel" ? &head.v_kernel_
+                                : name == "adam_m_bias"   ? &head.m_bias_
+                                : name == "adam_v_bias"   ? &head.v_bias_
+                                                          : nullptr;
       if (!dst) continue;  // unknown tensors from a newer writer are ignored
       if (t.contains("shape")) {
         const bool is_kernel = name.find("kernel") != std::string::npos;
@@ -355,8 +363,8 @@ Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
           throw IoError(where + ": tensor '" + name + "' has shape " + shape.dump().substr(0, 100) +
                         ", the header's input_dim and units need " + nlohmann::json(expected).dump());
       }
-      const auto off = static_cast<std::uint64_t>(
-          header_int(t.at("offset"), where, "offset of tensor '" + name + "'", 0, std::numeric_limits<std::int64_t>::max()));
+      const auto off = static_cast<std::uint64_t>(header_int(t.at("offset"), where, "offset of tensor '" + name + "'",
+                                                             0, std::numeric_limits<std::int64_t>::max()));
       if (off > data.size() || dst->size() > data.size() - off)
         throw IoError(where + ": tensor '" + name + "' lies past the end of the file");
       std::memcpy(dst->data(), data.data() + off, dst->size() * sizeof(float));

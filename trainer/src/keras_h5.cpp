@@ -109,8 +109,7 @@ detail::RawWeight read_dataset(hid_t group, const std::string& name, const std::
 Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options) {
   const std::string where = path.string();
   QuietHdf5 quiet;
-  if (H5Fis_hdf5(where.c_str()) <= 0)
-    throw IoError(where + ": not a readable HDF5 file");
+  if (H5Fis_hdf5(where.c_str()) <= 0) throw IoError(where + ": not a readable HDF5 file");
   Hid file(H5Fopen(where.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw IoError(where + ": cannot open HDF5 file");
 

@@ -121,7 +121,8 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     auto k = int_list(cfg, "kernel_size", 2, 1, name);
     auto s = int_list(cfg, "strides", 2, 1, name);
     auto d = int_list(cfg, "dilation_rate", 2, 1, name);
-    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
+    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
+    n.dilation_w = d[1];
     if ((n.stride_h > 1 || n.stride_w > 1) && (n.dilation_h > 1 || n.dilation_w > 1))
       fail(name, "strides > 1 together with dilation_rate > 1 is not supported by Keras either");
     if (cfg.contains("groups") && !cfg["groups"].is_null() && int_or(cfg, "groups", 1, name) != 1)
@@ -135,7 +136,8 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     auto k = int_list(cfg, "kernel_size", 2, 1, name);
     auto s = int_list(cfg, "strides", 2, 1, name);
     auto d = int_list(cfg, "dilation_rate", 2, 1, name);
-    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0], n.dilation_w = d[1];
+    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
+    n.dilation_w = d[1];
     n.depth_multiplier = int_or(cfg, "depth_multiplier", 1, name);
     n.padding = parse_padding(cfg, name);
     n.use_bias = cfg.value("use_bias", true);
@@ -162,7 +164,8 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else if (cls == "LeakyReLU") {
     n.kind = LayerKind::Activation;
     n.activation.kind = ActKind::ReLU;
-    n.activation.negative_slope = cfg.contains("alpha") ? float_or(cfg, "alpha", 0.3f) : float_or(cfg, "negative_slope", 0.3f);
+    n.activation.negative_slope =
+        cfg.contains("alpha") ? float_or(cfg, "alpha", 0.3f) : float_or(cfg, "negative_slope", 0.3f);
   } else if (cls == "Activation") {
     n.kind = LayerKind::Activation;
     n.activation = activation_of(cfg, name);
@@ -189,7 +192,9 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     }
   } else if (cls == "Add") {
     n.kind = LayerKind::Add;
-  } else if (cls == "CustomScaleLayer" || cls == "Custom>CustomScaleLayer") {  // registered as "Custom>..."  // tf-keras >= 2.13 InceptionResNetV2: inputs[0] + inputs[1] * scale
+  } else if (cls == "CustomScaleLayer" ||
+             cls == "Custom>CustomScaleLayer") {  // registered as "Custom>..."  // tf-keras >= 2.13 InceptionResNetV2:
+                                                  // inputs[0] + inputs[1] * scale
     n.kind = LayerKind::ScaledAdd;
     n.residual_scale = cfg.at("scale").get<float>();
   } else if (cls == "Lambda" && is_inception_resnet_lambda(cfg, name)) {
@@ -223,9 +228,10 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
     n.kind = LayerKind::Dropout;  // identity at inference
   } else {
-    fail(name, "layer class '" + cls + "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
-               "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
-               "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, CustomScaleLayer)");
+    fail(name, "layer class '" + cls +
+                   "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
+                   "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
+                   "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, CustomScaleLayer)");
   }
   return n;
 }
@@ -279,7 +285,8 @@ std::vector<Ref> parse_inbound_node(const json& node) {
   if (node.is_array()) {  // Keras 2: [[name, node_index, tensor_index, kwargs], ...]
     for (const auto& r : node) {
       if (r.is_array() && r.size() >= 3 && r[0].is_string())
-        refs.push_back({r[0].get<std::string>(), to_int(r[1], "", "inbound node index"), to_int(r[2], "", "inbound tensor index")});
+        refs.push_back({r[0].get<std::string>(), to_int(r[1], "", "inbound node index"),
+                        to_int(r[2], "", "inbound tensor index")});
     }
   } else if (node.is_object()) {  // Keras 3: {"args": [...], "kwargs": {...}}
     collect_keras3_refs(node, refs);
@@ -383,7 +390,8 @@ class Flattener {
     const auto in_refs = normalise_io(cfg.at("input_layers"));
     const auto out_refs = normalise_io(cfg.at("output_layers"));
     if (!inputs.empty() && inputs.size() != in_refs.size())
-      fail(name, "the model has " + std::to_string(in_refs.size()) + " inputs but receives " + std::to_string(inputs.size()));
+      fail(name,
+           "the model has " + std::to_string(in_refs.size()) + " inputs but receives " + std::to_string(inputs.size()));
 
     // Layers are listed in a valid order by Keras, but resolve dependencies to be safe.
     std::vector<bool> done(layers.size(), false);
@@ -397,7 +405,8 @@ class Flattener {
         const std::string lname = layer_name_of(layer);
         if (cls == "InputLayer") {
           auto it = std::find_if(in_refs.begin(), in_refs.end(), [&](const Ref& r) { return r.layer == lname; });
-          if (!inputs.empty() && it != in_refs.end()) produced[lname] = {inputs[static_cast<std::size_t>(it - in_refs.begin())]};
+          if (!inputs.empty() && it != in_refs.end())
+            produced[lname] = {inputs[static_cast<std::size_t>(it - in_refs.begin())]};
           else produced[lname] = {add_input(layer.at("config"), lname)};
           done[i] = true, --remaining, progress = true;
           continue;

@@ -22,8 +22,8 @@ namespace {
 
 void need_rank(const LayerNode& n, const std::vector<int>& in, std::size_t rank) {
   if (in.size() != rank)
-    fail(n, "expects an input of rank " + std::to_string(rank + 1) + " (with batch), received " +
-                shape_to_string(in) + " per sample");
+    fail(n, "expects an input of rank " + std::to_string(rank + 1) + " (with batch), received " + shape_to_string(in) +
+                " per sample");
 }
 
 void need_at_least(const LayerNode& n, const char* what, std::int64_t value, std::int64_t minimum) {
@@ -288,8 +288,8 @@ void lower_activation(Lowering& lw, int id) {
 
 void lower_zero_padding(Lowering& lw, int id) {
   const int reader = lw.only_reader(id);
-  const bool into_conv = reader >= 0 && (lw.node(reader).kind == LayerKind::Conv2D ||
-                                         lw.node(reader).kind == LayerKind::DepthwiseConv2D);
+  const bool into_conv =
+      reader >= 0 && (lw.node(reader).kind == LayerKind::Conv2D || lw.node(reader).kind == LayerKind::DepthwiseConv2D);
   if (lw.options().fold_zero_padding && into_conv) {  // zeros are what convolution padding means
     lw.fold_padding(id);
     return;

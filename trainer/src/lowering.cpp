@@ -11,8 +11,13 @@
 namespace stoker::trainer::detail {
 
 Lowering::Lowering(const Graph& g, const LoweringOptions& options)
-    : g_(g), options_(options), consumers_(g.nodes.size(), 0), last_reader_(g.nodes.size(), -1),
-      slot_of_(g.nodes.size(), -1), producer_(g.nodes.size(), -1), readers_(g.nodes.size(), 0),
+    : g_(g),
+      options_(options),
+      consumers_(g.nodes.size(), 0),
+      last_reader_(g.nodes.size(), -1),
+      slot_of_(g.nodes.size(), -1),
+      producer_(g.nodes.size(), -1),
+      readers_(g.nodes.size(), 0),
       padding_folded_(g.nodes.size(), false) {
   for (std::size_t id = 0; id < g.nodes.size(); ++id) {
     for (int i : g.nodes[id].inputs) {

@@ -28,7 +28,7 @@ enum class OpKind {
   Add,            // y = in[0] + residual_scale * in[1] + in[2] + ...
   Concat,         // along the last axis
   MaxPool,
-  AvgPool,        // TensorFlow: the window's pixels inside the input only
+  AvgPool,  // TensorFlow: the window's pixels inside the input only
   GlobalAvgPool,
 };
 
@@ -69,12 +69,12 @@ struct LoweredOp {
   int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   int depth_multiplier = 1;
-  ActivationSpec act;           // applied last (Softmax: over the last axis)
-  std::vector<float> weights;   // Keras order (above), BatchNormalization folded in
-  std::vector<float> bias;      // per output channel (may be empty)
-  std::vector<float> scale;     // Affine: per channel
-  int residual = -1;            // Conv/DepthwiseConv/Dense: slot added before the activation (-1: none)
-  float residual_scale = 1.0f;  // Add: the factor of in[1]; the residual's factor
+  ActivationSpec act;            // applied last (Softmax: over the last axis)
+  std::vector<float> weights;    // Keras order (above), BatchNormalization folded in
+  std::vector<float> bias;       // per output channel (may be empty)
+  std::vector<float> scale;      // Affine: per channel
+  int residual = -1;             // Conv/DepthwiseConv/Dense: slot added before the activation (-1: none)
+  float residual_scale = 1.0f;   // Add: the factor of in[1]; the residual's factor
   std::vector<int> in_channels;  // Concat: last-axis width of each input
 };
 

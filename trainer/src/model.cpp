@@ -16,7 +16,8 @@ Model Model::cut_at(const std::string& layer_name) const {
   if (!graph_) throw InvalidArgument("cut_at('" + layer_name + "'): the model is empty");
   const Graph& g = *graph_;
   const int out = g.find(layer_name);
-  if (out < 0) throw InvalidArgument("cut_at: model '" + g.name + "' has no layer or nested model '" + layer_name + "'");
+  if (out < 0)
+    throw InvalidArgument("cut_at: model '" + g.name + "' has no layer or nested model '" + layer_name + "'");
   std::vector<bool> keep(g.nodes.size(), false);
   keep[static_cast<std::size_t>(out)] = true;
   for (int i = out; i >= 0; --i)
@@ -60,7 +61,8 @@ std::string Model::summary() const {
   if (!source_.empty()) s << "  (" << source_ << ")";
   s << "\n";
   s << std::left << std::setw(40) << "Layer" << std::setw(24) << "Class" << std::setw(22) << "Output shape"
-    << std::right << std::setw(12) << "Param #" << "  Inputs\n";
+    << std::right << std::setw(12) << "Param #"
+    << "  Inputs\n";
   s << std::string(110, '-') << "\n";
   for (const auto& info : layers()) {
     std::vector<int> shape = info.output_shape;

@@ -17,9 +17,7 @@ std::string runtime::gib(std::size_t bytes) {
 
 namespace {
 
-std::string bytes_text(std::size_t bytes) {
-  return std::to_string(bytes) + " bytes (" + runtime::gib(bytes) + ")";
-}
+std::string bytes_text(std::size_t bytes) { return std::to_string(bytes) + " bytes (" + runtime::gib(bytes) + ")"; }
 
 void* pinned_or_throw(std::size_t bytes, const char* what) {
   void* p = runtime::pinned_alloc(bytes);

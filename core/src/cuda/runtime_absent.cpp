@@ -10,8 +10,9 @@ namespace stoker {
 namespace {
 
 [[noreturn]] void no_cuda(const char* what) {
-  throw CudaError(std::string(what) + ": stoker was built without CUDA (configure with a CUDA toolkit, "
-                                      "STOKER_CUDA=ON); the CPU path is still available",
+  throw CudaError(std::string(what) +
+                      ": stoker was built without CUDA (configure with a CUDA toolkit, "
+                      "STOKER_CUDA=ON); the CPU path is still available",
                   -1);
 }
 

@@ -144,7 +144,9 @@ EventHandle runtime::create_event(bool timing) {
   return e;
 }
 void runtime::destroy_event(EventHandle event) noexcept { cudaEventDestroy(event); }
-void runtime::record_event(EventHandle event, StreamHandle stream) { STOKER_CUDA_CHECK(cudaEventRecord(event, stream)); }
+void runtime::record_event(EventHandle event, StreamHandle stream) {
+  STOKER_CUDA_CHECK(cudaEventRecord(event, stream));
+}
 bool runtime::event_done(EventHandle event) {
   const cudaError_t e = cudaEventQuery(event);
   if (e == cudaErrorNotReady) return false;
@@ -191,6 +193,5 @@ void check_launch(const char* kernel, const char* file, int line) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) cuda_check(e, (std::string("launch of ") + kernel).c_str(), file, line);
 }
-
 
 }  // namespace stoker

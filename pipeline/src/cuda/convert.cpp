@@ -16,7 +16,9 @@ ConvertSpec ConvertSpec::normalize(DType dtype, Layout layout, std::array<float,
   s.dtype = dtype;
   s.layout = layout;
   for (int c = 0; c < 3; ++c) {
-    if (!(std[c] > 0.0f)) throw InvalidArgument("ConvertSpec::normalize: std[" + std::to_string(c) + "] must be > 0, received " + std::to_string(std[c]));
+    if (!(std[c] > 0.0f))
+      throw InvalidArgument("ConvertSpec::normalize: std[" + std::to_string(c) + "] must be > 0, received " +
+                            std::to_string(std[c]));
     s.scale[c] = 1.0f / std[c];
     s.offset[c] = -mean[c] / std[c];
   }
@@ -40,7 +42,8 @@ void check_convert(const ConvertSpec& spec, const SampleShape& in) {
     throw InvalidArgument("conversion: 1 to 4 channels are supported, received " + std::to_string(in.channels));
   }
   if (in.height < 1 || in.width < 1) {
-    throw InvalidArgument("conversion: empty sample shape " + std::to_string(in.height) + "x" + std::to_string(in.width));
+    throw InvalidArgument("conversion: empty sample shape " + std::to_string(in.height) + "x" +
+                          std::to_string(in.width));
   }
   if (spec.dtype == DType::U8) {
     for (int c = 0; c < in.channels; ++c) {
@@ -76,7 +79,8 @@ void convert_batch_host(const ConvertSpec& spec, const SampleShape& in_shape, in
     const std::uint8_t* src = in + per * static_cast<std::size_t>(n);
     for (std::size_t e = 0; e < per; ++e) {
       const int c = static_cast<int>(e % static_cast<std::size_t>(p.channels));
-      convert::store(p.dtype, out, convert::output_offset(p, static_cast<std::size_t>(n), e), convert::value(p, c, src[e]));
+      convert::store(p.dtype, out, convert::output_offset(p, static_cast<std::size_t>(n), e),
+                     convert::value(p, c, src[e]));
     }
   }
 }
@@ -97,7 +101,6 @@ void convert_batch(const ConvertSpec&, const SampleShape&, int, const std::uint8
 }  // namespace stoker
 
 // ---- the conversion as a GpuFeed stage ----------------------------------------------------------
-
 
 namespace stoker {
 namespace {

@@ -27,7 +27,8 @@ void convert_batch(const ConvertSpec& spec, const SampleShape& in_shape, int bat
                    void* out_device, StreamHandle stream) {
   const convert::ConvertParams p = convert::make_params(spec, in_shape);
   if (batch <= 0) return;
-  const std::size_t pixels = static_cast<std::size_t>(in_shape.height) * in_shape.width * static_cast<std::size_t>(batch);
+  const std::size_t pixels =
+      static_cast<std::size_t>(in_shape.height) * in_shape.width * static_cast<std::size_t>(batch);
   constexpr int kThreads = 256;
   const std::size_t want = (pixels + kThreads - 1) / kThreads;
   const unsigned blocks = static_cast<unsigned>(want < 65535u * 8u ? want : 65535u * 8u);

@@ -102,7 +102,7 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   // feeder needs a free slot to learn from the loader that the epoch is over; when the consumer
   // holds every slot after the last batch, these counts tell next() instead.
   std::size_t epoch_batches_ = 0, delivered_ = 0;
-  bool busy_ = false;       // the feeder is working outside the lock
+  bool busy_ = false;  // the feeder is working outside the lock
   bool stop_ = false;
   bool stopped_ = false;
   std::uint64_t generation_ = 0;
@@ -117,7 +117,8 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
 };
 
 FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options) : options_(std::move(options)) {
-  if (options_.depth < 1) throw InvalidArgument("GpuFeed: depth must be >= 1, received " + std::to_string(options_.depth));
+  if (options_.depth < 1)
+    throw InvalidArgument("GpuFeed: depth must be >= 1, received " + std::to_string(options_.depth));
   device_ = current_device();
   if (loader.allocator && std::strcmp(loader.allocator->name(), "pinned") != 0) {
     throw InvalidArgument(std::string("GpuFeed: the loader's allocator must give pinned memory, received '") +
@@ -162,8 +163,8 @@ FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options
   const DeviceMemoryInfo mem = device_memory_info();
   if (device_bytes_ > mem.free) {
     throw BadAlloc("GpuFeed: the ring needs " + mib(device_bytes_) + " = " + std::to_string(depth) + " slots x " +
-                   mib(slot_bytes_) + parts + ", but the device has " + mib(mem.free) + " free of " +
-                   mib(mem.total) + "; lower depth or batch size");
+                   mib(slot_bytes_) + parts + ", but the device has " + mib(mem.free) + " free of " + mib(mem.total) +
+                   "; lower depth or batch size");
   }
   for (int i = 0; i < depth; ++i) {
     auto s = std::make_unique<FeedSlot>();
@@ -193,12 +194,13 @@ FeedCore::~FeedCore() {
   for (const auto& s : slots_) {
     try {
       s->reusable.synchronize();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 }
 
-void FeedCore::start() { thread_ = std::thread([this] { feeder(); }); }
+void FeedCore::start() {
+  thread_ = std::thread([this] { feeder(); });
+}
 
 void FeedCore::shutdown() {
   {
@@ -309,8 +311,7 @@ void FeedCore::feeder() {
       lock.unlock();
       try {
         reap(true);
-      } catch (...) {
-      }
+      } catch (...) {}
       lock.lock();
       const auto t0 = Clock::now();
       const bool consumer_bound = active_ && !exhausted_;
@@ -348,8 +349,7 @@ void FeedCore::feeder() {
         if (host) copy_.synchronize();  // the host batch goes back to the loader below
         stage_.wait(s.reusable);
         s.reusable.record(stage_);
-      } catch (...) {
-      }
+      } catch (...) {}
     }
 
     lock.lock();
@@ -364,8 +364,7 @@ void FeedCore::feeder() {
       FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
       try {
         s.reusable.record(s.stage ? stage_ : copy_);
-      } catch (...) {
-      }
+      } catch (...) {}
       free_.push_back(si);
       cv_.notify_all();
       continue;
@@ -376,8 +375,7 @@ void FeedCore::feeder() {
   lock.unlock();
   try {
     reap(true);
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 void FeedCore::begin_epoch(std::uint64_t epoch) {
@@ -447,8 +445,7 @@ void FeedCore::release(int si, StreamHandle consumer, bool given) noexcept {
   FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
   // The slot's buffers are rewritten only after what the consumer enqueued so far. Without a
   // consumer stream, after the feed's own work on it.
-  const StreamHandle after =
-      given ? consumer : (s.has_consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
+  const StreamHandle after = given ? consumer : (s.has_consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
   try {
     s.reusable.record(after);
   } catch (...) {
@@ -457,13 +454,11 @@ void FeedCore::release(int si, StreamHandle consumer, bool given) noexcept {
     // completed record.
     try {
       stream_synchronize(after);
-    } catch (...) {
-    }
+    } catch (...) {}
     try {
       copy_.synchronize();
       stage_.synchronize();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   std::lock_guard lock(mu_);
   --held_;
@@ -530,7 +525,9 @@ std::span<const std::int64_t> DeviceBatch::sample_ids() const noexcept {
 const float* DeviceBatch::device_labels() const noexcept {
   return reinterpret_cast<const float*>(slot_of(core_, slot_).meta.as<std::int64_t>() + core_->batch_size_);
 }
-const std::int64_t* DeviceBatch::device_sample_ids() const noexcept { return slot_of(core_, slot_).meta.as<std::int64_t>(); }
+const std::int64_t* DeviceBatch::device_sample_ids() const noexcept {
+  return slot_of(core_, slot_).meta.as<std::int64_t>();
+}
 std::uint64_t DeviceBatch::epoch() const noexcept { return slot_of(core_, slot_).epoch; }
 std::int64_t DeviceBatch::index() const noexcept { return slot_of(core_, slot_).index; }
 EventHandle DeviceBatch::ready_event() const noexcept { return slot_of(core_, slot_).ready.get(); }
@@ -559,8 +556,7 @@ GpuFeed::~GpuFeed() {
   if (core_) {
     try {
       core_->shutdown();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 }
 
@@ -587,7 +583,8 @@ std::string GpuFeed::describe() const {
                   std::to_string(c.batch_size_) + " x " + std::to_string(c.in_shape_.height) + "x" +
                   std::to_string(c.in_shape_.width) + "x" + std::to_string(c.in_shape_.channels) + " " +
                   to_string(c.in_shape_.dtype) + " -> " + to_string(c.out_shape_.dtype) + " " +
-                  to_string(c.out_shape_.layout) + (c.options_.stage ? std::string(" via ") + c.options_.stage->name() : "");
+                  to_string(c.out_shape_.layout) +
+                  (c.options_.stage ? std::string(" via ") + c.options_.stage->name() : "");
   if (!c.budget_note_.empty()) s += "; " + c.budget_note_;
   return s;
 }

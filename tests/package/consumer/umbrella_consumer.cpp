@@ -20,8 +20,7 @@ int main(int argc, char** argv) {
     const auto result = stoker::training::train(data, o);
     const auto model = stoker::training::load_trained_model(o.out);
     const auto p = stoker::training::predict(model, {data.train.samples.at(0).path});
-    std::printf("umbrella_consumer: validation accuracy %.2f, predicted %s\n",
-                result.history.at(0).validation.accuracy,
+    std::printf("umbrella_consumer: validation accuracy %.2f, predicted %s\n", result.history.at(0).validation.accuracy,
                 model.info.class_names.at(static_cast<std::size_t>(p.predicted.at(0).class_index)).c_str());
   } catch (const stoker::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -161,23 +161,24 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
   if (!found)
     throw CudaError("cudnn backend: layer '" + name_ + "': cuDNN offers no forward algorithm for " +
                         std::to_string(g.h) + "x" + std::to_string(g.w) + "x" + std::to_string(g.c) + " -> " +
-                        std::to_string(g.oh) + "x" + std::to_string(g.ow) + "x" + std::to_string(g.oc) +
-                        " (groups " + std::to_string(g.groups) + ") within a workspace of " +
-                        std::to_string(workspace_limit) + " bytes",
+                        std::to_string(g.oh) + "x" + std::to_string(g.ow) + "x" + std::to_string(g.oc) + " (groups " +
+                        std::to_string(g.groups) + ") within a workspace of " + std::to_string(workspace_limit) +
+                        " bytes",
                     static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
   max_workspace_ = pb.workspace;
   max_images_ = max_images;
 }
 
-void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace, std::size_t workspace_size) {
+void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace,
+                std::size_t workspace_size) {
   // Runs and times every algorithm on the real buffers at the largest batch; the fastest that
   // succeeds within the workspace wins. When cuDNN cannot measure, the heuristic choice stays.
   auto& pb = impl_->per_batch.at(max_images_);
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
-  const cudnnStatus_t s =
-      cudnnFindConvolutionForwardAlgorithmEx(H(handle), pb.x, x, impl_->w, w, impl_->conv, pb.y, y,
-                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, workspace, workspace_size);
+  const cudnnStatus_t s = cudnnFindConvolutionForwardAlgorithmEx(H(handle), pb.x, x, impl_->w, w, impl_->conv, pb.y, y,
+                                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
+                                                                 workspace, workspace_size);
   if (s != CUDNN_STATUS_SUCCESS) return;
   for (int i = 0; i < returned; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
@@ -240,7 +241,8 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
   if (cudnnGetConvolutionForwardAlgorithm_v7(H(handle), p.x, impl_->w, impl_->conv, p.y,
-                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf) == CUDNN_STATUS_SUCCESS) {
+                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned,
+                                             perf) == CUDNN_STATUS_SUCCESS) {
     for (int i = 0; i < returned; ++i) {
       std::size_t bytes = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].algo == p.algo ||
@@ -259,8 +261,8 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
       if (!refused(s2)) cudnn_check(s2, "cudnnConvolutionForward", __FILE__, __LINE__);
     }
   }
-  throw CudaError(status_message(s, "cudnnConvolutionForward", __FILE__, __LINE__) + " for layer '" + name_ +
-                      "' (" + std::to_string(images) + " images, " + algo_name(p.algo) +
+  throw CudaError(status_message(s, "cudnnConvolutionForward", __FILE__, __LINE__) + " for layer '" + name_ + "' (" +
+                      std::to_string(images) + " images, " + algo_name(p.algo) +
                       ", and no other algorithm within the workspace runs)",
                   static_cast<int>(s));
 }

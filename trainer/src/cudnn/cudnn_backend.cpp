@@ -157,10 +157,10 @@ class CudnnBackendImpl final : public CudnnBackend {
   struct GpuOp {
     const Op* op = nullptr;
     std::unique_ptr<cudnn::gpu::Conv> conv;
-    DeviceBuffer weights;   // storage type, KRSC
-    DeviceBuffer bias;      // float32 (own epilogue)
-    DeviceBuffer bias_st;   // storage type (cuDNN's fused call)
-    DeviceBuffer scale;     // float32 (Affine)
+    DeviceBuffer weights;  // storage type, KRSC
+    DeviceBuffer bias;     // float32 (own epilogue)
+    DeviceBuffer bias_st;  // storage type (cuDNN's fused call)
+    DeviceBuffer scale;    // float32 (Affine)
     cudnn::ActParams act;
   };
 
@@ -283,8 +283,8 @@ class CudnnBackendImpl final : public CudnnBackend {
       if (!g.conv || !g.conv->fused()) continue;
       const Op& op = *g.op;
       const void* x = op.explicit_pad ? scratch_.get() : value(op.in[0], input_.get());
-      g.conv->try_fused(*handle_, opt_.max_batch * op.rows, x, g.weights.get(), value(op.out, nullptr),
-                        g.bias_st.get(), workspace_.get(), workspace_.bytes());
+      g.conv->try_fused(*handle_, opt_.max_batch * op.rows, x, g.weights.get(), value(op.out, nullptr), g.bias_st.get(),
+                        workspace_.get(), workspace_.bytes());
     }
   }
 
@@ -304,7 +304,7 @@ class CudnnBackendImpl final : public CudnnBackend {
     const void* x = value(op.in[0], input);
     const void* z = op.residual >= 0 ? value(op.residual, input) : nullptr;
     if (op.depthwise_kernel) {
-      const cudnn::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh, op.kw,
+      const cudnn::DepthwiseGeometry dg{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,       op.kw,
                                         op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
       cudnn::gpu::depthwise(st, x, g.weights.as<const float>(), bias, z, op.residual_scale, y, nb, dg, g.act, s);
       return;
@@ -340,7 +340,8 @@ class CudnnBackendImpl final : public CudnnBackend {
       switch (op.type) {
         case OpType::Conv: enqueue_conv(g, input, y, nb, total, s); break;
         case OpType::Pad:
-          cudnn::gpu::pad(st, value(op.in[0], input), y, nb, op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left, s);
+          cudnn::gpu::pad(st, value(op.in[0], input), y, nb, op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left,
+                          s);
           break;
         case OpType::Affine:
           cudnn::gpu::affine(st, value(op.in[0], input), op.in.size() > 1 ? value(op.in[1], input) : nullptr, y, total,
@@ -357,7 +358,8 @@ class CudnnBackendImpl final : public CudnnBackend {
         }
         case OpType::MaxPool:
         case OpType::AvgPool: {
-          const cudnn::PoolGeometry pg{op.h, op.w, op.c, op.oh, op.ow, op.kh, op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
+          const cudnn::PoolGeometry pg{op.h,  op.w,  op.c,  op.oh,      op.ow,      op.kh,
+                                       op.kw, op.sh, op.sw, op.pad_top, op.pad_left};
           cudnn::gpu::pool(st, op.type == OpType::MaxPool, value(op.in[0], input), y, nb, pg, s);
           break;
         }
@@ -406,14 +408,16 @@ std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const Cudnn
   return cudnn::make_emulated_backend(std::move(plan), options);
 #elif defined(STOKER_HAVE_CUDA)
   (void)plan;
-  throw CudaError("cudnn backend: stoker was built without cuDNN (cudnn.h / libcudnn not found at configure time; "
-                  "see STOKER_CUDNN_ROOT); the CPU backend is still available",
-                  -1);
+  throw CudaError(
+      "cudnn backend: stoker was built without cuDNN (cudnn.h / libcudnn not found at configure time; "
+      "see STOKER_CUDNN_ROOT); the CPU backend is still available",
+      -1);
 #else
   (void)plan;
-  throw CudaError("cudnn backend: stoker was built without CUDA (configure with a CUDA toolkit and cuDNN, "
-                  "STOKER_CUDA=ON); the CPU backend is still available",
-                  -1);
+  throw CudaError(
+      "cudnn backend: stoker was built without CUDA (configure with a CUDA toolkit and cuDNN, "
+      "STOKER_CUDA=ON); the CPU backend is still available",
+      -1);
 #endif
 }
 

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <sstream>
 
-#include <stoker/core/error.hpp>
 #include <stoker/core/detail/cuda_emulation.hpp>
+#include <stoker/core/error.hpp>
 
 namespace stoker::trainer::cudnn {
 namespace {
@@ -29,11 +29,12 @@ class EmulatedCudnnBackend final : public CudnnBackend {
   ~EmulatedCudnnBackend() override {
     try {
       done_.synchronize();  // the last call's work still writes the outputs
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
-  std::string name() const override { return std::string("cudnn emulated on the host (") + to_string(opt_.storage) + ")"; }
+  std::string name() const override {
+    return std::string("cudnn emulated on the host (") + to_string(opt_.storage) + ")";
+  }
   int max_batch() const override { return opt_.max_batch; }
   std::size_t device_bytes() const override { return bytes_; }
   std::string describe() const override {
@@ -52,7 +53,8 @@ class EmulatedCudnnBackend final : public CudnnBackend {
       const auto part = run_plan_host(plan_, input + static_cast<std::size_t>(b0) * in_per, nb, opt_.storage);
       for (std::size_t k = 0; k < outs.size(); ++k) {
         std::copy(part[k].begin(), part[k].end(),
-                  outs[k].data.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b0) * values(plan_.output_shapes[k])));
+                  outs[k].data.begin() +
+                      static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b0) * values(plan_.output_shapes[k])));
       }
     }
     return outs;
@@ -74,7 +76,6 @@ class EmulatedCudnnBackend final : public CudnnBackend {
  private:
   static std::size_t values(const std::vector<int>& shape) { return Tensor::element_count(shape); }
 
-
   // The "kernels": on the stream's worker thread, reading the device input in place.
   void run(const void* device_input, DType dtype, int batch) const {
     const std::size_t n = values(plan_.input_shape) * static_cast<std::size_t>(batch);
@@ -86,7 +87,8 @@ class EmulatedCudnnBackend final : public CudnnBackend {
       for (std::size_t i = 0; i < n; ++i) x[i] = storage_to_float(bits[i], dtype);
     }
     const auto out = run_plan_host(plan_, x.data(), batch, opt_.storage);
-    for (std::size_t k = 0; k < out.size(); ++k) std::memcpy(outputs_[k].get(), out[k].data(), out[k].size() * sizeof(float));
+    for (std::size_t k = 0; k < out.size(); ++k)
+      std::memcpy(outputs_[k].get(), out[k].data(), out[k].size() * sizeof(float));
   }
 
   Plan plan_;

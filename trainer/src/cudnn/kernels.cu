@@ -19,7 +19,9 @@ __host__ __device__ __forceinline__ float load(const __half* p, std::size_t i) {
 __host__ __device__ __forceinline__ float load(const __nv_bfloat16* p, std::size_t i) { return __bfloat162float(p[i]); }
 __host__ __device__ __forceinline__ float load(const float* p, std::size_t i) { return p[i]; }
 __host__ __device__ __forceinline__ void store(__half* p, std::size_t i, float v) { p[i] = __float2half_rn(v); }
-__host__ __device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__host__ __device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 __host__ __device__ __forceinline__ void store(float* p, std::size_t i, float v) { p[i] = v; }
 
 // Reads element i of a storage-typed array as float (the functor op_math.hpp's functions take).
@@ -39,7 +41,7 @@ unsigned blocks_for(std::size_t n) {
 // True when every index an op touches fits 32 bits (then its kernel divides in 32 bits).
 bool fits32(std::size_t a, std::size_t b = 0) { return a < (std::size_t{1} << 31) && b < (std::size_t{1} << 31); }
 
-#define GRID_STRIDE(I, i, n)                                                                     \
+#define GRID_STRIDE(I, i, n)                                                                                 \
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < (n); \
        i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
@@ -62,8 +64,9 @@ __global__ void depthwise_kernel(const T* x, const float* __restrict__ wt, const
                                  float z_scale, T* y, I total, DepthwiseGeometry g, ActParams act) {
   GRID_STRIDE(I, e, total) {  // neighbouring threads: neighbouring channels of one pixel
     const float acc = depthwise_sum(Loader<T>{x}, wt, g, e);
-    store(y, e, affine_value(acc, nullptr, bias, static_cast<int>(e % static_cast<I>(g.oc)), z != nullptr,
-                             z ? load(z, e) : 0.0f, z_scale, act));
+    store(y, e,
+          affine_value(acc, nullptr, bias, static_cast<int>(e % static_cast<I>(g.oc)), z != nullptr,
+                       z ? load(z, e) : 0.0f, z_scale, act));
   }
 }
 
@@ -123,8 +126,12 @@ void convert_input(const void* in, DType in_type, void* out, DType storage, std:
     using T = std::remove_pointer_t<decltype(tag)>;
     T* o = static_cast<T*>(out);
     switch (in_type) {
-      case DType::F32: convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), o, n); break;
-      case DType::F16: convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), o, n); break;
+      case DType::F32:
+        convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), o, n);
+        break;
+      case DType::F16:
+        convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), o, n);
+        break;
       case DType::BF16:
         convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), o, n);
         break;
@@ -157,8 +164,8 @@ void affine(DType storage, const void* x, const void* z, void* y, std::size_t to
       affine_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
           xx, zz, yy, static_cast<std::uint32_t>(total), channels, scale, bias, z_scale, act);
     else
-      affine_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, zz, yy, total, channels, scale,
-                                                                                 bias, z_scale, act);
+      affine_kernel<T, std::size_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, zz, yy, total, channels, scale, bias, z_scale, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_kernel");
 }
@@ -177,8 +184,8 @@ void depthwise(DType storage, const void* x, const float* weights, const float* 
       depthwise_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
           xx, weights, bias, zz, z_scale, yy, static_cast<std::uint32_t>(total), g, act);
     else
-      depthwise_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, weights, bias, zz, z_scale, yy,
-                                                                                    total, g, act);
+      depthwise_kernel<T, std::size_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, weights, bias, zz, z_scale, yy, total, g, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
@@ -193,9 +200,9 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(total, images * h * w * c))
-      pad_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g);
-    else
-      pad_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g);
+      pad_kernel<T, std::uint32_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g);
+    else pad_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g);
   });
   STOKER_CUDA_CHECK_LAUNCH("pad_kernel");
 }
@@ -208,9 +215,9 @@ void pool(DType storage, bool max, const void* x, void* y, std::size_t images, P
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(total, images * g.h * g.w * g.c))
-      pool_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g, max);
-    else
-      pool_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g, max);
+      pool_kernel<T, std::uint32_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g, max);
+    else pool_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g, max);
   });
   STOKER_CUDA_CHECK_LAUNCH("pool_kernel");
 }
@@ -224,9 +231,9 @@ void global_average(DType storage, const void* x, void* y, std::size_t images, i
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(images * hw * c))
-      gap_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
-    else
-      gap_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
+      gap_kernel<T, std::uint32_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
+    else gap_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("gap_kernel");
 }
@@ -240,9 +247,9 @@ void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(rows * oc))
-      concat_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), ck, oc, offset);
-    else
-      concat_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, ck, oc, offset);
+      concat_kernel<T, std::uint32_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), ck, oc, offset);
+    else concat_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, ck, oc, offset);
   });
   STOKER_CUDA_CHECK_LAUNCH("concat_kernel");
 }

@@ -38,10 +38,11 @@ std::string Plan::describe() const {
     for (int i : op.in) s << " " << i;
     s << " -> " << op.out << " (buffer " << slot_buffer[static_cast<std::size_t>(op.out)] << ")";
     if (op.type == OpType::Conv) {
-      s << (op.kind == detail::OpKind::Dense ? " dense" : "") << " " << op.h << "x" << op.w << "x" << op.c << " -> " << op.oh << "x" << op.ow
-        << "x" << op.oc << " k" << op.kh << "x" << op.kw << " s" << op.sh << "x" << op.sw << " pad " << op.pad_top
-        << "," << op.pad_bottom << "," << op.pad_left << "," << op.pad_right << (op.explicit_pad ? " explicit" : "")
-        << " groups " << op.groups << (op.depthwise_kernel ? " (own depthwise kernel)" : "");
+      s << (op.kind == detail::OpKind::Dense ? " dense" : "") << " " << op.h << "x" << op.w << "x" << op.c << " -> "
+        << op.oh << "x" << op.ow << "x" << op.oc << " k" << op.kh << "x" << op.kw << " s" << op.sh << "x" << op.sw
+        << " pad " << op.pad_top << "," << op.pad_bottom << "," << op.pad_left << "," << op.pad_right
+        << (op.explicit_pad ? " explicit" : "") << " groups " << op.groups
+        << (op.depthwise_kernel ? " (own depthwise kernel)" : "");
       if (op.residual >= 0) s << " + slot " << op.residual;
     }
     if (!op.act.is_linear()) s << " act " << trainer::to_string(op.act);

@@ -32,13 +32,13 @@
 namespace stoker::trainer::cudnn {
 
 enum class OpType {
-  Conv,     // cuDNN convolution (Conv, DepthwiseConv as grouped, Dense as 1×1) + epilogue
-  Pad,      // ZeroPad not folded into a convolution
-  Affine,   // y = act(x * scale[c] + bias[c] + residual_scale * z): Affine, Activation, Add of 2
-  Concat,   // last axis
+  Conv,    // cuDNN convolution (Conv, DepthwiseConv as grouped, Dense as 1×1) + epilogue
+  Pad,     // ZeroPad not folded into a convolution
+  Affine,  // y = act(x * scale[c] + bias[c] + residual_scale * z): Affine, Activation, Add of 2
+  Concat,  // last axis
   MaxPool,
   AvgPool,
-  Gap,      // global average pooling (+ act)
+  Gap,  // global average pooling (+ act)
 };
 const char* to_string(OpType t);
 
@@ -71,15 +71,15 @@ struct PlanOptions {
 struct Plan {
   std::vector<Op> ops;
   int input_slot = -1;
-  std::vector<int> input_shape;          // per sample {H, W, C}
-  std::vector<int> outputs;              // slots of the graph outputs, in order
+  std::vector<int> input_shape;                 // per sample {H, W, C}
+  std::vector<int> outputs;                     // slots of the graph outputs, in order
   std::vector<std::vector<int>> output_shapes;  // per sample
-  std::vector<std::size_t> slot_size;    // values per sample of each slot (node-indexed)
+  std::vector<std::size_t> slot_size;           // values per sample of each slot (node-indexed)
   // Buffers: slot -> buffer index (-1: none; the input slot has its own buffer), buffer sizes in
   // values per sample (the largest slot it holds).
   std::vector<int> slot_buffer;
   std::vector<std::size_t> buffer_size;
-  std::size_t scratch_size = 0;          // values per sample of the explicit-padding scratch
+  std::size_t scratch_size = 0;  // values per sample of the explicit-padding scratch
 
   std::size_t activation_values() const;  // sum of buffer_size (per sample)
   std::string describe() const;           // one line per op (tests, debugging)
@@ -90,7 +90,8 @@ Plan lower_graph(const Graph& graph, const PlanOptions& options = {});
 
 // The plan's math on the host. `round_to`: F32 keeps float32 everywhere; F16/BF16 round weights,
 // biases and every stored value to that precision (accumulation stays float32), like the GPU.
-std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to = DType::F32);
+std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch,
+                                              DType round_to = DType::F32);
 
 // What both backends behind CudnnBackend (cuDNN, and the emulated device's host executor) share:
 // the argument checks (InvalidArgument with the reason), the host output tensors

@@ -108,7 +108,7 @@ struct HostRun {
 // The backend's own depthwise kernel: float32 weights [kh][kw][oc], one rounding.
 void depthwise_host(const Op& op, const float* x, const float* z, float* y, const HostRun& run) {
   const ActParams act = act_params(op.act);
-  const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh, op.kw,
+  const DepthwiseGeometry g{op.h,  op.w,  op.c,  op.oh, op.ow,      op.oc,       op.kh,       op.kw,
                             op.sh, op.sw, op.dh, op.dw, op.pad_top, op.pad_left, op.oc / op.c};
   const std::size_t oc = static_cast<std::size_t>(op.oc);
   const std::size_t total = run.nb * static_cast<std::size_t>(op.rows) * op.oh * op.ow * oc;

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <system_error>
 
-#include "stoker/core/error.hpp"
 #include "stoker/core/cuda.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 
 namespace stoker::training {
@@ -53,15 +53,15 @@ DeviceChoice choose_device(const std::string& request) {
                           std::to_string(gpus - 1) + ")");
   }
   if (!trainer::built_with_cudnn()) {
-    throw InvalidArgument("--device " + request + ": this stoker was built without cuDNN (configure with "
+    throw InvalidArgument("--device " + request +
+                          ": this stoker was built without cuDNN (configure with "
                           "STOKER_CUDNN=ON); use --device cpu");
   }
   set_device(index);
   return {true, index, false, "cuda:" + std::to_string(index) + " (" + cuda_device_description() + "; cuDNN backend)"};
 }
 
-std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device,
-                                                      int max_batch) {
+std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device, int max_batch) {
   if (!device.cuda) return nullptr;  // the Model's default backend is the CPU one
   try {
     set_device(device.index);  // streams and buffers made later (the GPU feed) go there too
@@ -71,8 +71,8 @@ std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, 
     auto gpu = trainer::make_cudnn_backend(backbone.graph(), options);
     const double error = trainer::relative_error_to_cpu(backbone.graph(), *gpu);
     if (!(error <= kGpuAgreementLimit)) {
-      throw Error(disagreement("cuda:" + std::to_string(device.index) + ": the cuDNN backbone differs from the CPU reference",
-                               error));
+      throw Error(disagreement(
+          "cuda:" + std::to_string(device.index) + ": the cuDNN backbone differs from the CPU reference", error));
     }
     backbone.set_backend(gpu);
     return gpu;

@@ -6,8 +6,8 @@
 #include <span>
 
 #include "stoker/augment/cuda_augmenter.hpp"
-#include "stoker/core/error.hpp"
 #include "stoker/core/cuda.hpp"
+#include "stoker/core/error.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
 namespace stoker::training {

@@ -38,8 +38,9 @@ trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_
   if (!ref.cut_at.empty()) backbone = backbone.cut_at(ref.cut_at);
   const std::vector<int> in = backbone.input_shape(), out = backbone.output_shape();
   if (in != std::vector<int>{image_size, image_size, 3}) {
-    throw InvalidArgument(ref.model + ": the backbone takes " + std::to_string(in.at(0)) + "x" + std::to_string(in.at(1)) +
-                          "x" + std::to_string(in.at(2)) + " inputs; use an image size of " + std::to_string(in.at(0)));
+    throw InvalidArgument(ref.model + ": the backbone takes " + std::to_string(in.at(0)) + "x" +
+                          std::to_string(in.at(1)) + "x" + std::to_string(in.at(2)) + " inputs; use an image size of " +
+                          std::to_string(in.at(0)));
   }
   if (out.size() != 1) {
     throw InvalidArgument(ref.model + ": the features must be a vector per image, but the cut output has " +
@@ -65,7 +66,8 @@ void write_model_info(const fs::path& dir, const ModelInfo& info) {
 TrainedModel load_trained_model(const fs::path& dir) {
   const fs::path file = dir / "stoker_model.json";
   std::ifstream in(file);
-  if (!in) throw IoError(file.string() + ": not found (is " + dir.string() + " a folder written by stoker train --out?)");
+  if (!in)
+    throw IoError(file.string() + ": not found (is " + dir.string() + " a folder written by stoker train --out?)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -133,8 +135,8 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
         r.probabilities.assign(p.data.begin() + static_cast<std::ptrdiff_t>(i * width),
                                p.data.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
       }
-      r.class_index = static_cast<int>(std::max_element(r.probabilities.begin(), r.probabilities.end()) -
-                                       r.probabilities.begin());
+      r.class_index =
+          static_cast<int>(std::max_element(r.probabilities.begin(), r.probabilities.end()) - r.probabilities.begin());
       out.predicted.push_back(std::move(r));
     }
   }

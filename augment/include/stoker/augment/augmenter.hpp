@@ -48,8 +48,8 @@ class Augmenter final : public SampleTransform {
   const augment::AugmentPlan& plan() const noexcept { return plan_; }
 
  private:
-  void finish(const std::uint8_t* warped, const augment::SampleParams& params, const SampleContext& ctx,
-              std::byte* dst, bool reference) const;
+  void finish(const std::uint8_t* warped, const augment::SampleParams& params, const SampleContext& ctx, std::byte* dst,
+              bool reference) const;
 
   AugmentSpec spec_;
   augment::AugmentPlan plan_;

@@ -78,8 +78,7 @@ class CudaAugmenter final : public DeviceStage {
 
   // The kernel's body compiled for the host, in loops over the same job table and the same
   // statistics: host images in, host output out. Tests compare it with the CPU executor.
-  void run_on_host(std::span<const ImageView> images, std::span<const augment::SampleParams> params,
-                   void* out) const;
+  void run_on_host(std::span<const ImageView> images, std::span<const augment::SampleParams> params, void* out) const;
 
   // ---- DeviceStage (GpuFeed): input batches of uint8 NHWC samples, one source per sample.
   const char* name() const noexcept override { return "cuda-augment"; }

@@ -41,7 +41,7 @@ struct AugmentPlan {
   int channels = 3;
 
   // ---- random geometry (Keras ImageDataGenerator)
-  bool training = true;  // false: only the deterministic part (crop, resize, normalisation)
+  bool training = true;         // false: only the deterministic part (crop, resize, normalisation)
   float rotation_range = 0.0f;  // degrees
   ShiftPlan width_shift;
   ShiftPlan height_shift;
@@ -60,9 +60,9 @@ struct AugmentPlan {
 
   // ---- crop of the source before the resize to the output size
   CropKind crop = CropKind::None;
-  float center_fraction = 1.0f;     // Center: side fraction of the box kept
-  bool keep_aspect_ratio = false;   // Center: box of the output's aspect ratio first
-  float crop_scale_lo = 0.08f, crop_scale_hi = 1.0f;   // RandomResized: area fraction
+  float center_fraction = 1.0f;                              // Center: side fraction of the box kept
+  bool keep_aspect_ratio = false;                            // Center: box of the output's aspect ratio first
+  float crop_scale_lo = 0.08f, crop_scale_hi = 1.0f;         // RandomResized: area fraction
   float crop_ratio_lo = 0.75f, crop_ratio_hi = 4.0f / 3.0f;  // RandomResized: aspect w/h
 
   // ---- photometric (0..255 scale)
@@ -91,10 +91,10 @@ struct AugmentPlan {
 
 // Parameters of one sample, drawn by draw_params (params.hpp).
 struct SampleParams {
-  float theta = 0.0f;   // degrees
-  float tx = 0.0f;      // Keras' tx and ty: matrix translation along x and y, output pixels
+  float theta = 0.0f;  // degrees
+  float tx = 0.0f;     // Keras' tx and ty: matrix translation along x and y, output pixels
   float ty = 0.0f;
-  float shear = 0.0f;   // degrees
+  float shear = 0.0f;  // degrees
   float zx = 1.0f, zy = 1.0f;
   bool flip_horizontal = false;
   bool flip_vertical = false;

@@ -91,7 +91,7 @@ struct AugmentSpec {
   // ---- output
   int height = 0;
   int width = 0;
-  int channels = 3;  // of the decoded input and of the output (1, 3 or 4)
+  int channels = 3;         // of the decoded input and of the output (1, 3 or 4)
   DType dtype = DType::U8;  // U8 or F32
   Layout layout = Layout::NHWC;
 
@@ -99,15 +99,15 @@ struct AugmentSpec {
   double rotation_range = 0.0;  // degrees, uniform in [-r, r)
   ShiftRange width_shift_range;
   ShiftRange height_shift_range;
-  double shear_range = 0.0;     // degrees (Keras 2 semantics), uniform in [-s, s)
-  Range zoom_range{1.0, 1.0};   // zx and zy drawn independently; see zoom()
+  double shear_range = 0.0;    // degrees (Keras 2 semantics), uniform in [-s, s)
+  Range zoom_range{1.0, 1.0};  // zx and zy drawn independently; see zoom()
   bool horizontal_flip = false;
   bool vertical_flip = false;
   std::optional<Range> brightness_range;  // factor, PIL ImageEnhance.Brightness
   double channel_shift_range = 0.0;       // added to every channel, clipped to the image's range
   FillMode fill_mode = FillMode::Nearest;
   double cval = 0.0;
-  int interpolation_order = 1;            // 0 nearest, 1 bilinear (Keras' default)
+  int interpolation_order = 1;  // 0 nearest, 1 bilinear (Keras' default)
   std::optional<double> rescale;
   bool featurewise_center = false;
   bool samplewise_center = false;

@@ -56,10 +56,10 @@ struct CacheStats {
   std::uint64_t misses = 0;
   std::uint64_t admitted = 0;
   std::uint64_t rejected_over_budget = 0;
-  std::uint64_t stale_refreshed = 0;   // source changed since the entry was made
-  std::uint64_t corrupt_entries = 0;   // checksum mismatch in the cache file
-  std::uint64_t bytes_held = 0;        // RAM held by entries + bookkeeping (<= budget)
-  std::uint64_t file_entries = 0;      // entries served from the cache file
+  std::uint64_t stale_refreshed = 0;  // source changed since the entry was made
+  std::uint64_t corrupt_entries = 0;  // checksum mismatch in the cache file
+  std::uint64_t bytes_held = 0;       // RAM held by entries + bookkeeping (<= budget)
+  std::uint64_t file_entries = 0;     // entries served from the cache file
 };
 
 // One cached sample: encoded bytes or a decoded RGB image. Views stay valid until the same sample

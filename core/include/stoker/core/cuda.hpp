@@ -74,8 +74,8 @@ class Stream {
 
   StreamHandle get() const noexcept { return s_; }
   void wait(const Event& e) const;  // cudaStreamWaitEvent: work after this waits on the GPU
-  void synchronize() const;               // host waits (tests, shutdown)
-  bool idle() const;                      // cudaStreamQuery == cudaSuccess
+  void synchronize() const;         // host waits (tests, shutdown)
+  bool idle() const;                // cudaStreamQuery == cudaSuccess
 
  private:
   StreamHandle s_ = nullptr;
@@ -93,8 +93,8 @@ class Event {
   EventHandle get() const noexcept { return e_; }
   void record(StreamHandle stream) const;
   void record(const Stream& stream) const { record(stream.get()); }
-  bool done() const;          // cudaEventQuery; an event never recorded is done
-  void synchronize() const;   // host wait
+  bool done() const;         // cudaEventQuery; an event never recorded is done
+  void synchronize() const;  // host wait
   // Milliseconds between two recorded timing events.
   static float elapsed_ms(const Event& start, const Event& end);
 

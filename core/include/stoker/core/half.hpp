@@ -26,10 +26,10 @@ STOKER_HOST_DEVICE inline std::uint16_t f16_bits(float f) {
   std::memcpy(&u, &f, 4);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (a < 0x38800000u) {  // below 2^-14: subnormal half (or zero)
-    if (a < 0x33000000u) return static_cast<std::uint16_t>(sign);  // < 2^-25: rounds to 0
+  if (a < 0x38800000u) {                                                    // below 2^-14: subnormal half (or zero)
+    if (a < 0x33000000u) return static_cast<std::uint16_t>(sign);           // < 2^-25: rounds to 0
     const std::uint32_t e = a >> 23;
     const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126u - e;  // e in [102, 112]: shift 14..24

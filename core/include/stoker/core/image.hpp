@@ -32,8 +32,7 @@ struct SampleShape {
   Layout layout = Layout::NHWC;
 
   constexpr std::size_t elements() const noexcept {
-    return static_cast<std::size_t>(height) * static_cast<std::size_t>(width) *
-           static_cast<std::size_t>(channels);
+    return static_cast<std::size_t>(height) * static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
   }
   constexpr std::size_t bytes() const noexcept { return elements() * dtype_size(dtype); }
   friend constexpr bool operator==(const SampleShape&, const SampleShape&) = default;

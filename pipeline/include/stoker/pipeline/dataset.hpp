@@ -10,7 +10,7 @@
 namespace stoker {
 
 struct Sample {
-  std::string path;       // file to read
+  std::string path;         // file to read
   std::int32_t label = -1;  // class index, -1 when unlabelled
 };
 
@@ -47,10 +47,10 @@ struct DirectoryOptions {
 Dataset dataset_from_directory(const std::filesystem::path& root, const DirectoryOptions& options = {});
 
 struct CsvOptions {
-  std::filesystem::path base_dir;          // relative paths are resolved against it (default: the CSV's folder)
-  std::string path_column = "filename";    // Keras' x_col default
-  std::string label_column = "class";      // Keras' y_col default; empty = unlabelled
-  char delimiter = '\0';                   // '\0': tab for .tsv files, comma otherwise
+  std::filesystem::path base_dir;        // relative paths are resolved against it (default: the CSV's folder)
+  std::string path_column = "filename";  // Keras' x_col default
+  std::string label_column = "class";    // Keras' y_col default; empty = unlabelled
+  char delimiter = '\0';                 // '\0': tab for .tsv files, comma otherwise
   Split split;
 };
 
@@ -59,8 +59,7 @@ struct CsvOptions {
 Dataset dataset_from_csv(const std::filesystem::path& csv_file, const CsvOptions& options = {});
 
 // Validates an explicit list (labels within class_names, non-empty) and applies the split.
-Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> class_names,
-                          const Split& split = {});
+Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> class_names, const Split& split = {});
 
 // The split on its own, for any dataset (per class, in the dataset's order).
 Dataset apply_split(const Dataset& dataset, const Split& split);

@@ -52,12 +52,10 @@ class ImageDecoder {
   // Decodes `bytes` to RGB. JPEGs are shrunk in the DCT domain to the smallest scale whose size is
   // still >= (min_height, min_width) (full size when the image is smaller, or when both are 0). The view stays valid
   // until the next call. Grayscale and CMYK sources come out as RGB. Throws DecodeError(name, …).
-  ImageView decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0,
-                   int min_width = 0);
+  ImageView decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0, int min_width = 0);
 
   // The DCT scale TurboJPEG would use for this image and minimum size (numerator/denominator).
-  static void choose_jpeg_scale(int width, int height, int min_height, int min_width, int& num,
-                                int& denom);
+  static void choose_jpeg_scale(int width, int height, int min_height, int min_width, int& num, int& denom);
 
  private:
   struct Impl;

@@ -9,9 +9,9 @@
 #include <memory>
 #include <span>
 
-#include "stoker/pipeline/convert.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/core/image.hpp"
+#include "stoker/pipeline/convert.hpp"
 
 namespace stoker {
 

@@ -45,10 +45,10 @@ struct GpuFeedOptions {
 
 struct GpuFeedStats {
   std::uint64_t batches_copied = 0;
-  std::uint64_t bytes_to_device = 0;       // pixels + labels + ids
-  double consumer_wait_seconds = 0;        // next() blocked waiting for a copied batch
-  double feeder_wait_seconds = 0;          // the feeder waited for a free slot (consumer-bound)
-  LoaderStats loader;                      // the host side (its consumer wait is the feeder's)
+  std::uint64_t bytes_to_device = 0;  // pixels + labels + ids
+  double consumer_wait_seconds = 0;   // next() blocked waiting for a copied batch
+  double feeder_wait_seconds = 0;     // the feeder waited for a free slot (consumer-bound)
+  LoaderStats loader;                 // the host side (its consumer wait is the feeder's)
 };
 
 namespace detail {
@@ -65,12 +65,12 @@ class DeviceBatch {
   DeviceBatch& operator=(const DeviceBatch&) = delete;
   ~DeviceBatch();
 
-  int size() const noexcept;                 // samples
+  int size() const noexcept;                         // samples
   const SampleShape& sample_shape() const noexcept;  // dtype and layout included
   DType dtype() const noexcept { return sample_shape().dtype; }
   Layout layout() const noexcept { return sample_shape().layout; }
-  const void* data() const noexcept;         // device: size() * sample_shape().bytes()
-  void* mutable_data() const noexcept;       // the consumer may work in place
+  const void* data() const noexcept;    // device: size() * sample_shape().bytes()
+  void* mutable_data() const noexcept;  // the consumer may work in place
   std::size_t bytes() const noexcept;
   int label_width() const noexcept;
   std::span<const float> labels() const noexcept;             // host copy
@@ -124,13 +124,13 @@ class GpuFeed {
   bool idle() const;  // both streams idle (cudaStreamQuery)
 
   std::size_t batches_per_epoch() const noexcept;
-  int depth() const noexcept;                  // slots in the ring (after the budget)
-  std::size_t device_bytes() const noexcept;   // device memory taken at construction
+  int depth() const noexcept;                 // slots in the ring (after the budget)
+  std::size_t device_bytes() const noexcept;  // device memory taken at construction
   std::size_t slot_device_bytes() const noexcept;
-  std::size_t pinned_bytes() const noexcept;   // loader batch buffers + staging
-  SampleShape input_shape() const noexcept;    // what the loader produces
-  SampleShape output_shape() const noexcept;   // what next() delivers
-  std::string describe() const;                // one line: depth, bytes, stage, device
+  std::size_t pinned_bytes() const noexcept;  // loader batch buffers + staging
+  SampleShape input_shape() const noexcept;   // what the loader produces
+  SampleShape output_shape() const noexcept;  // what next() delivers
+  std::string describe() const;               // one line: depth, bytes, stage, device
   GpuFeedStats stats() const;
 
  private:

@@ -21,9 +21,9 @@
 
 #include "stoker/cache/sample_cache.hpp"
 #include "stoker/core/host_allocator.hpp"
+#include "stoker/core/image.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
-#include "stoker/core/image.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 namespace stoker {
@@ -43,9 +43,9 @@ enum class BadSamplePolicy : std::uint8_t {
   Skip,  // the sample is left out of its batch (the batch gets smaller) and counted
 };
 
-LabelMode parse_label_mode(const std::string& name);         // binary|categorical|sparse|none
+LabelMode parse_label_mode(const std::string& name);               // binary|categorical|sparse|none
 BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // fail|skip
-Interpolation parse_interpolation(const std::string& name);  // nearest|bilinear|area
+Interpolation parse_interpolation(const std::string& name);        // nearest|bilinear|area
 
 struct LoaderOptions {
   int batch_size = 32;
@@ -53,7 +53,7 @@ struct LoaderOptions {
   int image_height = 256;
   int image_width = 256;
   Interpolation interpolation = Interpolation::Nearest;  // Keras' default
-  bool keep_aspect_ratio = false;  // centre-crop to the target aspect ratio before resizing
+  bool keep_aspect_ratio = false;                        // centre-crop to the target aspect ratio before resizing
   // Replaces the default transform (e.g. an augment::Augmenter); then image_* are not used.
   std::shared_ptr<const SampleTransform> transform;
 
@@ -83,7 +83,7 @@ struct LoaderStats {
   double decode_seconds = 0;
   double transform_seconds = 0;
   double consumer_wait_seconds = 0;
-  std::uint64_t cache_hits = 0;    // samples served without reading their file (decoded: nor decoding)
+  std::uint64_t cache_hits = 0;  // samples served without reading their file (decoded: nor decoding)
   std::uint64_t cache_misses = 0;
   std::uint64_t cache_bytes_held = 0;  // RAM held by the cache now, bookkeeping included
 };
@@ -108,13 +108,13 @@ class Batch {
   Batch& operator=(const Batch&) = delete;
   ~Batch();
 
-  int size() const noexcept;      // samples in this batch (<= batch_size)
+  int size() const noexcept;  // samples in this batch (<= batch_size)
   const SampleShape& sample_shape() const noexcept;
-  const std::byte* pixels() const noexcept;  // size() * sample_shape().bytes(), sample-major
+  const std::byte* pixels() const noexcept;        // size() * sample_shape().bytes(), sample-major
   std::span<const float> labels() const noexcept;  // size() * label_width()
   int label_width() const noexcept;
-  std::span<const std::int32_t> classes() const noexcept;    // class index per sample (-1: none)
-  std::span<const std::int64_t> sample_ids() const noexcept; // index into the dataset
+  std::span<const std::int32_t> classes() const noexcept;     // class index per sample (-1: none)
+  std::span<const std::int64_t> sample_ids() const noexcept;  // index into the dataset
   std::uint64_t epoch() const noexcept;
   std::int64_t index() const noexcept;  // position of this batch in its epoch
   void release() noexcept;

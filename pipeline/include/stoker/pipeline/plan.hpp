@@ -17,7 +17,6 @@ constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
 
 // Sample indices [0, n) in epoch order: identity without shuffle, otherwise a Fisher-Yates
 // permutation drawn from a generator keyed by (seed, epoch), identical on every platform.
-std::vector<std::uint32_t> epoch_order(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch,
-                                       bool shuffle);
+std::vector<std::uint32_t> epoch_order(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle);
 
 }  // namespace stoker

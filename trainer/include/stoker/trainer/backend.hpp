@@ -25,9 +25,9 @@ class Backend {
 };
 
 struct CpuBackendOptions {
-  bool fold_batch_norm = true;  // fold inference-mode BatchNormalization into the conv/dense before it
-  bool fuse_activations = true; // apply a following ReLU/LeakyReLU/Activation in the conv epilogue
-  int max_threads = 0;          // 0: oneTBB's default (all cores)
+  bool fold_batch_norm = true;   // fold inference-mode BatchNormalization into the conv/dense before it
+  bool fuse_activations = true;  // apply a following ReLU/LeakyReLU/Activation in the conv epilogue
+  int max_threads = 0;           // 0: oneTBB's default (all cores)
 };
 
 // float32 NHWC, multi-threaded with oneTBB. Throws InvalidArgument for a graph it cannot run.

@@ -32,18 +32,18 @@
 namespace stoker::trainer {
 
 struct CudnnBackendOptions {
-  int max_batch = 256;                 // largest batch forward calls may pass
-  DType storage = DType::F16;          // F16 or BF16: activations and weights on the GPU
-  bool fold_batch_norm = true;         // as in the CPU backend
-  bool fuse_activations = true;        // activation in the producing op's epilogue
-  bool fuse_residual_add = true;       // a 2-input Add in the epilogue of the conv producing an input
-  bool cudnn_fused_relu = true;        // plain ReLU convs through cudnnConvolutionBiasActivationForward
-                                       // (falls back to the own epilogue when cuDNN refuses)
-  bool cudnn_depthwise = false;        // depthwise convs as cuDNN grouped convs with weights in the
-                                       // storage type, instead of the own kernel (float32 weights;
-                                       // ~4x smaller error on MobileNetV2, see docs/trainer.md)
+  int max_batch = 256;            // largest batch forward calls may pass
+  DType storage = DType::F16;     // F16 or BF16: activations and weights on the GPU
+  bool fold_batch_norm = true;    // as in the CPU backend
+  bool fuse_activations = true;   // activation in the producing op's epilogue
+  bool fuse_residual_add = true;  // a 2-input Add in the epilogue of the conv producing an input
+  bool cudnn_fused_relu = true;   // plain ReLU convs through cudnnConvolutionBiasActivationForward
+                                  // (falls back to the own epilogue when cuDNN refuses)
+  bool cudnn_depthwise = false;   // depthwise convs as cuDNN grouped convs with weights in the
+                                  // storage type, instead of the own kernel (float32 weights;
+                                  // ~4x smaller error on MobileNetV2, see docs/trainer.md)
   std::size_t workspace_limit = std::size_t{256} << 20;  // cuDNN workspace bytes at most
-  int device = -1;                     // -1: the calling thread's current device
+  int device = -1;                                       // -1: the calling thread's current device
 };
 
 // One graph output on the device: float32, row-major, {batch, ...per-sample shape}.

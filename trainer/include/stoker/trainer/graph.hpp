@@ -20,7 +20,7 @@ enum class LayerKind {
   Activation,  // Activation, ReLU (max_value, negative_slope, threshold), LeakyReLU: see ActivationSpec
   ZeroPadding2D,
   Add,
-  ScaledAdd,   // inputs[0] + inputs[1] * residual_scale: InceptionResNetV2's CustomScaleLayer
+  ScaledAdd,  // inputs[0] + inputs[1] * residual_scale: InceptionResNetV2's CustomScaleLayer
   Concatenate,
   MaxPooling2D,
   AveragePooling2D,
@@ -66,20 +66,20 @@ struct LayerNode {
   std::vector<int> out_shape;  // per sample, e.g. {H, W, C} or {features}
 
   // Parameters (the ones that apply to the kind).
-  int filters = 0;                         // Conv2D filters, Dense units
-  int kernel_h = 1, kernel_w = 1;          // convolution / pooling window
+  int filters = 0;                 // Conv2D filters, Dense units
+  int kernel_h = 1, kernel_w = 1;  // convolution / pooling window
   int stride_h = 1, stride_w = 1;
   int dilation_h = 1, dilation_w = 1;
   Padding padding = Padding::Valid;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
   int depth_multiplier = 1;
-  bool use_bias = false;   // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
-  bool scale = true;       // BatchNormalization `scale` (gamma)
-  bool keepdims = false;   // GlobalAveragePooling2D
-  float epsilon = 1e-3f;   // BatchNormalization
-  int axis = -1;           // Concatenate, BatchNormalization
+  bool use_bias = false;        // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
+  bool scale = true;            // BatchNormalization `scale` (gamma)
+  bool keepdims = false;        // GlobalAveragePooling2D
+  float epsilon = 1e-3f;        // BatchNormalization
+  int axis = -1;                // Concatenate, BatchNormalization
   float residual_scale = 1.0f;  // ScaledAdd
-  ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
+  ActivationSpec activation;    // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 
   // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
   std::map<std::string, Weight> weights;
@@ -89,9 +89,9 @@ struct LayerNode {
 };
 
 struct Graph {
-  std::vector<LayerNode> nodes;     // topological order
-  std::vector<int> inputs;          // Input nodes
-  std::vector<int> outputs;         // nodes whose values the model returns
+  std::vector<LayerNode> nodes;  // topological order
+  std::vector<int> inputs;       // Input nodes
+  std::vector<int> outputs;      // nodes whose values the model returns
   // Names of (nested) models and the node that is their output, so cut_at("backbone") works.
   std::map<std::string, int> model_outputs;
   std::string name;

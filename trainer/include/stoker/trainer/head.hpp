@@ -38,8 +38,8 @@ struct BackboneRef {
 };
 
 struct StepResult {
-  double loss = 0;   // mean over the batch
-  int correct = 0;   // samples whose predicted class equals the label
+  double loss = 0;  // mean over the batch
+  int correct = 0;  // samples whose predicted class equals the label
   int samples = 0;
 };
 
@@ -141,9 +141,9 @@ struct FitOptions {
   int batch_size = 32;
   std::uint64_t seed = 0;  // shuffling
   Monitor monitor = Monitor::ValLoss;
-  bool restore_best = true;                  // leave the head at its best epoch when done
-  std::filesystem::path checkpoint;          // when set, the best head is saved here as it improves
-  BackboneRef backbone;                      // written into the checkpoint
+  bool restore_best = true;                          // leave the head at its best epoch when done
+  std::filesystem::path checkpoint;                  // when set, the best head is saved here as it improves
+  BackboneRef backbone;                              // written into the checkpoint
   std::function<void(const EpochRecord&)> on_epoch;  // progress callback
 };
 

@@ -48,8 +48,8 @@ class Model {
   std::string summary() const;  // a Keras-like table: layer, class, output shape, parameters
   std::size_t parameter_count() const;
 
-  const std::vector<int>& input_shape() const;   // per sample, {H, W, C}
-  std::vector<int> output_shape() const;          // per sample, of the single output
+  const std::vector<int>& input_shape() const;  // per sample, {H, W, C}
+  std::vector<int> output_shape() const;        // per sample, of the single output
   const Graph& graph() const { return *graph_; }
   const std::string& source() const { return source_; }  // the file it came from
 

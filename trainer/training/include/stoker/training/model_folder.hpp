@@ -23,10 +23,10 @@ namespace stoker::training {
 
 // How images are prepared for the backbone; recorded in the model folder.
 struct ImagePreparation {
-  int image_size = 224;  // square, in pixels
+  int image_size = 224;                                   // square, in pixels
   Interpolation interpolation = Interpolation::Bilinear;  // nearest | bilinear
-  bool keep_aspect_ratio = false;  // centre-crop to a square before resizing
-  std::string preprocess = "tf";   // the backbone's preprocess_input: tf | caffe | torch | none
+  bool keep_aspect_ratio = false;                         // centre-crop to a square before resizing
+  std::string preprocess = "tf";                          // the backbone's preprocess_input: tf | caffe | torch | none
 };
 
 // What the loader runs: the random transformations of `random` (rotation, shifts, flips... as
@@ -51,7 +51,7 @@ void write_model_info(const std::filesystem::path& dir, const ModelInfo& info);
 struct TrainedModel {
   std::filesystem::path dir;
   ModelInfo info;
-  trainer::Model backbone;  // on the CPU backend until placed elsewhere (device.hpp)
+  trainer::Model backbone;                         // on the CPU backend until placed elsewhere (device.hpp)
   trainer::Head head = trainer::Head::sigmoid(1);  // replaced by the loaded head
 };
 // Reads a model folder. IoError naming the file for a missing or malformed one.
