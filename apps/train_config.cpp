@@ -39,7 +39,7 @@ bool TrainConfig::augments() const {
 
 training::TrainOptions TrainConfig::options() const {
   training::TrainOptions o;
-  o.backbone = {model, cut_at, preprocess};
+  o.backbone = {model, cut_at, {}};  // train() records `prepare`'s preprocessing in the head file
   o.prepare = {loader.image_size, parse_interpolation(loader.interpolation), loader.keep_aspect_ratio, preprocess};
   if (augments()) {
     AugmentSpec s;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,17 @@ TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   o.prepare.preprocess = "yolo";
   EXPECT_THROW(train(training_data((dir / "data").string(), 0.25), o), InvalidArgument);
   EXPECT_THROW(load_trained_model(dir / "nothing_here"), IoError);
+  fs::create_directories(dir / "odd");
+  std::ofstream(dir / "odd" / "stoker_model.json")
+      << R"({"backbone": {"model": "m.h5", "cut_at": ""}, "image_size": 64, "interpolation": "bilinear",
+             "keep_aspect_ratio": false, "preprocess": "yolo", "class_names": ["a", "b"]})";
+  try {
+    load_trained_model(dir / "odd");
+    FAIL() << "a model folder with an unknown preprocessing loaded";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("stoker_model.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("yolo"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace {
 }  // namespace
 
 void DeviceChoice::fall_back_to_cpu(const std::string& reason) {
-  *this = {false, 0, true, "cpu (auto: the GPU failed its setup or check: " + reason + ")", reason};
+  // The reason itself is in fallback_reason (a command prints it as a warning), not repeated here.
+  *this = {false, 0, true, "cpu (auto: the GPU failed its setup or check, see the warning)", reason};
 }
 
 std::string disagreement(const std::string& what, double error) {

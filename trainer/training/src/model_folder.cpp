@@ -85,15 +85,14 @@ TrainedModel load_trained_model(const fs::path& dir) {
     info.prepare.keep_aspect_ratio = j.at("keep_aspect_ratio").get<bool>();
     info.prepare.preprocess = j.at("preprocess").get<std::string>();
     info.class_names = j.at("class_names").get<std::vector<std::string>>();
+    image_spec(info.prepare);  // an unknown preprocessing or interpolation fails here, naming the file
   } catch (const nlohmann::json::exception& e) {
     throw IoError(file.string() + ": missing or malformed field (" + e.what() + ")");
   } catch (const InvalidArgument& e) {
     throw IoError(file.string() + ": " + e.what());
   }
   info.backbone.preprocess = info.prepare.preprocess;
-  image_spec(info.prepare);  // an unknown preprocessing fails here, naming it
-  trainer::BackboneRef saved;
-  m.head = trainer::Head::load(dir / "head.stkh", &saved);
+  m.head = trainer::Head::load(dir / "head.stkh");
   m.backbone = load_feature_backbone(info.backbone, info.prepare.image_size);
   return m;
 }

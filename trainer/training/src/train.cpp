@@ -14,11 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-TrainObserver& quiet() {
-  static TrainObserver nothing;
-  return nothing;
-}
-
 // The training and validation feature sources, on the CPU (loaders with the Augmenter as their
 // transform, float32 batches into the backbone) or on the GPU (plain-resize loaders into GPU
 // feeds whose stage is the CUDA executor of the same augmentation, then the cuDNN backbone).
@@ -137,7 +132,8 @@ TrainingData training_data(const std::string& folder, double validation_split, c
 }
 
 TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver* observer_or_null) {
-  TrainObserver& observer = observer_or_null ? *observer_or_null : quiet();
+  TrainObserver nothing;
+  TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
   TrainResult result;
   result.device = choose_device(o.device);
