@@ -1,8 +1,9 @@
-// The CUDA runtime subset of cuda.hpp emulated on the host (STOKER_CUDA_EMULATION; replaces
-// cuda.cpp). It exists so that the GPU feed's and the CUDA executor's host logic — stream order,
-// events, slot reuse, epochs, shutdown, memory accounting — runs in CI on machines without a GPU,
-// under the sanitizers. Not a performance model and not a check of device code: kernels run as
-// host functions (emulation::launch), and "device" memory is host memory.
+// The CUDA runtime subset of cuda.hpp emulated on the host (STOKER_CUDA_EMULATION; the runtime
+// behind runtime.hpp in place of runtime_cuda.cpp). It exists so that the GPU feed's and the
+// CUDA executor's host logic — stream order, events, slot reuse, epochs, shutdown, memory
+// accounting — runs in CI on machines without a GPU, under the sanitizers. Not a performance
+// model and not a check of device code: kernels run as host functions (emulation::launch), and
+// "device" memory is host memory.
 //
 // Semantics kept from CUDA: each stream runs its operations in order on its own worker thread,
 // concurrently with the host and with other streams; an event records the point its stream has
