@@ -1,0 +1,215 @@
+// GpuFeed and its device batches. A device batch's images are a DLPack producer on kDLCUDA:
+// __dlpack__(stream=s) makes the consumer's stream wait for the batch's ready event (no host
+// sync) and remembers s, and the slot is reused only after the work enqueued on s by the time
+// the last reference is dropped has completed (DeviceBatch::release). Labels and sample ids come
+// as host arrays (the feed keeps host copies) and as device arrays.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "loader_options.hpp"
+#include "stoker/augment/cuda_augmenter.hpp"
+#include "stoker/core/cuda.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/pipeline/gpu_feed.hpp"
+
+namespace stoker::python {
+namespace {
+
+constexpr int kDLCUDA = 2;
+
+// The DLPack stream argument as a stream handle: None and 1 are the legacy default stream, 2 the
+// per-thread default stream, -1 asks for no synchronisation, anything else is a cudaStream_t.
+std::optional<StreamHandle> consumer_stream(const std::optional<std::intptr_t>& stream) {
+  if (!stream || *stream == 1) return StreamHandle{nullptr};
+  if (*stream == -1) return std::nullopt;
+  if (*stream == 0) throw InvalidArgument("__dlpack__: stream=0 is ambiguous in DLPack; pass 1 for the legacy default");
+  return reinterpret_cast<StreamHandle>(*stream);
+}
+
+// Device memory of one batch, as a DLPack producer. Holds the batch: the slot stays lent while
+// this object or any tensor made from it is alive.
+class DeviceArray {
+ public:
+  DeviceArray(std::shared_ptr<DeviceBatch> batch, void* data, std::vector<std::size_t> shape, nb::dlpack::dtype dtype,
+              int device)
+      : batch_(std::move(batch)), data_(data), shape_(std::move(shape)), dtype_(dtype), device_(device) {}
+
+  nb::capsule dlpack(std::optional<std::intptr_t> stream, nb::handle max_version, nb::handle dl_device,
+                     std::optional<bool> copy) const {
+    (void)max_version;  // an unversioned capsule: what every consumer accepts
+    if (copy && *copy) throw nb::buffer_error("stoker device batches are exported without a copy (copy=True)");
+    if (!dl_device.is_none()) {
+      auto [type, id] = nb::cast<std::pair<int, int>>(dl_device);
+      if (type != kDLCUDA || id != device_) throw nb::buffer_error("stoker device batches stay on their device");
+    }
+    if (auto s = consumer_stream(stream)) batch_->wait_on(*s);
+    return dlpack_capsule(data_, shape_, dtype_, kDLCUDA, device_, batch_);
+  }
+
+  std::pair<int, int> dlpack_device() const { return {kDLCUDA, device_}; }
+  const std::vector<std::size_t>& shape() const { return shape_; }
+  std::uintptr_t data_ptr() const { return reinterpret_cast<std::uintptr_t>(data_); }
+
+ private:
+  std::shared_ptr<DeviceBatch> batch_;
+  void* data_;
+  std::vector<std::size_t> shape_;
+  nb::dlpack::dtype dtype_;
+  int device_;
+};
+
+struct GpuBatch {
+  nb::object images;         // DeviceArray
+  nb::object labels;         // host, as label_mode shapes them
+  nb::object sample_ids;     // host int64
+  nb::object device_labels;  // DeviceArray float32 (N, label width)
+  int size = 0;
+  std::uint64_t epoch = 0;
+  std::int64_t index = 0;
+};
+
+class PyGpuFeed {
+ public:
+  PyGpuFeed(Dataset dataset, LoaderOptions loader, int device, int depth, std::optional<AugmentSpec> augment,
+            const std::string& dtype)
+      : device_(device), label_mode_(loader.label_mode) {
+    require_cuda_device("stoker.Loader(device='cuda')");
+    if (device < 0 || device >= cuda_device_count()) {
+      throw InvalidArgument("device cuda:" + std::to_string(device) + " does not exist (" +
+                            std::to_string(cuda_device_count()) + " CUDA devices)");
+    }
+    set_device(device);
+    GpuFeedOptions fo;
+    fo.depth = depth;
+    if (augment) {
+      // The loader resizes to the output size (uint8); the CUDA executor warps on the GPU.
+      auto spec = *augment;
+      std::optional<DType> out;
+      if (!dtype.empty() && dtype != "float32" && dtype != "uint8") {
+        out = dtype == "float16" ? DType::F16 : dtype == "bfloat16" ? DType::BF16 : DType::F32;
+        if (dtype != "float16" && dtype != "bfloat16") {
+          throw InvalidArgument("dtype must be uint8, float32, float16 or bfloat16, received '" + dtype + "'");
+        }
+        spec.dtype = DType::F32;
+      }
+      loader.image_height = spec.height;
+      loader.image_width = spec.width;
+      loader.transform.reset();
+      fo.stage = std::make_shared<CudaAugmenter>(std::make_shared<const Augmenter>(spec), out);
+    } else if (!dtype.empty() && dtype != "uint8") {
+      throw InvalidArgument("dtype '" + dtype + "' on the GPU needs an augmentation (augment=...) to convert");
+    }
+    nb::gil_scoped_release unlocked;
+    feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
+  }
+  ~PyGpuFeed() { close(); }
+
+  void close() {
+    if (!feed_) return;
+    nb::gil_scoped_release unlocked;
+    feed_.reset();
+  }
+
+  void begin_epoch(std::uint64_t epoch) {
+    nb::gil_scoped_release unlocked;
+    live().begin_epoch(epoch);
+  }
+
+  std::optional<GpuBatch> next() {
+    std::optional<DeviceBatch> b;
+    {
+      nb::gil_scoped_release unlocked;
+      b = live().next();
+    }
+    if (!b) return std::nullopt;
+    auto held = std::make_shared<DeviceBatch>(std::move(*b));
+    const auto n = static_cast<std::size_t>(held->size());
+    const auto width = static_cast<std::size_t>(held->label_width());
+    GpuBatch out;
+    out.size = held->size();
+    out.epoch = held->epoch();
+    out.index = held->index();
+    out.images = nb::cast(DeviceArray(held, held->mutable_data(), batch_shape(n, held->sample_shape()),
+                                      dlpack_dtype(held->dtype()), device_));
+    out.device_labels =
+        nb::cast(DeviceArray(held, const_cast<float*>(held->device_labels()), {n, width}, nb::dtype<float>(), device_));
+    nb::capsule owner = keep_alive(held);
+    out.sample_ids = host_view(held->sample_ids().data(), {n}, owner);
+    if (label_mode_ == LabelMode::Sparse) {
+      // The feed keeps sparse labels as floats: the int32 class array the host batches have.
+      nb::object f = host_view(held->labels().data(), {n}, owner);
+      out.labels = f.attr("astype")("int32");
+    } else {
+      out.labels = label_view(held->labels().data(), nullptr, n, label_mode_, held->label_width(), owner);
+    }
+    return out;
+  }
+
+  GpuFeed& live() {
+    if (!feed_) throw Error("the loader was closed");
+    return *feed_;
+  }
+
+ private:
+  int device_;
+  LabelMode label_mode_;
+  std::unique_ptr<GpuFeed> feed_;
+};
+
+}  // namespace
+
+void bind_gpu(nb::module_& m) {
+  nb::class_<DeviceArray>(m, "DeviceArray", "A batch array in device memory, exported through DLPack.")
+      .def("__dlpack__", &DeviceArray::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none())
+      .def("__dlpack_device__", &DeviceArray::dlpack_device)
+      .def_prop_ro("shape", [](const DeviceArray& a) { return nb::tuple(nb::cast(a.shape())); })
+      .def_prop_ro("data_ptr", &DeviceArray::data_ptr);
+
+  nb::class_<GpuBatch>(m, "DeviceBatch", "A batch in device memory (images, device_labels) with host labels.")
+      .def_ro("images", &GpuBatch::images)
+      .def_ro("labels", &GpuBatch::labels)
+      .def_ro("sample_ids", &GpuBatch::sample_ids)
+      .def_ro("device_labels", &GpuBatch::device_labels)
+      .def_ro("epoch", &GpuBatch::epoch)
+      .def_ro("index", &GpuBatch::index)
+      .def("__len__", [](const GpuBatch& b) { return b.size; });
+
+  nb::class_<PyGpuFeed>(m, "GpuFeed", "The GPU feed (use stoker.Loader(device='cuda:N')).")
+      .def(
+          "__init__",
+          [](PyGpuFeed* self, const Dataset& dataset, int batch_size, int height, int width,
+             const std::string& interpolation, bool keep_aspect_ratio, std::optional<AugmentSpec> augment,
+             const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last, int threads, int prefetch,
+             const std::string& on_bad_sample, const std::string& cache, const std::string& cache_budget,
+             const std::string& cache_file, int device, int depth, const std::string& dtype) {
+            new (self) PyGpuFeed(dataset,
+                                 loader_options(batch_size, height, width, interpolation, keep_aspect_ratio, augment,
+                                                label_mode, shuffle, seed, drop_last, threads, prefetch, on_bad_sample,
+                                                cache, cache_budget, cache_file),
+                                 device, depth, augment, dtype);
+          },
+          nb::arg("dataset"), nb::arg("batch_size"), nb::arg("height"), nb::arg("width"),
+          nb::arg("interpolation") = "nearest", nb::arg("keep_aspect_ratio") = false, nb::arg("augment") = nb::none(),
+          nb::arg("label_mode") = "sparse", nb::arg("shuffle") = true, nb::arg("seed") = 0,
+          nb::arg("drop_last") = false, nb::arg("threads") = 0, nb::arg("prefetch") = 4,
+          nb::arg("on_bad_sample") = "fail", nb::arg("cache") = "none", nb::arg("cache_budget") = "",
+          nb::arg("cache_file") = "", nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "")
+      .def("begin_epoch", &PyGpuFeed::begin_epoch, nb::arg("epoch"))
+      .def("next", &PyGpuFeed::next)
+      .def("close", &PyGpuFeed::close)
+      .def("__len__", [](PyGpuFeed& f) { return f.live().batches_per_epoch(); })
+      .def("describe", [](PyGpuFeed& f) { return f.live().describe(); })
+      .def("stats", [](PyGpuFeed& f) { return stats_object(f.live().stats().loader); });
+}
+
+}  // namespace stoker::python

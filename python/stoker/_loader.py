@@ -1,0 +1,260 @@
+"""stoker.Loader and the helpers it is built from: datasets from folders, CSV files, DataFrames
+or lists, and the augmentation description."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
+
+from . import _stoker
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def Augment(**settings: Any) -> _stoker.AugmentSpec:
+    """An augmentation: Keras ImageDataGenerator's parameter names and meaning (rotation_range,
+    width_shift_range, height_shift_range, shear_range, zoom_range, horizontal_flip, vertical_flip,
+    brightness_range, channel_shift_range, fill_mode, cval, interpolation_order, rescale,
+    featurewise/samplewise centring and normalisation) plus stoker's additions (center_crop,
+    random_resized_crop, contrast, saturation, hue, normalization, dtype, layout, training).
+    The output size comes from the Loader's image_size unless height/width are given."""
+    spec = _stoker.AugmentSpec()
+    for name, value in settings.items():
+        if name.startswith("_") or not hasattr(spec, name):
+            raise TypeError(f"Augment() got an unknown setting {name!r}")
+        setattr(spec, name, value)
+    return spec
+
+
+class SkippedSample(NamedTuple):
+    sample_id: int
+    path: str
+    reason: str
+
+
+def _split_args(validation_split: float, subset: Optional[str]) -> dict:
+    return {"validation_split": float(validation_split or 0.0), "subset": subset or "all"}
+
+
+def dataset(
+    source: Any,
+    labels: Optional[Sequence[Any]] = None,
+    class_names: Optional[Sequence[str]] = None,
+    *,
+    classes: Optional[Sequence[str]] = None,
+    extensions: Optional[Sequence[str]] = None,
+    follow_links: bool = False,
+    validation_split: float = 0.0,
+    subset: Optional[str] = None,
+    x_col: str = "filename",
+    y_col: Optional[str] = "class",
+    directory: Optional[PathLike] = None,
+) -> _stoker.Dataset:
+    """The samples a Loader visits, from
+      - a folder with one sub-folder per class (Keras' flow_from_directory; `classes`,
+        `extensions`, `follow_links`),
+      - a .csv/.tsv file or a pandas DataFrame with a path column `x_col` and a class column
+        `y_col` (Keras' flow_from_dataframe; relative paths against `directory`),
+      - a list of paths with `labels` (class indices or class names) and optional `class_names`.
+    `validation_split` and `subset` ('training' / 'validation') split each class as Keras does."""
+    if isinstance(source, _stoker.Dataset):
+        return source
+    split = _split_args(validation_split, subset)
+    if hasattr(source, "columns") and hasattr(source, "__getitem__"):  # a pandas DataFrame
+        paths = [str(p) for p in source[x_col]]
+        if directory is not None:
+            paths = [os.path.join(os.fspath(directory), p) for p in paths]
+        labels = None if y_col is None else list(source[y_col])
+        return _from_lists(paths, labels, class_names, split)
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            return _stoker.dataset_from_directory(
+                path, list(classes or []), [e.lower().lstrip(".") for e in (extensions or [])], follow_links, **split
+            )
+        if path.lower().endswith((".csv", ".tsv")):
+            return _stoker.dataset_from_csv(
+                path, os.fspath(directory or ""), x_col, y_col or "", "", **split
+            )
+        if not os.path.exists(path):
+            raise _stoker.DatasetError(f"{path}: no such folder or file")
+        raise _stoker.DatasetError(f"{path}: not a folder of class folders nor a .csv/.tsv file")
+    return _from_lists([os.fspath(p) for p in source], labels, class_names, split)
+
+
+def _from_lists(paths, labels, class_names, split) -> _stoker.Dataset:
+    if labels is None:
+        return _stoker.dataset_from_list(paths, [], list(class_names or []), **split)
+    labels = list(labels)
+    if all(isinstance(v, str) for v in labels):
+        names = list(class_names) if class_names is not None else sorted(set(labels))
+        index = {name: i for i, name in enumerate(names)}
+        missing = sorted(set(labels) - set(index))
+        if missing:
+            raise _stoker.DatasetError(f"labels {missing[:5]} are not in class_names")
+        return _stoker.dataset_from_list(paths, [index[v] for v in labels], names, **split)
+    ints = [int(v) for v in labels]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(max(ints, default=-1) + 1)]
+    return _stoker.dataset_from_list(paths, ints, names, **split)
+
+
+def _cache_args(cache: Any) -> dict:
+    if cache is None or cache is False:
+        return {"cache": "none"}
+    if isinstance(cache, str):
+        return {"cache": cache}
+    if isinstance(cache, dict):
+        unknown = set(cache) - {"kind", "budget", "file"}
+        if unknown:
+            raise TypeError(f"cache: unknown keys {sorted(unknown)} (kind, budget, file)")
+        return {
+            "cache": cache.get("kind", "decoded"),
+            "cache_budget": str(cache.get("budget", "")),
+            "cache_file": os.fspath(cache.get("file", "")),
+        }
+    raise TypeError("cache must be None, 'encoded', 'decoded' or dict(kind=, budget=, file=)")
+
+
+def _device(device: str) -> Optional[int]:
+    """None for the CPU, else the CUDA device index."""
+    if device in ("cpu", None):
+        return None
+    if device == "cuda":
+        return 0
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    raise _stoker.InvalidArgument(f"device must be 'cpu', 'cuda' or 'cuda:N', received {device!r}")
+
+
+class Loader:
+    """Batches of decoded (and augmented) images, made by stoker's C++ threads.
+
+    Iterating gives one epoch of batches; each `for` over the loader is the next epoch unless
+    set_epoch(e) chose one (as PyTorch's DistributedSampler). The order and the augmentation are
+    functions of (seed, epoch, sample): reproducible whatever the thread count.
+
+    Host batches (device='cpu') are views of the loader's buffers: batch.images is a NumPy array
+    (buffer protocol and DLPack, so torch.from_dlpack / jax.dlpack.from_dlpack / np.from_dlpack
+    take it without a copy). A buffer returns to the pool when the last array over it is gone;
+    holding more than `prefetch` batches at once is an error that says so (copy=True gives
+    independent arrays). Device batches (device='cuda:N') are DLPack CUDA arrays.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        image_size: Union[int, Sequence[int]],
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        augment: Optional[Union[_stoker.AugmentSpec, dict]] = None,
+        cache: Any = None,
+        threads: int = 0,
+        prefetch: int = 4,
+        drop_last: bool = False,
+        label_mode: str = "sparse",
+        on_bad_sample: str = "fail",
+        device: str = "cpu",
+        copy: bool = False,
+        interpolation: str = "nearest",
+        keep_aspect_ratio: bool = False,
+        dtype: Optional[str] = None,
+        depth: int = 3,
+    ):
+        if isinstance(image_size, int):
+            height = width = image_size
+        else:
+            height, width = (int(v) for v in image_size)
+        if isinstance(augment, dict):
+            augment = Augment(**augment)
+        if augment is not None:
+            if augment.height == 0 and augment.width == 0:
+                augment.height, augment.width = height, width
+            if dtype is not None and dtype in ("uint8", "float32"):
+                augment.dtype = dtype
+        self.dataset = dataset(source)
+        args = dict(
+            batch_size=batch_size,
+            height=height,
+            width=width,
+            interpolation=interpolation,
+            keep_aspect_ratio=keep_aspect_ratio,
+            augment=augment,
+            label_mode=label_mode,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            threads=threads,
+            prefetch=prefetch,
+            on_bad_sample=on_bad_sample,
+            **_cache_args(cache),
+        )
+        self.device = device
+        cuda = _device(device)
+        if cuda is None:
+            if dtype not in (None, "uint8", "float32"):
+                raise _stoker.InvalidArgument(f"dtype {dtype!r} is made on the GPU only (device='cuda')")
+            self._core = _stoker.Loader(self.dataset, copy=copy, **args)
+        else:
+            self._core = _stoker.GpuFeed(self.dataset, device=cuda, depth=depth, dtype=dtype or "", **args)
+        self.batch_size = batch_size
+        self.seed = seed
+        self._next_epoch = 0
+        self._epoch: Optional[int] = None
+
+    # ---- epochs
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs (its order and augmentation)."""
+        self._next_epoch = int(epoch)
+
+    @property
+    def epoch(self) -> Optional[int]:
+        """The epoch being (or last) iterated; None before the first."""
+        return self._epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = self._next_epoch
+        self._next_epoch = epoch + 1
+        self._epoch = epoch
+        core = self._core
+        core.begin_epoch(epoch)
+        while True:
+            batch = core.next()
+            if batch is None:
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self._core)
+
+    # ---- what happened
+    @property
+    def skipped(self) -> list:
+        """SkippedSample(sample_id, path, reason) of each sample skipped in the current epoch
+        (on_bad_sample='skip')."""
+        if not hasattr(self._core, "skipped"):
+            return []
+        return [SkippedSample(*s) for s in self._core.skipped()]
+
+    def stats(self) -> dict:
+        """Cumulative counters: files read, samples decoded and skipped, busy and wait times."""
+        return self._core.stats()
+
+    @property
+    def class_names(self) -> list:
+        return list(self.dataset.class_names)
+
+    def close(self) -> None:
+        """Stops the loader's threads now (batches still held stay valid)."""
+        self._core.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<stoker.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}, "
+                f"device {self.device}>")
