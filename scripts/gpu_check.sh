@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks (issues 5, 6, 7) on a machine with an NVIDIA GPU, from a build made elsewhere:
 # the GpuFeed / conversion / CUDA augmentation tests and benchmark, the trainer's cuDNN backend
-# tests and benchmark, PyTorch peers, and the stoker command end to end on the GPU.
+# tests and benchmark, PyTorch peers, the Python package's device batches into torch (issue 14),
+# and the stoker command end to end on the GPU.
 #
 # 1. Here (CUDA toolkit with cuDNN 9; no GPU needed):
 #        scripts/gpu_check.sh prepare [BUILD_DIR]          # default BUILD_DIR: build-gpu
@@ -31,6 +32,7 @@ prepare() {
   cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli \
     stoker_apps_tests stoker_training_tests cpu_backend_bench
   local carry=$build/carry
+  prepare_python "$build" "$carry"
   # Libraries with these sonames come with any Ubuntu 24.04 image that has apt, grep and Python 3.12
   # (the GPU machine's): not carried, to stay under the size limit. The rest (OpenCV's closure,
   # oneTBB, TurboJPEG, HDF5, Kerberos, ...) is.
@@ -75,6 +77,24 @@ prepare() {
     printf "travels: repository %.1f MiB + carry %.1f MiB = %.1f MiB (limit 64 MiB)\n", t / 1048576, c / 1048576, (t + c) / 1048576
     if (t + c > 64 * 1048576) { print "ERROR: over the limit: the device run would refuse it"; exit 1 } }'
   echo "carry: ${carry#"$root"/}"
+}
+
+# The Python extension for the GPU machine's Python 3.12 (an abi3 module, from pyenv's 3.12 here),
+# linked against the carried stage libraries, with the package's .py files: carry/python/stoker.
+prepare_python() {
+  local build=$1 carry=$2 py312=${STOKER_PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
+  rm -rf "$carry/python"
+  if [[ ! -x $py312 ]]; then
+    echo "warning: no Python 3.12 at $py312 (STOKER_PY312): the Python part will skip on the GPU machine"
+    return 0
+  fi
+  [[ -x $build/py312/bin/python ]] || "$py312" -m venv "$build/py312"
+  "$build/py312/bin/python" -m pip install -q nanobind
+  cmake -S "$root" -B "$build" -DSTOKER_PYTHON=ON -DPython_EXECUTABLE="$build/py312/bin/python" >/dev/null
+  cmake --build "$build" -j2 --target _stoker
+  mkdir -p "$carry/python/stoker"
+  cp "$root"/python/stoker/*.py "$carry/python/stoker/"
+  cp -L "$build"/python/_stoker*.so "$carry/python/stoker/"
 }
 
 find_cudnn() {
@@ -287,6 +307,28 @@ run_cli() {
   [[ $rc -eq 0 ]]
 }
 
+# Issue 14: the Python package on the GPU: device batches into torch through DLPack (the stream
+# protocol), the CUDA augmentation from Python, and the test suite's GPU tests.
+run_python() {
+  local py rc=0
+  echo "== Python: stoker.Loader(device='cuda') into torch"
+  if [[ ! -d $carry/python/stoker ]]; then
+    echo "skipped: no Python 3.12 build in the carry"
+    summary+=("python: skipped (no build)")
+    return 0
+  fi
+  py=$(torch_python) || { echo "skipped: no python with torch"; summary+=("python: skipped (no torch)"); return 0; }
+  PYTHONPATH=$carry/python step 120 python_gpu "$py" "$root/scripts/gpu_check_python.py" \
+    --data "$root/data/catsdogs-sample" || rc=1
+  cat "$work/python_gpu.log"
+  PYTHONPATH=$carry/python step 120 python_gpu_tests "$py" -m pytest -q -p no:cacheprovider -k "cuda or gpu or device" \
+    "$root/python/tests" || rc=1
+  tail -15 "$work/python_gpu_tests.log"
+  summary+=("$(grep -E "^python_gpu" "$work/python_gpu.log" | tr '\n' ';')")
+  summary+=("python GPU checks: $([[ $rc -eq 0 ]] && echo ok || echo FAILED)")
+  [[ $rc -eq 0 ]]
+}
+
 # Issue 7: the loader benchmark users quote, on 16 cores, with the seed's augmentation at 299 and
 # the PyTorch DataLoader peer (no Keras there: that row says skipped).
 run_bench() {
@@ -324,14 +366,15 @@ run() {
   export PYTHONUNBUFFERED=1
   setup || { pack; return 1; }
   local parts=("$@") status=0 part
-  ((${#parts[@]})) || parts=(feed trainer cli bench)
+  ((${#parts[@]})) || parts=(feed trainer python cli bench)
   for part in "${parts[@]}"; do
     case $part in
       feed) run_feed || status=1 ;;
       trainer) run_trainer || status=1 ;;
+      python) run_python || status=1 ;;
       cli) run_cli || status=1 ;;
       bench) run_bench || status=1 ;;
-      *) echo "unknown part '$part' (feed, trainer, cli, bench)"; status=2 ;;
+      *) echo "unknown part '$part' (feed, trainer, python, cli, bench)"; status=2 ;;
     esac
     pack
   done
@@ -344,5 +387,5 @@ run() {
 case $mode in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare [BUILD_DIR] | run [feed] [trainer] [cli] [bench]" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare [BUILD_DIR] | run [feed] [trainer] [python] [cli] [bench]" >&2; exit 2 ;;
 esac

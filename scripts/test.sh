@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds stoker and runs the whole test suite with CTest.
-#   bash scripts/test.sh              # Release build in build/, all tests
+#   bash scripts/test.sh              # Release build in build/, all tests, then the Python
+#                                     # package built with pip and its pytest suite
+#                                     # (scripts/test_python.sh)
 #   bash scripts/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/, with the CUDA
 #                                     # runtime emulated on the host so the GPU tests run too
 #   bash scripts/test.sh --tsan       # ThreadSanitizer on the emulated device (build-tsan/): the GPU
@@ -32,3 +34,6 @@ fi
 cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j"$jobs"
 ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${tests[@]}"
+if [[ "$dir" == build ]]; then
+  bash scripts/test_python.sh
+fi

@@ -4,6 +4,7 @@
 // the last reference is dropped has completed (DeviceBatch::release). Labels and sample ids come
 // as host arrays (the feed keeps host copies) and as device arrays.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>

@@ -223,6 +223,8 @@ class Loader:
             if batch is None:
                 return
             yield batch
+            # Not held here while the next one is made: the consumer's reference is the only one.
+            del batch
 
     def __len__(self) -> int:
         """Batches per epoch."""
