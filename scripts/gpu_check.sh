@@ -79,7 +79,7 @@ prepare() {
   echo "carry: ${carry#"$root"/}"
 }
 
-# The Python extension for the GPU machine's Python 3.12 (an abi3 module, from pyenv's 3.12 here),
+# The Python extension for the GPU machine's Python 3.12 (built with pyenv's 3.12 here),
 # linked against the carried stage libraries, with the package's .py files: carry/python/stoker.
 prepare_python() {
   local build=$1 carry=$2 py312=${STOKER_PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}

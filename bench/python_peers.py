@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""stoker's Python adapters against the framework loaders they replace, same machine, same run.
+
+    PYTHONPATH=python python3 bench/python_peers.py --suite torch [--data DIR] [--workers 1,2] \
+        [--image-size 224] [--batch-size 32] [--epochs 2] [--repeat 1] [--json FILE]
+
+Suites (--suite, one or more, comma-separated):
+
+torch: the torchvision ImageNet training pipeline
+         transforms.Compose([RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(),
+                             Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+       through torch.utils.data.DataLoader(ImageFolder(DIR), batch_size, shuffle=True,
+       num_workers=W, persistent_workers=True), against
+         stoker.torch.DataLoader(DIR, 224, batch_size, threads=W, normalize='imagenet',
+             augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True))
+       (the same work: decode, random resized crop with torchvision's defaults, flip, float32
+       NCHW, ImageNet normalisation; stoker does it on W C++ threads, torchvision in W worker
+       processes), and stoker with cache='decoded' (decoded images kept in memory after the first
+       epoch: the augmentation still runs every epoch). W is the same for both in each row.
+keras: reserved for the Keras ImageDataGenerator suite (not written yet).
+
+Each measurement: one warm-up epoch (worker start-up, page cache, stoker's pools, the decoded
+cache's fill) that is not timed, then --epochs timed epochs; img/s = images delivered / seconds.
+The consumer touches one value per batch (the loop a training step would be) and does nothing
+else. With --repeat R the rows are measured R times in turns and the median is printed.
+Prints a table and, per W, the ratio stoker / torchvision, with the 1-minute load average before
+and after (a busy machine makes the figures meaningless); --json FILE writes the numbers.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+DEFAULT_DATA = "/work/shared/data/catsdogs"
+
+
+def timed_epochs(make_iter, epochs):
+    """(images, seconds) over `epochs` epochs after one warm-up epoch; make_iter(epoch) gives the
+    epoch's iterable of (images, labels)."""
+    for images, _ in make_iter(0):
+        images[0, 0, 0, 0].item()
+    n = 0
+    t0 = time.perf_counter()
+    for e in range(1, epochs + 1):
+        for images, _ in make_iter(e):
+            images[0, 0, 0, 0].item()
+            n += images.shape[0]
+    return n, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------- torch suite
+def torch_suite(args):
+    try:
+        import torch
+        import torchvision
+        from torchvision import transforms as T
+    except ImportError as e:
+        print(f"torch suite skipped: PyTorch/torchvision not installed ({e})", file=sys.stderr)
+        return None
+    import stoker
+    import stoker.torch
+
+    torch.set_num_threads(1)  # the main process only consumes; the workers do the work
+    size, batch = args.image_size, args.batch_size
+    mean, std = stoker.torch.IMAGENET_MEAN, stoker.torch.IMAGENET_STD
+
+    def torchvision_run(w):
+        tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
+        ds = torchvision.datasets.ImageFolder(args.data, transform=tf)
+        dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=w,
+                                         persistent_workers=w > 0, drop_last=False)
+        try:
+            return timed_epochs(lambda e: dl, args.epochs)
+        finally:
+            del dl
+
+    def stoker_run(w, cache=None):
+        dl = stoker.torch.DataLoader(
+            args.data, size, batch_size=batch, shuffle=True, threads=w, cache=cache, normalize="imagenet",
+            augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True))
+
+        def epoch(e):
+            dl.set_epoch(e)
+            return dl
+
+        try:
+            return timed_epochs(epoch, args.epochs)
+        finally:
+            dl.close()
+
+    load_before = os.getloadavg()
+    rows = {}
+    for w in args.workers:
+        rows[w] = {"torchvision": [], "stoker": [], "stoker_decoded_cache": []}
+    for rep in range(args.repeat):
+        for w in args.workers:
+            for name, run in (("torchvision", lambda: torchvision_run(w)),
+                              ("stoker", lambda: stoker_run(w)),
+                              ("stoker_decoded_cache", lambda: stoker_run(w, cache="decoded"))):
+                n, s = run()
+                rows[w][name].append(n / s)
+                print(f"  [{rep + 1}/{args.repeat}] W={w} {name}: {n} images in {s:.2f} s = {n / s:.1f} img/s",
+                      file=sys.stderr, flush=True)
+
+    load_after = os.getloadavg()
+    result = {
+        "suite": "torch",
+        "load_average_before_after": [load_before, load_after],
+        "data": args.data,
+        "image_size": size,
+        "batch_size": batch,
+        "epochs_timed": args.epochs,
+        "repeat": args.repeat,
+        "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__,
+                     "stoker": stoker.__version__},
+        "rows": [],
+    }
+    print(f"\ntorch suite: {args.data}, {size}x{size}, batch {batch}, {args.epochs} timed epoch(s) after a warm-up,"
+          f" median of {args.repeat}; {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, stoker {stoker.__version__}; "
+          f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other work on the machine skews W > 1)")
+    print(f"{'W':>3} {'torchvision img/s':>18} {'stoker img/s':>13} {'ratio':>7} {'stoker decoded-cache img/s':>27} {'ratio':>7}")
+    for w in args.workers:
+        tv = statistics.median(rows[w]["torchvision"])
+        st = statistics.median(rows[w]["stoker"])
+        sc = statistics.median(rows[w]["stoker_decoded_cache"])
+        print(f"{w:>3} {tv:>18.1f} {st:>13.1f} {st / tv:>6.2f}x {sc:>27.1f} {sc / tv:>6.2f}x")
+        result["rows"].append({"workers": w, "torchvision_img_per_s": tv, "stoker_img_per_s": st,
+                               "stoker_decoded_cache_img_per_s": sc, "ratio": st / tv,
+                               "ratio_decoded_cache": sc / tv, "runs": rows[w]})
+    return result
+
+
+# ---------------------------------------------------------------------------------- keras suite
+def keras_suite(args):
+    """Reserved: Keras ImageDataGenerator.flow_from_directory against stoker.keras."""
+    print("keras suite: not written yet", file=sys.stderr)
+    return None
+
+
+SUITES = {"torch": torch_suite, "keras": keras_suite}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default="torch", help=f"comma-separated: {', '.join(SUITES)}")
+    ap.add_argument("--data", default=DEFAULT_DATA, help="a folder of class folders")
+    ap.add_argument("--workers", default="1,2", help="comma-separated worker/thread counts W")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up epoch")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", help="also write the numbers to this file")
+    args = ap.parse_args(argv)
+    suites = [s.strip() for s in args.suite.split(",") if s.strip()]
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        ap.error(f"unknown suite(s) {unknown}; choose from {sorted(SUITES)}")
+    args.workers = [int(w) for w in args.workers.split(",")]
+    if min(args.workers) < 1 or min(args.image_size, args.batch_size, args.epochs, args.repeat) < 1:
+        ap.error("--workers, --image-size, --batch-size, --epochs and --repeat must be >= 1")
+    if not os.path.isdir(args.data):
+        ap.error(f"--data {args.data}: no such folder")
+    results = {}
+    for s in suites:
+        r = SUITES[s](args)
+        if r is not None:
+            results[s] = r
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0 if results else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""stoker for JAX: batches of jax.Array made by stoker's C++ threads.
+
+    import stoker, stoker.jax
+    loader = stoker.jax.Loader("data/train", image_size=224, batch_size=64,
+                               augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True),
+                               normalize="imagenet")
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:    # float32 (64, 224, 224, 3), int32 (64,)
+            params = step(params, images, labels)
+
+The decode, augmentation, conversion and normalisation run in C++; the finished batch buffer is
+handed to JAX through DLPack. On the CPU the images are not copied: stoker's buffers are 64-byte
+aligned, which is what XLA's CPU client needs to alias external memory
+(`images.unsafe_buffer_pointer()` is the buffer's address). Small label arrays that are not
+64-byte aligned are copied by JAX (a few bytes per sample).
+
+The images array is a view of one of the loader's pooled buffers; the buffer returns to the pool
+when the jax.Array is deleted, and the loader has only prefetch + 1 of them. Keeping arrays for
+later (a list of batches) needs copy=True (or jnp.array(x, copy=True)), else the loader raises
+stoker.Error saying every buffer is held. Do not donate these arrays to a jitted function
+(donate_argnums): the memory belongs to stoker.
+
+Importing this module imports jax; without JAX it raises ImportError with an install hint.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+
+try:
+    import jax as _jax
+    import jax.dlpack as _jax_dlpack
+    import jax.numpy as _jnp
+except ImportError as _e:  # pragma: no cover - exercised in the venv without jax
+    raise ImportError(
+        "stoker.jax needs JAX, which is not installed: pip install jax "
+        "(or use stoker.Loader, which gives NumPy arrays)"
+    ) from _e
+
+from . import _loader, _stoker
+
+__all__ = ["Loader", "batches"]
+
+_NORMALIZE = {"imagenet": "torch", "torch": "torch", "tf": "tf", "minus_one_to_one": "tf", "caffe": "caffe"}
+
+
+def _spec_for(augment: Any, output: str, normalize: Any, layout: str) -> Optional[_stoker.AugmentSpec]:
+    if output not in ("float", "uint8"):
+        raise _stoker.InvalidArgument(f"output must be 'float' or 'uint8', received {output!r}")
+    if isinstance(augment, dict):
+        spec = _loader.Augment(**augment)
+    elif augment is None:
+        spec = None
+    elif isinstance(augment, _stoker.AugmentSpec):
+        spec = _copy.copy(augment)
+    else:
+        raise TypeError("augment must be None, stoker.Augment(...) or a dict of its settings")
+    if output == "uint8":
+        if normalize is not None:
+            raise _stoker.InvalidArgument("normalize needs output='float' (uint8 cannot hold normalised values)")
+        if spec is None and layout.lower() in ("nhwc", "channels_last"):
+            return None
+        spec = spec or _stoker.AugmentSpec()
+        spec.dtype = "uint8"
+        spec.layout = layout
+        return spec
+    spec = spec or _stoker.AugmentSpec()
+    spec.dtype = "float32"
+    spec.layout = layout
+    if normalize is None:
+        if spec.normalization is None and spec.rescale is None:
+            spec.rescale = 1.0 / 255.0
+    elif isinstance(normalize, str):
+        if normalize.lower() not in _NORMALIZE:
+            raise _stoker.InvalidArgument(
+                f"normalize must be None, 'imagenet', 'tf', 'caffe' or (mean, std), received {normalize!r}")
+        spec.rescale = None
+        spec.normalization = _NORMALIZE[normalize.lower()]
+    else:
+        mean, std = normalize
+        mean = [float(mean)] if isinstance(mean, (int, float)) else [float(m) for m in mean]
+        std = [float(std)] if isinstance(std, (int, float)) else [float(s) for s in std]
+        spec.rescale = None
+        spec.normalization = {"mean": [255.0 * m for m in mean], "std": [255.0 * s for s in std]}
+    return spec
+
+
+def _to_jax(array: Any) -> "_jax.Array":
+    """A jax.Array over a DLPack producer (a NumPy view or a stoker DeviceArray)."""
+    return _jax_dlpack.from_dlpack(array)
+
+
+class Loader:
+    """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
+
+    Arguments as stoker.Loader, plus
+    output: 'float' (float32, 0..1 unless `normalize` or the augmentation's own rescale /
+      normalization says otherwise) or 'uint8'.
+    normalize: None, 'imagenet' (torchvision's mean/std), 'tf' (-1..1), 'caffe', or (mean, std)
+      per channel on the 0..1 scale.
+    layout: 'nhwc' (default: flax/haiku convolutions) or 'nchw'.
+    label_mode: 'sparse' (int32 class indices), 'binary', 'categorical' (float32) or None.
+    copy: True gives independent arrays (no pooled buffer held).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        image_size: Union[int, Sequence[int]],
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        augment: Any = None,
+        output: str = "float",
+        normalize: Any = None,
+        layout: str = "nhwc",
+        label_mode: Optional[str] = "sparse",
+        cache: Any = None,
+        threads: int = 0,
+        prefetch: int = 4,
+        drop_last: bool = False,
+        on_bad_sample: str = "fail",
+        device: str = "cpu",
+        copy: bool = False,
+        interpolation: str = "bilinear",
+        keep_aspect_ratio: bool = False,
+        dtype: Optional[str] = None,
+        depth: int = 3,
+    ):
+        spec = _spec_for(augment, output, normalize, layout)
+        self._cuda = _loader._device(device) is not None
+        self.copy = copy
+        self.label_mode = label_mode
+        self.loader = _loader.Loader(
+            source,
+            image_size,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            augment=spec,
+            cache=cache,
+            threads=threads,
+            prefetch=prefetch,
+            drop_last=drop_last,
+            label_mode="none" if label_mode is None else label_mode,
+            on_bad_sample=on_bad_sample,
+            device=device,
+            copy=copy and not self._cuda,
+            interpolation=interpolation,
+            keep_aspect_ratio=keep_aspect_ratio,
+            dtype=dtype if self._cuda else None,
+            depth=depth,
+        )
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[Tuple["_jax.Array", Optional["_jax.Array"]]]:
+        for batch in self.loader:
+            images = _to_jax(batch.images)
+            if self._cuda and self.copy:
+                images = _jnp.array(images, copy=True)
+            labels = None if batch.labels is None else _jnp.asarray(batch.labels)
+            del batch  # only the arrays hold the buffer: deleting them frees it
+            yield images, labels
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs (its order and augmentation)."""
+        self.loader.set_epoch(epoch)
+
+    @property
+    def dataset(self) -> _stoker.Dataset:
+        return self.loader.dataset
+
+    @property
+    def class_names(self) -> list:
+        return self.loader.class_names
+
+    @property
+    def skipped(self) -> list:
+        return self.loader.skipped
+
+    def stats(self) -> dict:
+        return self.loader.stats()
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<stoker.jax.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}>"
+
+
+def batches(source: Any, image_size: Union[int, Sequence[int]], epochs: int = 1, **options: Any):
+    """(images, labels) jax.Arrays for `epochs` epochs in a row: Loader(source, image_size,
+    **options), epoch after epoch."""
+    loader = Loader(source, image_size, **options)
+    try:
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            yield from loader
+    finally:
+        loader.close()

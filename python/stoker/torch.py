@@ -1,0 +1,308 @@
+"""stoker for PyTorch: a DataLoader whose batches are made by stoker's C++ threads.
+
+    import stoker, stoker.torch
+    loader = stoker.torch.DataLoader(
+        "data/train", image_size=224, batch_size=64,
+        augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True),
+        normalize="imagenet")
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)              # as with DistributedSampler
+        for images, labels in loader:        # float32 (64, 3, 224, 224), int64 (64,)
+            ...
+
+The decode, the augmentation, the conversion to float32 NCHW and the normalisation all run in
+C++ (the augmentation spec's dtype/layout/normalization); Python only wraps the finished buffer.
+
+Zero copy, and what it means for your loop: on the CPU `images` is a view of one of the loader's
+pooled batch buffers (torch.from_dlpack over stoker's memory: `images.data_ptr()` is the
+buffer's address). The buffer goes back to the pool when the last tensor (or view of it) is
+gone, and the loader has only prefetch + 1 buffers: a loop that keeps tensors beyond the step
+(a list of batches, a tensor stored for later) must `.clone()` them, or pass copy=True, else the
+loader raises stoker.Error saying that every buffer is held (it never hangs). In-place ops on
+`images` write into the buffer, which is yours until you drop the tensor. Labels are converted to
+int64 (a small copy), so they never hold a buffer.
+
+On the GPU (device='cuda:N') stoker's GPU feed decodes on the host, augments with CUDA kernels
+and hands the batch over through DLPack on the current PyTorch stream (no host synchronisation);
+the slot is reused after the work queued on that stream is done.
+
+Importing this module imports torch; without PyTorch it raises ImportError with an install hint.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+
+try:
+    import torch as _torch
+except ImportError as _e:  # pragma: no cover - exercised in the venv without torch
+    raise ImportError(
+        "stoker.torch needs PyTorch, which is not installed: pip install torch "
+        "(or use stoker.Loader, which gives NumPy arrays)"
+    ) from _e
+
+from . import _loader, _stoker
+
+__all__ = ["DataLoader", "IMAGENET_MEAN", "IMAGENET_STD"]
+
+# torchvision's ImageNet statistics, on the 0..1 scale of ToTensor().
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _spec_for(augment: Any, output: str, normalize: Any) -> Optional[_stoker.AugmentSpec]:
+    """The augmentation spec the loader runs: the caller's augmentation (copied, never changed)
+    with the output dtype, layout and normalisation this adapter delivers."""
+    if output not in ("float", "uint8"):
+        raise _stoker.InvalidArgument(f"output must be 'float' or 'uint8', received {output!r}")
+    if isinstance(augment, dict):
+        spec = _loader.Augment(**augment)
+    elif augment is None:
+        spec = None
+    elif isinstance(augment, _stoker.AugmentSpec):
+        spec = _copy.copy(augment)
+    else:
+        raise TypeError("augment must be None, stoker.Augment(...) or a dict of its settings")
+
+    if output == "uint8":
+        if normalize is not None:
+            raise _stoker.InvalidArgument("normalize needs output='float' (uint8 cannot hold normalised values)")
+        if spec is not None:
+            if spec.normalization is not None or spec.rescale is not None:
+                raise _stoker.InvalidArgument(
+                    "output='uint8' cannot hold the augmentation's rescale/normalization; use output='float'")
+            spec.dtype = "uint8"
+            spec.layout = "nhwc"
+        return spec
+
+    if spec is None:
+        spec = _stoker.AugmentSpec()  # no random transform: resize, convert, normalise
+    spec.dtype = "float32"
+    spec.layout = "nchw"
+    if normalize is None:
+        if spec.normalization is None and spec.rescale is None:
+            spec.rescale = 1.0 / 255.0  # ToTensor(): 0..1
+    else:
+        spec.rescale = None
+        if isinstance(normalize, str):
+            if normalize.lower() != "imagenet":
+                raise _stoker.InvalidArgument(
+                    f"normalize must be None, 'imagenet' or (mean, std), received {normalize!r}")
+            spec.normalization = "torch"  # torchvision: x / 255, minus the ImageNet mean, over its std
+        else:
+            try:
+                mean, std = normalize
+                mean, std = _channels(mean), _channels(std)
+            except (TypeError, ValueError):
+                raise _stoker.InvalidArgument(
+                    "normalize must be None, 'imagenet' or (mean, std) on the 0..1 scale, as transforms.Normalize")
+            if any(s == 0 for s in std):
+                raise _stoker.InvalidArgument("normalize: std must not be 0")
+            # transforms.Normalize works on ToTensor's 0..1 scale; stoker's on 0..255.
+            spec.normalization = {"mean": [255.0 * m for m in mean], "std": [255.0 * s for s in std]}
+    return spec
+
+
+def _channels(v: Any) -> list:
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    out = [float(x) for x in v]
+    if not 1 <= len(out) <= 4:
+        raise ValueError("one value per channel")
+    return out
+
+
+def _torch_device(device: str) -> _torch.device:
+    cuda = _loader._device(device)
+    return _torch.device("cpu") if cuda is None else _torch.device("cuda", cuda)
+
+
+class DataLoader:
+    """An iterable of (images, labels) torch tensors, one epoch per iteration.
+
+    source, image_size, batch_size, shuffle, seed, cache, threads, prefetch, drop_last,
+    on_bad_sample, interpolation, keep_aspect_ratio: as stoker.Loader (threads=0: all cores;
+    stoker's threads do the work, there are no worker processes).
+
+    augment: stoker.Augment(...) (or a dict of its settings): the random transforms, e.g.
+      torchvision's RandomResizedCrop + RandomHorizontalFlip is
+      stoker.Augment(random_resized_crop=True, horizontal_flip=True). Its dtype, layout and
+      normalisation are set by `output` and `normalize`.
+    output: 'float' (default): float32 NCHW, ToTensor()'s 0..1 scale unless `normalize` (or the
+      augmentation's own rescale/normalization) says otherwise; 'uint8': uint8 NHWC as decoded.
+    normalize: None, 'imagenet' (transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)), or
+      (mean, std) per channel on the 0..1 scale, as transforms.Normalize takes them.
+    label_mode: 'sparse' (int64 class indices, default), 'binary' (float32 (N,)),
+      'categorical' (float32 (N, K)) or None (labels is None).
+    device: 'cpu' or 'cuda:N' (GPU augmentation, tensors on that device; dtype may then be
+      'float16' or 'bfloat16').
+    copy: True makes every batch an independent tensor (no pooled buffer is held).
+    num_replicas, rank: a static shard for distributed training (as DistributedSampler with
+      drop_last=True): rank r takes samples r, r + n, ... of the dataset, every rank the same
+      count; shuffle and augmentation then follow (seed, epoch) within the shard.
+
+    Tensors on the CPU are views of pooled buffers: see the module docstring.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        image_size: Union[int, Sequence[int]],
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        augment: Any = None,
+        output: str = "float",
+        normalize: Any = None,
+        label_mode: Optional[str] = "sparse",
+        cache: Any = None,
+        threads: int = 0,
+        prefetch: int = 4,
+        drop_last: bool = False,
+        on_bad_sample: str = "fail",
+        device: str = "cpu",
+        copy: bool = False,
+        interpolation: str = "bilinear",
+        keep_aspect_ratio: bool = False,
+        dtype: Optional[str] = None,
+        depth: int = 3,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+    ):
+        self.device = _torch_device(device)
+        cuda = self.device.type == "cuda"
+        spec = _spec_for(augment, output, normalize)
+        if dtype is not None and not cuda and dtype != ("float32" if output == "float" else "uint8"):
+            raise _stoker.InvalidArgument(
+                f"dtype {dtype!r} on the CPU: output='float' gives float32, output='uint8' uint8")
+        data = _loader.dataset(source)
+        if num_replicas is not None or rank is not None:
+            data = _shard(data, num_replicas, rank)
+        self.output = output
+        self.label_mode = label_mode
+        self.copy = copy
+        self.loader = _loader.Loader(
+            data,
+            image_size,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            augment=spec,
+            cache=cache,
+            threads=threads,
+            prefetch=prefetch,
+            drop_last=drop_last,
+            label_mode="none" if label_mode is None else label_mode,
+            on_bad_sample=on_bad_sample,
+            device=device,
+            copy=copy and not cuda,
+            interpolation=interpolation,
+            keep_aspect_ratio=keep_aspect_ratio,
+            dtype=dtype if cuda else None,
+            depth=depth,
+        )
+        self.batch_size = batch_size
+
+    # ---- iteration
+    def __iter__(self) -> Iterator[Tuple[_torch.Tensor, Optional[_torch.Tensor]]]:
+        convert = self._device_batch if self.device.type == "cuda" else self._host_batch
+        for batch in self.loader:
+            out = convert(batch)
+            del batch  # only the tensors hold the buffer: dropping them frees it
+            yield out
+
+    def _host_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
+        # torch.from_dlpack over the NumPy view: the tensor holds the view, the view the slot.
+        images = _torch.from_dlpack(batch.images)
+        return images, self._labels(batch.labels)
+
+    def _device_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
+        # DeviceArray.__dlpack__(stream=...) receives torch's current stream: that stream waits
+        # for the batch's ready event, and the slot is recycled after the work queued on it.
+        with _torch.cuda.device(self.device):
+            images = _torch.from_dlpack(batch.images)
+            if self.copy:
+                images = images.clone()
+            if self.label_mode is None:
+                return images, None
+            labels = _torch.from_dlpack(batch.device_labels)
+            if self.label_mode == "sparse":
+                labels = labels.reshape(-1).to(_torch.int64)
+            elif self.label_mode == "binary":
+                labels = labels.reshape(-1).clone()
+            else:
+                labels = labels.clone()
+        return images, labels
+
+    def _labels(self, labels: Any) -> Optional[_torch.Tensor]:
+        if labels is None:
+            return None
+        t = _torch.from_numpy(labels)
+        if self.label_mode == "sparse":
+            return t.to(_torch.int64)  # a new int64 tensor: holds no slot
+        return t.clone()
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs (its order and augmentation), as
+        DistributedSampler.set_epoch."""
+        self.loader.set_epoch(epoch)
+
+    # ---- what the loader knows
+    @property
+    def dataset(self) -> _stoker.Dataset:
+        return self.loader.dataset
+
+    @property
+    def classes(self) -> list:
+        """Class names; the label is the index (ImageFolder's .classes)."""
+        return self.loader.class_names
+
+    @property
+    def class_to_idx(self) -> dict:
+        return {name: i for i, name in enumerate(self.classes)}
+
+    @property
+    def skipped(self) -> list:
+        """SkippedSample(sample_id, path, reason) of the samples skipped this epoch."""
+        return self.loader.skipped
+
+    def stats(self) -> dict:
+        return self.loader.stats()
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<stoker.torch.DataLoader: {len(self.dataset)} samples, {len(self)} batches of "
+                f"{self.batch_size}, output {self.output}, device {self.device}>")
+
+
+def _shard(data: _stoker.Dataset, num_replicas: Optional[int], rank: Optional[int]) -> _stoker.Dataset:
+    if num_replicas is None or rank is None:
+        if not (_torch.distributed.is_available() and _torch.distributed.is_initialized()):
+            raise _stoker.InvalidArgument(
+                "num_replicas and rank: give both, or initialise torch.distributed first")
+        num_replicas = _torch.distributed.get_world_size() if num_replicas is None else num_replicas
+        rank = _torch.distributed.get_rank() if rank is None else rank
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise _stoker.InvalidArgument(f"rank {rank} of num_replicas {num_replicas}: need 0 <= rank < num_replicas")
+    per_rank = len(data) // num_replicas
+    if per_rank == 0:
+        raise _stoker.DatasetError(f"{len(data)} samples cannot be shared by {num_replicas} replicas")
+    take = slice(rank, rank + per_rank * num_replicas, num_replicas)
+    paths, labels = list(data.paths)[take], list(data.labels)[take]
+    names = list(data.class_names)
+    if all(v < 0 for v in labels):
+        return _loader.dataset(paths, class_names=names)
+    return _loader.dataset(paths, labels, names)

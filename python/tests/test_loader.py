@@ -1,0 +1,236 @@
+"""stoker.Loader with NumPy only: zero-copy views, slot lifetime, copies, the GIL, memory, bad
+files. No framework needed, so these run in every venv."""
+
+import gc
+import importlib.util
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+
+PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
+
+COLOURS = {"blue": (30, 40, 210), "red": (210, 40, 30)}
+
+
+def make_folder(root, per_class=12, size=32, seed=0, ext="jpg"):
+    """A folder of class folders whose classes differ in colour (plus noise)."""
+    rng = np.random.default_rng(seed)
+    for name, colour in COLOURS.items():
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for i in range(per_class):
+            noise = rng.integers(-25, 26, (size, size, 3))
+            a = np.clip(np.array(colour)[None, None, :] + noise, 0, 255).astype(np.uint8)
+            PIL.fromarray(a).save(os.path.join(root, name, f"{i:03d}.{ext}"))
+    return str(root)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return make_folder(tmp_path / "images")
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def test_batches_are_aligned_views_and_dlpack_is_zero_copy(folder):
+    loader = stoker.Loader(folder, 16, batch_size=8, shuffle=False)
+    for batch in loader:
+        images = batch.images
+        assert images.shape == (8, 16, 16, 3) and images.dtype == np.uint8
+        assert not images.flags.owndata
+        assert images.ctypes.data % 64 == 0
+        assert np.from_dlpack(images).ctypes.data == images.ctypes.data
+        assert batch.labels.dtype == np.int32 and batch.labels.shape == (8,)
+        assert set(batch.labels.tolist()) <= {0, 1}
+        # the classes differ in colour: red's red channel is high, blue's low
+        red = batch.labels == loader.class_names.index("red")
+        assert (images[red][..., 0].mean(axis=(1, 2)) > 150).all()
+        assert (images[~red][..., 0].mean(axis=(1, 2)) < 100).all()
+
+
+def test_views_kept_past_the_next_batch_stay_valid_and_unchanged(folder):
+    loader = stoker.Loader(folder, 16, batch_size=4, prefetch=4, shuffle=True, seed=3)
+    kept, copies = [], []
+    for i, batch in enumerate(loader):
+        if i < 2:  # keep two batches (fewer than the pool) for the whole epoch
+            kept.append(batch.images)
+            copies.append(batch.images.copy())
+    assert len(kept) == 2 and len(loader) == 6
+    for view, copy in zip(kept, copies):
+        np.testing.assert_array_equal(view, copy)
+    # and after another epoch that reused every other buffer
+    for _ in loader:
+        pass
+    for view, copy in zip(kept, copies):
+        np.testing.assert_array_equal(view, copy)
+
+
+def _run_with_timeout(fn, seconds=30):
+    result = {}
+
+    def body():
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            result["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s: the loader hangs"
+    return result
+
+
+def test_holding_every_buffer_is_an_error_that_says_so_not_a_hang(folder):
+    loader = stoker.Loader(folder, 16, batch_size=2, prefetch=2)
+    held = []
+
+    def hold_all():
+        for batch in loader:
+            held.append(batch.images)
+
+    result = _run_with_timeout(hold_all)
+    assert isinstance(result.get("error"), stoker.Error), result
+    message = str(result["error"])
+    assert "held" in message and "prefetch" in message
+    assert len(held) == 3  # prefetch + 1 buffers
+
+
+def test_copy_true_gives_independent_arrays(folder):
+    loader = stoker.Loader(folder, 16, batch_size=2, prefetch=2, copy=True, shuffle=False)
+    held = [(b.images, b.labels) for b in loader]  # 12 batches, more than the 3 buffers
+    assert len(held) == 12
+    pointers = {images.ctypes.data for images, _ in held}
+    assert len(pointers) == 12
+    for images, labels in held:
+        assert images.flags.owndata and labels.flags.owndata
+    before = [images.copy() for images, _ in held]
+    for _ in loader:  # a second epoch does not touch them
+        pass
+    for (images, _), b in zip(held, before):
+        np.testing.assert_array_equal(images, b)
+
+
+def test_set_epoch_chooses_order_reproducibly(folder):
+    loader = stoker.Loader(folder, 16, batch_size=6, shuffle=True, seed=7)
+
+    def order(epoch):
+        loader.set_epoch(epoch)
+        return [i for b in loader for i in b.sample_ids.tolist()]
+
+    first, again, other = order(2), order(2), order(3)
+    assert first == again
+    assert sorted(first) == list(range(24))
+    assert first != other
+    assert loader.epoch == 3
+
+
+def test_next_releases_the_gil_while_it_waits_for_slow_decodes(tmp_path):
+    root = tmp_path / "large"
+    os.makedirs(root / "a")
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 256, (2000, 2000, 3), dtype=np.uint8)
+    for i in range(6):
+        PIL.fromarray(np.roll(base, i * 37, axis=1)).save(root / "a" / f"{i}.jpg", quality=95)
+    loader = stoker.Loader(str(root), 64, batch_size=6, shuffle=False, threads=1, prefetch=1)
+
+    stamps = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    try:
+        time.sleep(0.05)
+        it = iter(loader)
+        t0 = time.perf_counter()
+        batch = next(it)  # decodes six 4-megapixel JPEGs on one thread
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        counter.join()
+    assert len(batch) == 6
+    wait = t1 - t0
+    assert wait > 0.08, f"the decode was too quick ({wait:.3f} s) for the test to mean anything"
+    # A thread that held the GIL in next() would let the counter run only at the edges of the call
+    # (the interpreter's switch interval is 5 ms): look at the middle half of the wait.
+    middle = [s for s in stamps if t0 + wait / 4 < s < t1 - wait / 4]
+    assert len(middle) > 100, f"the counter ran {len(middle)} times in the middle of a {wait:.3f} s wait"
+
+
+def test_a_thousand_batches_do_not_grow_memory(tmp_path):
+    folder = make_folder(tmp_path / "tiny", per_class=20, size=8)
+    loader = stoker.Loader(folder, 8, batch_size=4, prefetch=4)  # 10 batches per epoch
+
+    def run(batches):
+        done = 0
+        while done < batches:
+            for batch in loader:
+                s = int(batch.images.sum()) + int(batch.labels.sum())
+                assert s >= 0
+                _ = batch.paths
+                done += 1
+                if done == batches:
+                    break
+
+    run(200)  # warm-up: pools, caches, allocator arenas
+    gc.collect()
+    before = rss_kib()
+    run(1000)
+    gc.collect()
+    after = rss_kib()
+    assert after - before < 1024, f"RSS grew from {before} KiB to {after} KiB over 1,000 batches"
+
+
+@pytest.fixture
+def folder_with_bad_file(tmp_path):
+    root = make_folder(tmp_path / "bad", per_class=3)
+    bad = os.path.join(root, "red", "001_corrupt.jpg")
+    with open(bad, "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0 this is not a JPEG " * 20)
+    return root, bad
+
+
+def test_a_corrupt_file_fails_with_a_decode_error_naming_it(folder_with_bad_file):
+    root, bad = folder_with_bad_file
+    loader = stoker.Loader(root, 16, batch_size=2, on_bad_sample="fail")
+    with pytest.raises(stoker.DecodeError) as info:
+        for _ in loader:
+            pass
+    assert info.value.path == bad
+    assert bad in str(info.value)
+    assert info.value.reason
+
+
+def test_a_corrupt_file_is_skipped_and_listed(folder_with_bad_file):
+    root, bad = folder_with_bad_file
+    loader = stoker.Loader(root, 16, batch_size=2, on_bad_sample="skip", shuffle=False)
+    seen = [p for b in loader for p in b.paths]
+    assert len(seen) == 6 and bad not in seen
+    assert len(loader.skipped) == 1
+    skipped = loader.skipped[0]
+    assert isinstance(skipped, stoker.SkippedSample)
+    assert skipped.path == bad and skipped.reason
+    assert loader.dataset.paths[skipped.sample_id] == bad
+
+
+@pytest.mark.parametrize("adapter, framework", [("stoker.torch", "torch"), ("stoker.jax", "jax")])
+def test_an_adapter_without_its_framework_is_an_import_error_with_a_hint(adapter, framework):
+    if importlib.util.find_spec(framework) is not None:
+        pytest.skip(f"{framework} is installed here; the adapter's own tests cover it")
+    with pytest.raises(ImportError, match=f"pip install {framework}"):
+        importlib.import_module(adapter)
+
