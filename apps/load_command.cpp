@@ -13,6 +13,7 @@ namespace {
 struct LoadArgs {
   LoaderFlags loader;
   int epochs = 2;
+  std::string list_samples;  // file: "epoch sample_id padding" per sample delivered
 };
 
 void print_first_batch(const Batch& b, const Dataset& ds) {
@@ -42,6 +43,17 @@ void run_load(const LoadArgs& args) {
               args.loader.batch_size, args.loader.prefetch, static_cast<double>(loader.buffer_bytes()) / (1 << 20));
 
   if (!loader.cache_status().empty()) std::printf("%s\n", loader.cache_status().c_str());
+  const Sharding& sharding = loader.sharding();
+  if (sharding.world_size > 1) {
+    std::printf("rank %d of %d (%s, remainder %s): %zu samples per epoch\n", sharding.rank, sharding.world_size,
+                sharding.mode == ShardMode::Fixed ? "fixed parts" : "interleaved",
+                sharding.drop_remainder ? "dropped" : "padded", loader.samples_per_epoch());
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> list(nullptr, &std::fclose);
+  if (!args.list_samples.empty()) {
+    list.reset(std::fopen(args.list_samples.c_str(), "w"));
+    if (!list) throw IoError(args.list_samples + ": cannot write the sample list");
+  }
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
     loader.reset_stats();
     const auto t0 = std::chrono::steady_clock::now();
@@ -50,6 +62,13 @@ void run_load(const LoadArgs& args) {
     while (auto batch = loader.next()) {
       if (epoch == 0 && batch->index() == 0) print_first_batch(*batch, ds);
       samples += static_cast<std::size_t>(batch->size());
+      if (list) {
+        for (int i = 0; i < batch->size(); ++i) {
+          const auto k = static_cast<std::size_t>(i);
+          std::fprintf(list.get(), "%d %lld %d\n", epoch, static_cast<long long>(batch->sample_ids()[k]),
+                       static_cast<int>(batch->padding()[k]));
+        }
+      }
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const LoaderStats st = loader.stats();
@@ -66,6 +85,7 @@ void run_load(const LoadArgs& args) {
     }
     std::printf("\n");
   }
+  if (list && std::fclose(list.release()) != 0) throw IoError(args.list_samples + ": cannot write the sample list");
 }
 
 }  // namespace
@@ -75,6 +95,7 @@ void add_load_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("load", "load a dataset and report throughput and a batch summary");
   args->loader.add_to(*cmd);
   cmd->add_option("--epochs", args->epochs, "epochs to run")->capture_default_str();
+  cmd->add_option("--list-samples", args->list_samples, "write 'epoch sample_id padding' per delivered sample");
   cmd->callback([args] { run_load(*args); });
 }
 

@@ -24,6 +24,10 @@ struct LoaderFlags {
   std::string cache = "none";
   std::string cache_budget = "4GiB";
   std::string cache_file;
+  int rank = -1;  // -1 with world_size 0: from the environment (torchrun, Slurm)
+  int world_size = 0;
+  std::string shard_mode = "interleaved";
+  std::string shard_remainder = "pad";
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--data", data, "folder with one sub-folder per class")->required()->check(CLI::ExistingDirectory);
@@ -39,6 +43,11 @@ struct LoaderFlags {
     cmd.add_option("--cache", cache, "keep samples across epochs: none|encoded|decoded")->capture_default_str();
     cmd.add_option("--cache-budget", cache_budget, "RAM for the cache, e.g. 8GiB")->capture_default_str();
     cmd.add_option("--cache-file", cache_file, "cache file to start warm from and to write after an epoch");
+    cmd.add_option("--rank", rank, "this process's rank (default: RANK or SLURM_PROCID, else 0)");
+    cmd.add_option("--world-size", world_size, "processes in the job (default: WORLD_SIZE or SLURM_NTASKS, else 1)");
+    cmd.add_option("--shard-mode", shard_mode, "interleaved (DistributedSampler) | fixed (one part per rank)")
+        ->capture_default_str();
+    cmd.add_option("--shard-remainder", shard_remainder, "pad (wrap around, marked) | drop")->capture_default_str();
   }
 
   LoaderOptions options() const {
@@ -58,6 +67,14 @@ struct LoaderFlags {
     if (!cache_file.empty() && o.cache.kind == CacheKind::None) {
       throw InvalidArgument("--cache-file needs --cache encoded or --cache decoded");
     }
+    if ((rank >= 0) != (world_size >= 1)) throw InvalidArgument("give --rank and --world-size together");
+    Sharding sharding = rank >= 0 ? Sharding{rank, world_size} : sharding_from_environment();
+    sharding.mode = parse_shard_mode(shard_mode);
+    if (shard_remainder != "pad" && shard_remainder != "drop") {
+      throw InvalidArgument("--shard-remainder must be pad or drop, received '" + shard_remainder + "'");
+    }
+    sharding.drop_remainder = shard_remainder == "drop";
+    o.sharding = sharding;
     return o;
   }
 };

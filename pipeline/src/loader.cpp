@@ -116,6 +116,7 @@ struct Slot {
   std::vector<float> labels;
   std::vector<std::int32_t> classes;
   std::vector<std::int64_t> ids;
+  std::vector<std::uint8_t> padding;    // per position: a repeat evening out the ranks (Sharding)
   std::vector<SampleFailure> failures;  // per position
 
   State state = State::Free;
@@ -155,6 +156,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::size_t slot_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;
   std::int64_t batches_per_epoch_ = 0;
+  Sharding sharding_;
+  std::size_t samples_per_epoch_ = 0;  // this rank's
 
   std::unique_ptr<SampleCache> cache_;  // null without CacheKind
   bool cache_outputs_ = false;          // decoded cache of the transform's output (see CacheKey)
@@ -202,7 +205,8 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   std::uint64_t epoch_ = 0;
   std::atomic<std::uint64_t> generation_{0};         // bumped to cancel in-flight work
   std::atomic<std::uint64_t> batches_published_{0};  // finished batches, for next() to watch before sleeping
-  std::vector<std::uint32_t> order_;
+  std::vector<std::uint32_t> order_;                 // this rank's samples of the epoch
+  std::vector<std::uint8_t> padding_;                // per entry of order_
   std::int64_t next_submit_ = 0;
   std::int64_t next_deliver_ = 0;
   bool cache_saved_ = false;   // this epoch's end already wrote the cache file
@@ -248,11 +252,16 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   shape_ = transform_->output_shape();
   if (shape_.bytes() == 0) throw InvalidArgument("the transform's output shape is empty");
 
-  const auto n = static_cast<std::int64_t>(dataset_.size());
+  sharding_ = o.sharding ? *o.sharding : sharding_from_environment();
+  check_sharding(sharding_, dataset_.size());
+  samples_per_epoch_ = samples_per_rank(dataset_.size(), sharding_);
+  const auto n = static_cast<std::int64_t>(samples_per_epoch_);
   batches_per_epoch_ = o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
   if (batches_per_epoch_ == 0) {
-    throw InvalidArgument("drop_last with batch_size " + std::to_string(o.batch_size) + " leaves no batch from " +
-                          std::to_string(n) + " samples");
+    throw InvalidArgument(
+        "drop_last with batch_size " + std::to_string(o.batch_size) + " leaves no batch from " + std::to_string(n) +
+        " samples" +
+        (sharding_.world_size > 1 ? " (this rank's share of " + std::to_string(dataset_.size()) + ")" : std::string()));
   }
 
   if (o.cache.kind != CacheKind::None) {
@@ -287,6 +296,7 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
     s->labels.resize(per_batch * static_cast<std::size_t>(label_width_));
     s->classes.resize(per_batch);
     s->ids.resize(per_batch);
+    s->padding.resize(per_batch);
     s->failures.resize(per_batch);
     slots_.push_back(std::move(s));
     free_slots_.push_back(slot_count - 1 - i);
@@ -328,7 +338,10 @@ void LoaderCore::begin_epoch(std::uint64_t epoch) {
   submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
   cv_.wait(lock, [&] { return inflight_batches_ == 0; });
   epoch_ = epoch;
-  order_ = epoch_order(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle);
+  EpochPlan plan =
+      epoch_plan(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle, sharding_);
+  order_ = std::move(plan.samples);
+  padding_ = std::move(plan.padding);
   next_submit_ = 0;
   next_deliver_ = 0;
   cache_saved_ = false;
@@ -354,7 +367,10 @@ void LoaderCore::refill_locked() {
     s.size = 0;
     s.error = nullptr;
     s.skipped.clear();
-    for (int p = 0; p < count; ++p) s.failures[static_cast<std::size_t>(p)] = {};
+    for (int p = 0; p < count; ++p) {
+      s.failures[static_cast<std::size_t>(p)] = {};
+      s.padding[static_cast<std::size_t>(p)] = padding_[static_cast<std::size_t>(begin + p)];
+    }
     s.pending.store(count);
     submitted_.push_back(si);
     ++inflight_batches_;
@@ -558,6 +574,7 @@ void LoaderCore::move_sample(Slot& s, int from, int to) {
   std::copy_n(s.labels.data() + f * w, w, s.labels.data() + t * w);
   s.classes[t] = s.classes[f];
   s.ids[t] = s.ids[f];
+  s.padding[t] = s.padding[f];
 }
 
 // Runs on the thread that finished the batch's last sample: the slot is exclusively ours until we
@@ -699,6 +716,9 @@ std::span<const std::int32_t> Batch::classes() const noexcept {
 std::span<const std::int64_t> Batch::sample_ids() const noexcept {
   return {core_->slot(slot_).ids.data(), static_cast<std::size_t>(size())};
 }
+std::span<const std::uint8_t> Batch::padding() const noexcept {
+  return {core_->slot(slot_).padding.data(), static_cast<std::size_t>(size())};
+}
 std::uint64_t Batch::epoch() const noexcept { return core_->slot(slot_).epoch; }
 std::int64_t Batch::index() const noexcept { return core_->slot(slot_).batch_index; }
 
@@ -714,6 +734,8 @@ Loader::~Loader() {
 void Loader::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
 std::optional<Batch> Loader::next() { return core_->next(); }
 std::size_t Loader::batches_per_epoch() const noexcept { return static_cast<std::size_t>(core_->batches_per_epoch_); }
+std::size_t Loader::samples_per_epoch() const noexcept { return core_->samples_per_epoch_; }
+const Sharding& Loader::sharding() const noexcept { return core_->sharding_; }
 const Dataset& Loader::dataset() const noexcept { return core_->dataset_; }
 const LoaderOptions& Loader::options() const noexcept { return core_->options_; }
 SampleShape Loader::sample_shape() const noexcept { return core_->shape_; }

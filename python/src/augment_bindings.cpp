@@ -99,6 +99,8 @@ std::array<float, 4> channels_from(nb::handle v, const char* name) {
 }
 
 void bind_spec(nb::module_& m) {
+  // The settings whose "off" is None (brightness_range=None, rescale=None, ...).
+  const auto accepts_none = nb::for_setter(nb::arg("value").none());
   nb::class_<AugmentSpec>(m, "AugmentSpec",
                           "The augmentation: Keras ImageDataGenerator's parameters and stoker's additions.")
       .def(nb::init<>())
@@ -114,10 +116,11 @@ void bind_spec(nb::module_& m) {
       .def_rw("rotation_range", &AugmentSpec::rotation_range)
       .def_prop_rw(
           "width_shift_range", [](const AugmentSpec& s) { return shift_to(s.width_shift_range); },
-          [](AugmentSpec& s, nb::handle v) { s.width_shift_range = shift_from(v, "width_shift_range"); })
+          [](AugmentSpec& s, nb::handle v) { s.width_shift_range = shift_from(v, "width_shift_range"); }, accepts_none)
       .def_prop_rw(
           "height_shift_range", [](const AugmentSpec& s) { return shift_to(s.height_shift_range); },
-          [](AugmentSpec& s, nb::handle v) { s.height_shift_range = shift_from(v, "height_shift_range"); })
+          [](AugmentSpec& s, nb::handle v) { s.height_shift_range = shift_from(v, "height_shift_range"); },
+          accepts_none)
       .def_rw("shear_range", &AugmentSpec::shear_range)
       .def_prop_rw(
           "zoom_range", [](const AugmentSpec& s) { return std::make_pair(s.zoom_range.lo, s.zoom_range.hi); },
@@ -128,7 +131,8 @@ void bind_spec(nb::module_& m) {
             } else {
               s.zoom_range = pair_from(v, "zoom_range");
             }
-          })
+          },
+          accepts_none)
       .def_rw("horizontal_flip", &AugmentSpec::horizontal_flip)
       .def_rw("vertical_flip", &AugmentSpec::vertical_flip)
       .def_prop_rw(
@@ -143,7 +147,8 @@ void bind_spec(nb::module_& m) {
             } else {
               s.brightness_range = pair_from(v, "brightness_range");
             }
-          })
+          },
+          accepts_none)
       .def_rw("channel_shift_range", &AugmentSpec::channel_shift_range)
       .def_prop_rw(
           "fill_mode", [](const AugmentSpec& s) { return std::string(to_string(s.fill_mode)); },
@@ -156,7 +161,8 @@ void bind_spec(nb::module_& m) {
             // Keras: None or 0 means no rescaling.
             if (v && *v == 0.0) v.reset();
             s.rescale = v;
-          })
+          },
+          accepts_none)
       .def_rw("featurewise_center", &AugmentSpec::featurewise_center)
       .def_rw("samplewise_center", &AugmentSpec::samplewise_center)
       .def_rw("featurewise_std_normalization", &AugmentSpec::featurewise_std_normalization)
@@ -177,6 +183,7 @@ void bind_spec(nb::module_& m) {
             s.featurewise =
                 FeaturewiseStats{channels_from(seq[0], "featurewise mean"), channels_from(seq[1], "featurewise std")};
           },
+          accepts_none,
           "Featurewise (mean, std) per channel, on rescaled values (from fit_featurewise); None if not fitted.")
       .def_prop_rw(
           "center_crop",
@@ -194,7 +201,7 @@ void bind_spec(nb::module_& m) {
               s.center_crop = CenterCrop{p.first, p.second};
             }
           },
-          "Central crop before the resize: a side fraction, or (fraction, keep_aspect_ratio).")
+          accepts_none, "Central crop before the resize: a side fraction, or (fraction, keep_aspect_ratio).")
       .def_prop_rw(
           "random_resized_crop",
           [](const AugmentSpec& s) -> nb::object {
@@ -232,7 +239,7 @@ void bind_spec(nb::module_& m) {
             }
             s.random_resized_crop = r;
           },
-          "torchvision's RandomResizedCrop: True (its defaults) or dict(scale=(lo, hi), ratio=(lo, hi)).")
+          accepts_none, "torchvision's RandomResizedCrop: True (its defaults) or dict(scale=(lo, hi), ratio=(lo, hi)).")
       .def_rw("contrast", &AugmentSpec::contrast)
       .def_rw("saturation", &AugmentSpec::saturation)
       .def_rw("hue", &AugmentSpec::hue)
@@ -270,6 +277,7 @@ void bind_spec(nb::module_& m) {
               s.normalization = n;
             }
           },
+          accepts_none,
           "Per-channel (x - mean) / std on the 0..255 scale: 'tf', 'caffe', 'torch' or dict(mean=, std=, bgr=).")
       .def_rw("training", &AugmentSpec::training, "False: only the deterministic part (validation).")
       .def_rw("keras_axis_conventions", &AugmentSpec::keras_axis_conventions)
@@ -277,16 +285,17 @@ void bind_spec(nb::module_& m) {
       .def("__copy__", [](const AugmentSpec& s) { return s; });
 }
 
+ImageView view_of(const U8Image& a, int channels, std::size_t index) {
+  if (static_cast<int>(a.shape(2)) != channels) {
+    throw InvalidArgument("image " + std::to_string(index) + " has " + std::to_string(a.shape(2)) +
+                          " channels; the augmentation expects " + std::to_string(channels));
+  }
+  return {a.data(), static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), channels, a.shape(1) * a.shape(2)};
+}
+
+// A (N, H, W, C) uint8 array or a sequence of (H, W, C) ones; the arrays must outlive the views.
 std::vector<ImageView> views_of(nb::handle images, int channels) {
   std::vector<ImageView> views;
-  auto add = [&](const U8Image& a) {
-    if (static_cast<int>(a.shape(2)) != channels) {
-      throw InvalidArgument("image " + std::to_string(views.size()) + " has " + std::to_string(a.shape(2)) +
-                            " channels; the augmentation expects " + std::to_string(channels));
-    }
-    views.push_back(
-        {a.data(), static_cast<int>(a.shape(0)), static_cast<int>(a.shape(1)), channels, a.shape(1) * a.shape(2)});
-  };
   U8Images batch;
   if (nb::try_cast(images, batch)) {
     const std::size_t n = batch.shape(0), h = batch.shape(1), w = batch.shape(2), c = batch.shape(3);
@@ -305,7 +314,7 @@ std::vector<ImageView> views_of(nb::handle images, int channels) {
       throw InvalidArgument("image " + std::to_string(views.size()) +
                             ": expected a uint8 array of shape (height, width, channels)");
     }
-    add(a);
+    views.push_back(view_of(a, channels, views.size()));
   }
   return views;
 }
@@ -436,12 +445,12 @@ void bind_augmenter(nb::module_& m) {
       .def(
           "apply_with",
           [](const Augmenter& a, const U8Image& image, const nb::dict& params) {
-            const std::vector<ImageView> views = views_of(nb::cast(image), a.spec().channels);
-            const augment::SampleParams p = params_from_dict(params, views[0].height, views[0].width);
+            const ImageView view = view_of(image, a.spec().channels, 0);
+            const augment::SampleParams p = params_from_dict(params, view.height, view.width);
             OutputBuffer out = new_output(1, a.output_shape());
             {
               nb::gil_scoped_release unlocked;
-              a.apply_with(views[0], p, SampleContext{}, out.bytes->data());
+              a.apply_with(view, p, SampleContext{}, out.bytes->data());
             }
             return out.array;
           },

@@ -111,6 +111,39 @@ TEST(Loader, DeliversEverySampleOnceWithTheRightPixelsAndLabels) {
   EXPECT_GT(st.decode_seconds, 0.0);
 }
 
+TEST(Loader, RanksShareAnEpochWithoutOverlapAndMarkThePadding) {
+  Fixture f(5, 2);  // 10 samples over 3 ranks: 4 each, 2 of the 12 are padding
+  const Dataset ds = f.dataset();
+  std::map<std::int64_t, int> real;
+  int padded = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto o = small_options();
+    o.sharding = Sharding{r, 3};
+    Loader loader(ds, o);
+    EXPECT_EQ(loader.samples_per_epoch(), 4u);
+    EXPECT_EQ(loader.batches_per_epoch(), 1u);
+    loader.begin_epoch(2);
+    while (auto b = loader.next()) {
+      ASSERT_EQ(b->padding().size(), static_cast<std::size_t>(b->size()));
+      for (int i = 0; i < b->size(); ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        if (b->padding()[k]) {
+          ++padded;
+        } else {
+          ++real[b->sample_ids()[k]];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(padded, 2);
+  EXPECT_EQ(real.size(), 10u);
+  for (const auto& [id, ranks] : real) EXPECT_EQ(ranks, 1) << "sample " << id;
+
+  auto o = small_options();
+  o.sharding = Sharding{3, 3};
+  EXPECT_THROW(Loader(ds, o), InvalidArgument);
+}
+
 TEST(Loader, SameSeedGivesBitIdenticalBatchesWhateverTheThreadCount) {
   Fixture f(8, 2);
   const Dataset ds = f.dataset();

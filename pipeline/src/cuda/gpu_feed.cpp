@@ -36,13 +36,14 @@ std::string mib(std::size_t bytes) {
 namespace detail {
 
 struct FeedSlot {
-  DeviceBuffer input;      // uint8 batch as the loader made it
-  DeviceBuffer output;     // the stage's output (empty without a stage)
-  DeviceBuffer meta;       // sample ids (int64) then labels (float)
-  PinnedBuffer meta_host;  // staging of meta; also the DeviceBatch's host copies
-  Event copied;            // copy stream: pixels + meta are on the device
-  Event ready;             // the consumer waits on this (stage done, or = copied)
-  Event reusable;          // recorded at release: the consumer's work on the slot is done
+  DeviceBuffer input;                 // uint8 batch as the loader made it
+  DeviceBuffer output;                // the stage's output (empty without a stage)
+  DeviceBuffer meta;                  // sample ids (int64) then labels (float)
+  PinnedBuffer meta_host;             // staging of meta; also the DeviceBatch's host copies
+  std::vector<std::uint8_t> padding;  // host only: the loader's Batch::padding()
+  Event copied;                       // copy stream: pixels + meta are on the device
+  Event ready;                        // the consumer waits on this (stage done, or = copied)
+  Event reusable;                     // recorded at release: the consumer's work on the slot is done
   std::unique_ptr<DeviceStageSlot> stage;
   std::unique_ptr<Event> copy_start, copy_end;  // timing (GpuFeedOptions::record_copy_timing)
   // Last stream given to wait_on. A flag, not a null check: null is the legacy default stream, a
@@ -172,6 +173,7 @@ FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options
     if (out_bytes_) s->output = DeviceBuffer(out_bytes_, "the GpuFeed ring (stage output)");
     s->meta = DeviceBuffer(meta_bytes_, "the GpuFeed ring (labels and ids)");
     s->meta_host = PinnedBuffer(meta_bytes_, "the GpuFeed label staging");
+    s->padding.reserve(static_cast<std::size_t>(batch_size_));  // submit() does not allocate
     if (options_.stage) s->stage = options_.stage->make_slot(in_shape_, batch_size_);
     if (options_.record_copy_timing) {
       s->copy_start = std::make_unique<Event>(true);
@@ -238,6 +240,7 @@ void FeedCore::submit(FeedSlot& s, const Batch& host) {
   auto* labels = reinterpret_cast<float*>(ids + batch_size_);
   std::copy_n(host.sample_ids().data(), n, ids);
   std::copy_n(host.labels().data(), n * static_cast<std::size_t>(label_width_), labels);
+  s.padding.assign(host.padding().begin(), host.padding().end());
   s.size = host.size();
   s.epoch = host.epoch();
   s.index = host.index();
@@ -522,6 +525,7 @@ std::span<const std::int64_t> DeviceBatch::sample_ids() const noexcept {
   const auto& s = slot_of(core_, slot_);
   return {s.meta_host.as<std::int64_t>(), static_cast<std::size_t>(s.size)};
 }
+std::span<const std::uint8_t> DeviceBatch::padding() const noexcept { return slot_of(core_, slot_).padding; }
 const float* DeviceBatch::device_labels() const noexcept {
   return reinterpret_cast<const float*>(slot_of(core_, slot_).meta.as<std::int64_t>() + core_->batch_size_);
 }

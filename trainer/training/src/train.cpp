@@ -135,6 +135,13 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
+  // One process trains on all of the data: no gradients are exchanged between ranks (yet).
+  const Sharding sharding = o.loader.sharding ? *o.loader.sharding : sharding_from_environment();
+  if (sharding.world_size > 1) {
+    throw InvalidArgument("train() runs in one process on the whole dataset, but this is rank " +
+                          std::to_string(sharding.rank) + " of " + std::to_string(sharding.world_size) +
+                          " (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, or the loader's sharding): run it once");
+  }
   TrainResult result;
   result.device = choose_device(o.device);
   DeviceChoice& device = result.device;

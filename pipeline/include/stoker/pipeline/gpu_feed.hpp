@@ -75,6 +75,7 @@ class DeviceBatch {
   int label_width() const noexcept;
   std::span<const float> labels() const noexcept;             // host copy
   std::span<const std::int64_t> sample_ids() const noexcept;  // host copy
+  std::span<const std::uint8_t> padding() const noexcept;     // host copy of Batch::padding()
   const float* device_labels() const noexcept;                // size() * label_width()
   const std::int64_t* device_sample_ids() const noexcept;
   std::uint64_t epoch() const noexcept;

@@ -24,6 +24,7 @@
 #include "stoker/core/image.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/plan.hpp"
 #include "stoker/pipeline/transform.hpp"
 
 namespace stoker {
@@ -69,6 +70,9 @@ struct LoaderOptions {
   std::shared_ptr<HostAllocator> allocator;  // null = aligned host memory
   // Encoded bytes or decoded pixels kept across epochs (and processes, with cache.file).
   CacheOptions cache;
+  // This process's share of each epoch in a job of several (plan.hpp). Unset: what the launcher
+  // set in the environment (sharding_from_environment(): torchrun, Slurm), rank 0 of 1 without.
+  std::optional<Sharding> sharding;
 };
 
 // Cumulative counters since construction (or reset_stats()). Times are busy time summed over
@@ -115,6 +119,9 @@ class Batch {
   int label_width() const noexcept;
   std::span<const std::int32_t> classes() const noexcept;     // class index per sample (-1: none)
   std::span<const std::int64_t> sample_ids() const noexcept;  // index into the dataset
+  // 1 for a sample that only pads this rank's share to the common count (Sharding): a repeat of
+  // a sample another rank (or this one) also has this epoch; evaluation should not count it.
+  std::span<const std::uint8_t> padding() const noexcept;
   std::uint64_t epoch() const noexcept;
   std::int64_t index() const noexcept;  // position of this batch in its epoch
   void release() noexcept;
@@ -148,6 +155,8 @@ class Loader {
   std::optional<Batch> next();
 
   std::size_t batches_per_epoch() const noexcept;
+  std::size_t samples_per_epoch() const noexcept;  // this rank's share, padding included
+  const Sharding& sharding() const noexcept;       // as resolved at construction
   const Dataset& dataset() const noexcept;
   const LoaderOptions& options() const noexcept;
   SampleShape sample_shape() const noexcept;
