@@ -155,11 +155,12 @@ inline std::uint8_t clip8(std::int32_t v) {
   return static_cast<std::uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-// rows source rows from row0, each resampled along x into out rows of ax.out pixels.
-template <int C>
-void horizontal_pass(const ImageView& src, int row0, int rows, const Axis& ax, std::uint8_t* out,
+// rows source rows from row0, each resampled along x into out rows of ax.out pixels. Taps > 0 is
+// the window length known at compile time (unrolled), 0 reads it from ax.
+template <int C, int Taps>
+void horizontal_rows(const ImageView& src, int row0, int rows, const Axis& ax, std::uint8_t* out,
                      std::size_t out_stride) {
-  const int taps = ax.taps, width = ax.out;
+  const int taps = Taps > 0 ? Taps : ax.taps, width = ax.out;
   const int* const start = ax.start.data();
   const std::int32_t* const kk = ax.k.data();
   for (int y = 0; y < rows; ++y) {
@@ -175,6 +176,20 @@ void horizontal_pass(const ImageView& src, int row0, int rows, const Axis& ax, s
       }
       for (int c = 0; c < C; ++c) o[x * C + c] = clip8(acc[c]);
     }
+  }
+}
+
+template <int C>
+void horizontal_pass(const ImageView& src, int row0, int rows, const Axis& ax, std::uint8_t* out,
+                     std::size_t out_stride) {
+  switch (ax.taps) {  // the common windows: bilinear/hamming 3..9, bicubic 5..13, lanczos 7..19
+    case 3: return horizontal_rows<C, 3>(src, row0, rows, ax, out, out_stride);
+    case 5: return horizontal_rows<C, 5>(src, row0, rows, ax, out, out_stride);
+    case 7: return horizontal_rows<C, 7>(src, row0, rows, ax, out, out_stride);
+    case 9: return horizontal_rows<C, 9>(src, row0, rows, ax, out, out_stride);
+    case 11: return horizontal_rows<C, 11>(src, row0, rows, ax, out, out_stride);
+    case 13: return horizontal_rows<C, 13>(src, row0, rows, ax, out, out_stride);
+    default: return horizontal_rows<C, 0>(src, row0, rows, ax, out, out_stride);
   }
 }
 
@@ -327,8 +342,10 @@ void pil_resize(const ImageView& src, int out_height, int out_width, Interpolati
     throw InvalidArgument("pil_resize: empty image (" + std::to_string(src.height) + "x" + std::to_string(src.width) +
                           " to " + std::to_string(out_height) + "x" + std::to_string(out_width) + ")");
   }
+  // An empty box (Keras' keep_aspect_ratio crop of a 1-pixel-wide image) is Pillow's too: its
+  // scale is 0, so every output samples around the box's position.
   if (box.x1 == 0 && box.y1 == 0 && box.x0 == 0 && box.y0 == 0) box = {0, 0, src.width, src.height};
-  if (box.x0 < 0 || box.y0 < 0 || box.x1 > src.width || box.y1 > src.height || box.x0 >= box.x1 || box.y0 >= box.y1) {
+  if (box.x0 < 0 || box.y0 < 0 || box.x1 > src.width || box.y1 > src.height || box.x0 > box.x1 || box.y0 >= box.y1) {
     throw InvalidArgument("pil_resize: box (" + std::to_string(box.x0) + ", " + std::to_string(box.y0) + ", " +
                           std::to_string(box.x1) + ", " + std::to_string(box.y1) + ") is not inside the " +
                           std::to_string(src.width) + "x" + std::to_string(src.height) + " image");
