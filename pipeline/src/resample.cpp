@@ -345,7 +345,7 @@ void pil_resize(const ImageView& src, int out_height, int out_width, Interpolati
   // An empty box (Keras' keep_aspect_ratio crop of a 1-pixel-wide image) is Pillow's too: its
   // scale is 0, so every output samples around the box's position.
   if (box.x1 == 0 && box.y1 == 0 && box.x0 == 0 && box.y0 == 0) box = {0, 0, src.width, src.height};
-  if (box.x0 < 0 || box.y0 < 0 || box.x1 > src.width || box.y1 > src.height || box.x0 > box.x1 || box.y0 >= box.y1) {
+  if (box.x0 < 0 || box.y0 < 0 || box.x1 > src.width || box.y1 > src.height || box.x0 > box.x1 || box.y0 > box.y1) {
     throw InvalidArgument("pil_resize: box (" + std::to_string(box.x0) + ", " + std::to_string(box.y0) + ", " +
                           std::to_string(box.x1) + ", " + std::to_string(box.y1) + ") is not inside the " +
                           std::to_string(src.width) + "x" + std::to_string(src.height) + " image");

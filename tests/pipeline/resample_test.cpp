@@ -122,6 +122,9 @@ TEST(PilResize, RejectsWhatItDoesNotImplement) {
   const ImageView v{px.data(), 4, 4, 3, 12};
   EXPECT_THROW(pil_resize(v, 2, 2, Interpolation::Area, out.data(), 6), InvalidArgument);
   EXPECT_THROW(pil_resize(v, 2, 2, Interpolation::Bilinear, out.data(), 6, ResampleBox{0, 0, 5, 4}), InvalidArgument);
+  EXPECT_THROW(pil_resize(v, 2, 2, Interpolation::Bilinear, out.data(), 6, ResampleBox{2, 0, 1, 4}), InvalidArgument);
+  EXPECT_NO_THROW(
+      pil_resize(v, 2, 2, Interpolation::Bilinear, out.data(), 6, ResampleBox{0, 2, 4, 2}));  // empty, as Pillow allows
   EXPECT_THROW(pil_resize(ImageView{px.data(), 4, 2, 6, 12}, 2, 2, Interpolation::Box, out.data(), 6), InvalidArgument);
   EXPECT_THROW(pil_resize(v, 0, 2, Interpolation::Box, out.data(), 6), InvalidArgument);
 }
