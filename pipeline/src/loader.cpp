@@ -39,8 +39,17 @@ BadSamplePolicy parse_bad_sample_policy(const std::string& name) {
 Interpolation parse_interpolation(const std::string& name) {
   if (name == "nearest") return Interpolation::Nearest;
   if (name == "bilinear") return Interpolation::Bilinear;
+  if (name == "bicubic") return Interpolation::Bicubic;
+  if (name == "lanczos") return Interpolation::Lanczos;
+  if (name == "box") return Interpolation::Box;
+  if (name == "hamming") return Interpolation::Hamming;
   if (name == "area") return Interpolation::Area;
-  throw InvalidArgument("interpolation must be nearest, bilinear or area, received '" + name + "'");
+  if (name == "centre_nearest") return Interpolation::CentreNearest;
+  if (name == "opencv_linear") return Interpolation::OpenCvLinear;
+  throw InvalidArgument(
+      "interpolation must be nearest, bilinear, bicubic, lanczos, box, hamming, area, centre_nearest or "
+      "opencv_linear, received '" +
+      name + "'");
 }
 
 namespace {
@@ -151,6 +160,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   LoaderOptions options_;
   std::shared_ptr<const SampleTransform> transform_;
   SampleShape shape_;
+  int decode_min_height_ = 0, decode_min_width_ = 0;  // the decoder's DCT-scaling floor (0: full size)
   int label_width_ = 0;
   int threads_ = 1;
   std::size_t slot_bytes_ = 0;
@@ -250,6 +260,8 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
                            : std::make_shared<ResizeTransform>(o.image_height, o.image_width, o.interpolation,
                                                                o.keep_aspect_ratio);
   shape_ = transform_->output_shape();
+  decode_min_height_ = o.dct_scaling ? transform_->min_decode_height() : 0;
+  decode_min_width_ = o.dct_scaling ? transform_->min_decode_width() : 0;
   if (shape_.bytes() == 0) throw InvalidArgument("the transform's output shape is empty");
 
   sharding_ = o.sharding ? *o.sharding : sharding_from_environment();
@@ -265,13 +277,14 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   }
 
   if (o.cache.kind != CacheKind::None) {
-    // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size;
-    // behind a deterministic uint8 transform they are the transform's output, one copy from a slot.
+    // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size,
+    // 0x0 for full-size decoding (dct_scaling false); behind a deterministic uint8 transform they
+    // are the transform's output, one copy from a slot, and still made from that decode. A cache
+    // file written with the other setting has another key, so it is stale and rebuilt.
     const bool decoded = o.cache.kind == CacheKind::Decoded;
     const std::string identity = transform_->cache_identity();
     cache_outputs_ = decoded && !identity.empty() && shape_.dtype == DType::U8 && shape_.layout == Layout::NHWC;
-    CacheKey key{o.cache.kind, decoded ? transform_->min_decode_height() : 0,
-                 decoded ? transform_->min_decode_width() : 0, 0};
+    CacheKey key{o.cache.kind, decoded ? decode_min_height_ : 0, decoded ? decode_min_width_ : 0, 0};
     if (cache_outputs_) key.transform = std::max<std::uint64_t>(1, checksum64(identity.data(), identity.size()));
     std::vector<std::string> paths;
     paths.reserve(dataset_.size());
@@ -526,7 +539,7 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
         bytes = local->file;
       }
       const auto t0 = Clock::now();
-      image = local->decoder.decode(bytes, item.path, transform_->min_decode_height(), transform_->min_decode_width());
+      image = local->decoder.decode(bytes, item.path, decode_min_height_, decode_min_width_);
       counters_.decode_ns += elapsed_ns(t0);
     }
     const auto t0 = Clock::now();

@@ -7,6 +7,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/resample.hpp"
 
 namespace stoker {
 
@@ -15,15 +16,21 @@ const char* to_string(Interpolation i) noexcept {
     case Interpolation::Nearest: return "nearest";
     case Interpolation::Bilinear: return "bilinear";
     case Interpolation::Area: return "area";
+    case Interpolation::Bicubic: return "bicubic";
+    case Interpolation::Lanczos: return "lanczos";
+    case Interpolation::Box: return "box";
+    case Interpolation::Hamming: return "hamming";
+    case Interpolation::CentreNearest: return "centre_nearest";
+    case Interpolation::OpenCvLinear: return "opencv_linear";
   }
   return "?";
 }
 
 namespace {
 
-// PIL's NEAREST (what Keras' load_img uses): output pixel x samples source floor((x + 0.5) * in/out).
-// OpenCV's INTER_NEAREST uses floor(x * in/out), and 4.6's INTER_NEAREST_EXACT differs from PIL on
-// even ratios, so the mapping is written out here.
+// centre_nearest (augment/'s order 0 at neutral parameters): output pixel x samples source
+// floor((x + 0.5) * in/out), computed per pixel (Pillow's NEAREST accumulates the position, which
+// differs at some ratios; OpenCV's INTER_NEAREST uses floor(x * in/out)).
 void resize_nearest_centres(const cv::Mat& in, cv::Mat& out) {
   thread_local std::vector<int> x_offsets;
   x_offsets.resize(static_cast<std::size_t>(out.cols));
@@ -77,27 +84,37 @@ ResizeTransform::ResizeTransform(int height, int width, Interpolation interpolat
 
 std::string ResizeTransform::cache_identity() const {
   return "resize " + std::to_string(shape_.height) + "x" + std::to_string(shape_.width) + " " +
-         to_string(interpolation_) + (keep_aspect_ratio_ ? " keep-aspect" : "");
+         to_string(interpolation_) + (is_pil_filter(interpolation_) ? " pillow" : "") +
+         (keep_aspect_ratio_ ? " keep-aspect" : "");
 }
 
 void ResizeTransform::apply(const ImageView& src, const SampleContext&, std::byte* dst) const {
   if (src.channels != 3)
     throw InvalidArgument("ResizeTransform expects 3 channels, received " + std::to_string(src.channels));
-  cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);
-  if (keep_aspect_ratio_) {
-    const CropBox box = centre_crop_box(src.height, src.width, shape_.height, shape_.width);
-    in = in(cv::Rect(box.x, box.y, box.width, box.height));
+  auto* const out_data = reinterpret_cast<std::uint8_t*>(dst);
+  const std::size_t out_stride = static_cast<std::size_t>(shape_.width) * 3;
+  const bool same_size = src.height == shape_.height && src.width == shape_.width;
+  const CropBox box = keep_aspect_ratio_ && !same_size
+                          ? centre_crop_box(src.height, src.width, shape_.height, shape_.width)
+                          : CropBox{0, 0, src.width, src.height};
+  if (is_pil_filter(interpolation_)) {
+    pil_resize(src, shape_.height, shape_.width, interpolation_, out_data, out_stride,
+               ResampleBox{box.x, box.y, box.x + box.width, box.y + box.height});
+    return;
   }
-  cv::Mat out(shape_.height, shape_.width, CV_8UC3, dst);
+  cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);
+  in = in(cv::Rect(box.x, box.y, box.width, box.height));
+  cv::Mat out(shape_.height, shape_.width, CV_8UC3, out_data);
   if (in.rows == out.rows && in.cols == out.cols) {
     in.copyTo(out);
     return;
   }
-  if (interpolation_ == Interpolation::Nearest) {
+  if (interpolation_ == Interpolation::CentreNearest) {
     resize_nearest_centres(in, out);
     return;
   }
-  cv::resize(in, out, out.size(), 0, 0, interpolation_ == Interpolation::Bilinear ? cv::INTER_LINEAR : cv::INTER_AREA);
+  cv::resize(in, out, out.size(), 0, 0,
+             interpolation_ == Interpolation::OpenCvLinear ? cv::INTER_LINEAR : cv::INTER_AREA);
 }
 
 }  // namespace stoker

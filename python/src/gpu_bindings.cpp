@@ -192,11 +192,11 @@ void bind_gpu(nb::module_& m) {
              const std::string& interpolation, bool keep_aspect_ratio, std::optional<AugmentSpec> augment,
              const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last, int threads, int prefetch,
              const std::string& on_bad_sample, const std::string& cache, const std::string& cache_budget,
-             const std::string& cache_file, int device, int depth, const std::string& dtype) {
+             const std::string& cache_file, int device, int depth, const std::string& dtype, bool dct_scaling) {
             new (self) PyGpuFeed(dataset,
                                  loader_options(batch_size, height, width, interpolation, keep_aspect_ratio, augment,
                                                 label_mode, shuffle, seed, drop_last, threads, prefetch, on_bad_sample,
-                                                cache, cache_budget, cache_file),
+                                                cache, cache_budget, cache_file, dct_scaling),
                                  device, depth, augment, dtype);
           },
           nb::arg("dataset"), nb::arg("batch_size"), nb::arg("height"), nb::arg("width"),
@@ -204,7 +204,8 @@ void bind_gpu(nb::module_& m) {
           nb::arg("label_mode") = "sparse", nb::arg("shuffle") = true, nb::arg("seed") = 0,
           nb::arg("drop_last") = false, nb::arg("threads") = 0, nb::arg("prefetch") = 4,
           nb::arg("on_bad_sample") = "fail", nb::arg("cache") = "none", nb::arg("cache_budget") = "",
-          nb::arg("cache_file") = "", nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "")
+          nb::arg("cache_file") = "", nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "",
+          nb::arg("dct_scaling") = true)
       .def("begin_epoch", &PyGpuFeed::begin_epoch, nb::arg("epoch"))
       .def("next", &PyGpuFeed::next)
       .def("close", &PyGpuFeed::close)

@@ -25,7 +25,7 @@ LoaderOptions loader_options(int batch_size, int height, int width, const std::s
                              bool keep_aspect_ratio, const std::optional<AugmentSpec>& augment,
                              const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last,
                              int threads, int prefetch, const std::string& on_bad_sample, const std::string& cache,
-                             const std::string& cache_budget, const std::string& cache_file) {
+                             const std::string& cache_budget, const std::string& cache_file, bool dct_scaling) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.image_height = height;
@@ -43,6 +43,7 @@ LoaderOptions loader_options(int batch_size, int height, int width, const std::s
   o.cache.kind = parse_cache_kind(cache);
   if (!cache_budget.empty()) o.cache.budget_bytes = parse_byte_size(cache_budget);
   o.cache.file = cache_file;
+  o.dct_scaling = dct_scaling;
   return o;
 }
 
@@ -187,11 +188,11 @@ void bind_loader(nb::module_& m) {
              const std::string& interpolation, bool keep_aspect_ratio, std::optional<AugmentSpec> augment,
              const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last, int threads, int prefetch,
              const std::string& on_bad_sample, const std::string& cache, const std::string& cache_budget,
-             const std::string& cache_file, bool copy) {
+             const std::string& cache_file, bool copy, bool dct_scaling) {
             new (self) PyLoader(dataset,
                                 loader_options(batch_size, height, width, interpolation, keep_aspect_ratio, augment,
                                                label_mode, shuffle, seed, drop_last, threads, prefetch, on_bad_sample,
-                                               cache, cache_budget, cache_file),
+                                               cache, cache_budget, cache_file, dct_scaling),
                                 copy);
           },
           nb::arg("dataset"), nb::arg("batch_size"), nb::arg("height"), nb::arg("width"),
@@ -199,7 +200,7 @@ void bind_loader(nb::module_& m) {
           nb::arg("label_mode") = "sparse", nb::arg("shuffle") = true, nb::arg("seed") = 0,
           nb::arg("drop_last") = false, nb::arg("threads") = 0, nb::arg("prefetch") = 4,
           nb::arg("on_bad_sample") = "fail", nb::arg("cache") = "none", nb::arg("cache_budget") = "",
-          nb::arg("cache_file") = "", nb::arg("copy") = false)
+          nb::arg("cache_file") = "", nb::arg("copy") = false, nb::arg("dct_scaling") = true)
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
       .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")

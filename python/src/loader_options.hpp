@@ -20,7 +20,7 @@ LoaderOptions loader_options(int batch_size, int height, int width, const std::s
                              bool keep_aspect_ratio, const std::optional<AugmentSpec>& augment,
                              const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last,
                              int threads, int prefetch, const std::string& on_bad_sample, const std::string& cache,
-                             const std::string& cache_budget, const std::string& cache_file);
+                             const std::string& cache_budget, const std::string& cache_file, bool dct_scaling);
 
 // The labels of `count` samples as label_mode shapes them (None for LabelMode::None).
 nb::object label_view(const float* labels, const std::int32_t* classes, std::size_t count, LabelMode mode,

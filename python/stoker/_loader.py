@@ -138,6 +138,11 @@ class Loader:
     take it without a copy). A buffer returns to the pool when the last array over it is gone;
     holding more than `prefetch` batches at once is an error that says so (copy=True gives
     independent arrays). Device batches (device='cuda:N') are DLPack CUDA arrays.
+
+    interpolation: Pillow's filters exactly as Keras' load_img uses them (nearest, bilinear,
+    bicubic, lanczos, box, hamming), area (OpenCV), centre_nearest / opencv_linear (the
+    augmentation's own resize). dct_scaling=True lets JPEGs decode shrunk in the DCT domain
+    (fast); False decodes them at full size as PIL does (pixel parity with Keras).
     """
 
     def __init__(
@@ -160,6 +165,7 @@ class Loader:
         keep_aspect_ratio: bool = False,
         dtype: Optional[str] = None,
         depth: int = 3,
+        dct_scaling: bool = True,
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -187,6 +193,7 @@ class Loader:
             threads=threads,
             prefetch=prefetch,
             on_bad_sample=on_bad_sample,
+            dct_scaling=dct_scaling,
             **_cache_args(cache),
         )
         self.device = device

@@ -18,11 +18,16 @@ dtypes/shapes are Keras'.
 
 How a batch is made
 -------------------
-1. Decoding (files) -- `decoder='pil'` (the default) opens, converts (color_mode) and resizes
-   each file exactly as Keras' load_img does (Pillow, every Keras interpolation,
-   keep_aspect_ratio), on a thread pool (Pillow releases the GIL). `decoder='stoker'` decodes
-   with stoker's C++ Loader instead (rgb only, interpolation nearest/bilinear): faster, but its
-   resize is not yet pixel-identical to Pillow's (see below), which is why it is opt-in.
+1. Decoding (files) -- by default (decoder=None) stoker's C++ Loader decodes whenever it can:
+   color_mode='rgb' and any Keras interpolation (nearest, bilinear, bicubic, lanczos, box,
+   hamming: Pillow's resize re-implemented in C++, keep_aspect_ratio as Keras' box), with JPEGs
+   decoded at full size as PIL does (dct_scaling=False). Otherwise (color_mode 'grayscale' or
+   'rgba') Pillow decodes each file exactly as Keras' load_img does, on a thread pool.
+   decoder='pil' or decoder='stoker' forces one. The C++ path equals Keras' pixels except where
+   Pillow (13.x) runs its resize passes vertical-first while shrinking both ways (a rule stoker
+   has not reproduced): there bilinear/box/hamming differ by at most 1 grey level and
+   bicubic/lanczos by more; and PNGs/JPEGs whose PIL conversion to RGB differs from OpenCV's/
+   TurboJPEG's (16-bit PNGs, CMYK JPEGs) differ too. decoder='pil' is pixel-identical always.
    Arrays given to flow() are used as they are.
 2. Augmentation, rescale and standardisation run in C++ (stoker.Augmenter.apply_batch, on
    stoker's threads, GIL released) on the uint8 images: one call per batch, producing the
@@ -48,8 +53,8 @@ Augmenter.apply_with when it accepts (H, W, C) images (the current binding rejec
 same NumPy/SciPy path, which is Keras' math.
 
 Not implemented (NotImplementedError naming the argument): zca_whitening=True;
-interpolation_order other than 0/1; decoder='stoker' with color_mode other than 'rgb' or
-interpolation other than nearest/bilinear; color_mode='grayscale' on 16/32-bit images (PIL
+interpolation_order other than 0/1; decoder='stoker' with color_mode other than 'rgb';
+color_mode='grayscale' on 16/32-bit images (PIL
 modes 'I;16'/'I'). Unlike Keras, unknown keyword arguments of flow_from_dataframe raise
 TypeError instead of being ignored.
 
@@ -114,7 +119,7 @@ __all__ = ["ImageDataGenerator", "DirectoryIterator", "DataFrameIterator", "Nump
 
 _WHITE_LIST_FORMATS = ("png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff")
 _PIL_FILTERS = ("nearest", "bilinear", "bicubic", "hamming", "box", "lanczos")
-_STOKER_FILTERS = ("nearest", "bilinear")
+_STOKER_FILTERS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 _CHANNELS = {"rgb": 3, "rgba": 4, "grayscale": 1}
 
 _pool_lock = threading.Lock()
@@ -194,6 +199,8 @@ class _FileDecoder:
     """uint8 NHWC batches of files at target_size, by Pillow (Keras' load_img) or stoker's Loader."""
 
     def __init__(self, filepaths, color_mode, target_size, interpolation, keep_aspect_ratio, decoder):
+        if decoder is None:  # the C++ decoder whenever it gives Keras' pixels
+            decoder = "stoker" if color_mode == "rgb" and interpolation in _STOKER_FILTERS else "pil"
         if decoder not in ("pil", "stoker"):
             raise ValueError(f"decoder must be 'pil' or 'stoker', received {decoder!r}")
         if decoder == "pil":
@@ -209,7 +216,7 @@ class _FileDecoder:
                     "use decoder='pil'")
             if interpolation not in _STOKER_FILTERS:
                 raise NotImplementedError(
-                    f"interpolation={interpolation!r} with decoder='stoker' (it has nearest, bilinear); "
+                    f"interpolation={interpolation!r} with decoder='stoker' (it has {', '.join(_STOKER_FILTERS)}); "
                     "use decoder='pil'")
         self.filepaths = filepaths
         self.color_mode = color_mode
@@ -229,7 +236,7 @@ class _FileDecoder:
             ds = _stoker.dataset_from_list(paths, [], [])
             loader = _stoker.Loader(ds, batch_size=len(paths), height=h, width=w, interpolation=self.interpolation,
                                     keep_aspect_ratio=self.keep_aspect_ratio, label_mode="none", shuffle=False,
-                                    prefetch=1, copy=True)
+                                    prefetch=1, copy=True, dct_scaling=False)
             try:
                 loader.begin_epoch(0)
                 batch = loader.next()
@@ -562,7 +569,7 @@ class DirectoryIterator(_FileIterator):
     def __init__(self, directory, image_data_generator, target_size=(256, 256), color_mode="rgb", classes=None,
                  class_mode="categorical", batch_size=32, shuffle=True, seed=None, data_format=None,
                  save_to_dir=None, save_prefix="", save_format="png", follow_links=False, subset=None,
-                 interpolation="nearest", keep_aspect_ratio=False, dtype=None, decoder="pil"):
+                 interpolation="nearest", keep_aspect_ratio=False, dtype=None, decoder=None):
         data_format = data_format or _image_data_format()
         dtype = dtype or _floatx()
         self._set_processing_attrs(image_data_generator, target_size, color_mode, data_format, save_to_dir,
@@ -615,7 +622,7 @@ class DataFrameIterator(_FileIterator):
                  weight_col=None, target_size=(256, 256), color_mode="rgb", classes=None, class_mode="categorical",
                  batch_size=32, shuffle=True, seed=None, data_format="channels_last", save_to_dir=None,
                  save_prefix="", save_format="png", subset=None, interpolation="nearest", keep_aspect_ratio=False,
-                 dtype="float32", validate_filenames=True, decoder="pil"):
+                 dtype="float32", validate_filenames=True, decoder=None):
         self._set_processing_attrs(image_data_generator, target_size, color_mode, data_format, save_to_dir,
                                    save_prefix, save_format, subset, interpolation, keep_aspect_ratio, decoder)
         df = dataframe.copy()
@@ -822,7 +829,8 @@ class ImageDataGenerator:
     """Keras' ImageDataGenerator (same constructor and methods); stoker does the work.
 
     Extra keyword (not in Keras) on flow_from_directory / flow_from_dataframe:
-    decoder='pil' (default, Keras' load_img pixels) or 'stoker' (stoker's C++ decoder)."""
+    decoder=None (default: stoker's C++ decoder when color_mode is 'rgb', else Pillow), 'pil'
+    (Keras' load_img itself) or 'stoker'."""
 
     def __init__(self, featurewise_center=False, samplewise_center=False, featurewise_std_normalization=False,
                  samplewise_std_normalization=False, zca_whitening=False, zca_epsilon=1e-6, rotation_range=0,
@@ -899,7 +907,7 @@ class ImageDataGenerator:
     def flow_from_directory(self, directory, target_size=(256, 256), color_mode="rgb", classes=None,
                             class_mode="categorical", batch_size=32, shuffle=True, seed=None, save_to_dir=None,
                             save_prefix="", save_format="png", follow_links=False, subset=None,
-                            interpolation="nearest", keep_aspect_ratio=False, *, decoder="pil"):
+                            interpolation="nearest", keep_aspect_ratio=False, *, decoder=None):
         return DirectoryIterator(directory, self, target_size=target_size, color_mode=color_mode,
                                  keep_aspect_ratio=keep_aspect_ratio, classes=classes, class_mode=class_mode,
                                  data_format=self.data_format, batch_size=batch_size, shuffle=shuffle, seed=seed,
@@ -911,7 +919,7 @@ class ImageDataGenerator:
                             target_size=(256, 256), color_mode="rgb", classes=None, class_mode="categorical",
                             batch_size=32, shuffle=True, seed=None, save_to_dir=None, save_prefix="",
                             save_format="png", subset=None, interpolation="nearest", validate_filenames=True,
-                            keep_aspect_ratio=False, decoder="pil", **kwargs):
+                            keep_aspect_ratio=False, decoder=None, **kwargs):
         for name, message in (("has_ext", "has_ext is deprecated, filenames in the dataframe have to match the "
                                           "exact filenames in disk."),
                               ("sort", "sort is deprecated, batches will be created in the same order than the "

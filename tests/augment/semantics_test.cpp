@@ -77,7 +77,9 @@ TEST(AugmentSemantics, NeutralParametersReproduceThePlainResizeExactly) {
       if (keep_aspect) s.center_crop = CenterCrop{1.0, true};
       const Augmenter aug(s);
       const cv::Mat got = run(aug, src, SampleContext{7, 1, 3});
-      const ResizeTransform plain(40, 56, order == 1 ? Interpolation::Bilinear : Interpolation::Nearest, keep_aspect);
+      // The warp's own resize: centre_nearest / opencv_linear (Pillow's filters are the loader's, not the warp's).
+      const ResizeTransform plain(40, 56, order == 1 ? Interpolation::OpenCvLinear : Interpolation::CentreNearest,
+                                  keep_aspect);
       cv::Mat want(40, 56, CV_8UC3);
       plain.apply(view_of(src), SampleContext{}, reinterpret_cast<std::byte*>(want.data));
       EXPECT_TRUE(same(got, want));

@@ -17,8 +17,9 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
   s.height = s.width = prep.image_size;
   s.dtype = DType::F32;
   s.layout = Layout::NHWC;
-  if (prep.interpolation == Interpolation::Area) {
-    throw InvalidArgument("interpolation area is not available with training; use nearest or bilinear");
+  if (prep.interpolation != Interpolation::Nearest && prep.interpolation != Interpolation::Bilinear) {
+    throw InvalidArgument(std::string("interpolation ") + to_string(prep.interpolation) +
+                          " is not available with training; use nearest or bilinear");
   }
   s.interpolation_order = prep.interpolation == Interpolation::Nearest ? 0 : 1;
   if (prep.keep_aspect_ratio) s.center_crop = CenterCrop{1.0, true};

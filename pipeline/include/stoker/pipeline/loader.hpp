@@ -46,7 +46,8 @@ enum class BadSamplePolicy : std::uint8_t {
 
 LabelMode parse_label_mode(const std::string& name);               // binary|categorical|sparse|none
 BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // fail|skip
-Interpolation parse_interpolation(const std::string& name);        // nearest|bilinear|area
+// nearest|bilinear|bicubic|lanczos|box|hamming|area|centre_nearest|opencv_linear
+Interpolation parse_interpolation(const std::string& name);
 
 struct LoaderOptions {
   int batch_size = 32;
@@ -55,6 +56,10 @@ struct LoaderOptions {
   int image_width = 256;
   Interpolation interpolation = Interpolation::Nearest;  // Keras' default
   bool keep_aspect_ratio = false;                        // centre-crop to the target aspect ratio before resizing
+  // JPEGs are decoded shrunk in the DCT domain (TurboJPEG's 1/2, 1/4, 1/8 scaling) down to, but not
+  // below, the transform's min_decode size: fast, but not the pixels PIL decodes. false decodes
+  // every JPEG at full size, as PIL does: needed for pixel parity with Keras' load_img.
+  bool dct_scaling = true;
   // Replaces the default transform (e.g. an augment::Augmenter); then image_* are not used.
   std::shared_ptr<const SampleTransform> transform;
 

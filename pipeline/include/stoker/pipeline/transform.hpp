@@ -19,7 +19,23 @@ struct SampleContext {
   std::int64_t sample_id = 0;
 };
 
-enum class Interpolation : std::uint8_t { Nearest, Bilinear, Area };
+// How ResizeTransform samples. The first six are Pillow's Image.resize filters, pixel for pixel
+// (Keras' load_img names; see resample.hpp): bilinear, bicubic, lanczos, box and hamming are
+// convolutions whose support grows with the downscale factor (antialiased). Area is OpenCV's
+// INTER_AREA. The last two are what augment/'s warp does at neutral parameters (its orders 0 and
+// 1), kept so a plain-resize loader can prepare images as an Augmenter would: centre_nearest
+// samples floor((x + 0.5) * in/out) and opencv_linear is OpenCV's INTER_LINEAR (not antialiased).
+enum class Interpolation : std::uint8_t {
+  Nearest,
+  Bilinear,
+  Area,
+  Bicubic,
+  Lanczos,
+  Box,
+  Hamming,
+  CentreNearest,
+  OpenCvLinear,
+};
 
 const char* to_string(Interpolation i) noexcept;
 
@@ -44,8 +60,10 @@ class SampleTransform {
   virtual void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const = 0;
 };
 
-// Resize to a fixed size (uint8 NHWC), optionally centre-cropping to the target aspect ratio first
-// (Keras' keep_aspect_ratio). Nearest uses pixel centres, as PIL and Keras do.
+// Resize to a fixed size (uint8 NHWC) as Keras' load_img does (Pillow's Image.resize), optionally
+// from the centre box of the target aspect ratio (Keras' keep_aspect_ratio: Pillow's resize with
+// that box, so its filters also read the pixels just outside the box). Area, centre_nearest and
+// opencv_linear crop to the box first, then resize it.
 class ResizeTransform final : public SampleTransform {
  public:
   ResizeTransform(int height, int width, Interpolation interpolation = Interpolation::Nearest,
