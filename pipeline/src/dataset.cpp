@@ -34,7 +34,9 @@ bool has_extension(const fs::path& file, const std::vector<std::string>& extensi
   return std::find(extensions.begin(), extensions.end(), ext) != extensions.end();
 }
 
-// Files under `dir`, recursively, sorted by path (Keras sorts os.walk's output the same way).
+// Files under `dir`, recursively, in Keras' order: the folders os.walk visits sorted by their path,
+// and inside each folder its files sorted by name (so a folder's own files come before those of
+// its sub-folders, which sorting whole paths would not give).
 std::vector<std::string> list_images(const fs::path& dir, const DirectoryOptions& options) {
   std::vector<std::string> files;
   auto dir_options = fs::directory_options::skip_permission_denied;
@@ -45,7 +47,12 @@ std::vector<std::string> list_images(const fs::path& dir, const DirectoryOptions
     if (!options.follow_links && it->is_symlink(ec) && !fs::is_regular_file(it->path(), ec)) continue;
     if (has_extension(it->path(), options.extensions)) files.push_back(it->path().string());
   }
-  std::sort(files.begin(), files.end());
+  std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+    const fs::path pa(a), pb(b);
+    const std::string da = pa.parent_path().string(), db = pb.parent_path().string();
+    if (da != db) return da < db;
+    return pa.filename().string() < pb.filename().string();
+  });
   return files;
 }
 

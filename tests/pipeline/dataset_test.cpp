@@ -36,6 +36,23 @@ TEST(DatasetFromDirectory, ClassesAreSortedFoldersAndFilesAreFoundRecursivelyInO
   EXPECT_EQ(d.samples[4].label, 2);
 }
 
+TEST(DatasetFromDirectory, NestedFoldersComeInKerasOrder) {
+  // Keras sorts os.walk's folders by path and each folder's files by name: "a/z.jpg" (folder "a")
+  // comes before "a/b/y.jpg" (folder "a/b"), and "a-c/x.jpg" (folder "a-c", '-' < '/') before both
+  // of "a/b"... as string order of the folder paths says. Sorting whole paths would interleave them.
+  TempDir dir;
+  touch(dir / "k/a/z.jpg");
+  touch(dir / "k/a/b/y.jpg");
+  touch(dir / "k/a-c/x.jpg");
+  touch(dir / "k/m.jpg");
+  touch(dir / "k/a b/w.jpg");
+  const Dataset d = dataset_from_directory(dir.path());
+  std::vector<std::string> rel;
+  for (const auto& s : d.samples) rel.push_back(fs::relative(s.path, dir.path() / "k").generic_string());
+  // Folders: "k" < "k/a" < "k/a b" < "k/a-c" < "k/a/b" (' ' < '-' < '/').
+  EXPECT_EQ(rel, (std::vector<std::string>{"m.jpg", "a/z.jpg", "a b/w.jpg", "a-c/x.jpg", "a/b/y.jpg"}));
+}
+
 TEST(DatasetFromDirectory, ExplicitClassesKeepTheirOrder) {
   TempDir dir;
   touch(dir / "a/1.jpg");
