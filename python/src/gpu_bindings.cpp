@@ -72,6 +72,7 @@ struct GpuBatch {
   nb::object images;         // DeviceArray
   nb::object labels;         // host, as label_mode shapes them
   nb::object sample_ids;     // host int64
+  nb::object padding;        // host bool: pads this rank's share (Batch::padding)
   nb::object device_labels;  // DeviceArray float32 (N, label width)
   int size = 0;
   std::uint64_t epoch = 0;
@@ -82,7 +83,10 @@ class PyGpuFeed {
  public:
   PyGpuFeed(Dataset dataset, LoaderOptions loader, int device, int depth, std::optional<AugmentSpec> augment,
             const std::string& dtype)
-      : device_(device), label_mode_(loader.label_mode) {
+      : rank(loader.sharding ? loader.sharding->rank : 0),
+        world_size(loader.sharding ? loader.sharding->world_size : 1),
+        device_(device),
+        label_mode_(loader.label_mode) {
     require_cuda_device("stoker.Loader(device='cuda')");
     if (device < 0 || device >= cuda_device_count()) {
       throw InvalidArgument("device cuda:" + std::to_string(device) + " does not exist (" +
@@ -145,6 +149,7 @@ class PyGpuFeed {
         nb::cast(DeviceArray(held, const_cast<float*>(held->device_labels()), {n, width}, nb::dtype<float>(), device_));
     nb::capsule owner = keep_alive(held);
     out.sample_ids = host_view(held->sample_ids().data(), {n}, owner);
+    out.padding = host_view(reinterpret_cast<const bool*>(held->padding().data()), {n}, owner);
     if (label_mode_ == LabelMode::Sparse) {
       // The feed keeps sparse labels as floats: the int32 class array the host batches have.
       nb::object f = host_view(held->labels().data(), {n}, owner);
@@ -159,6 +164,9 @@ class PyGpuFeed {
     if (!feed_) throw Error("the loader was closed");
     return *feed_;
   }
+
+  const int rank;  // the loader's sharding, as resolved from the settings or the environment
+  const int world_size;
 
  private:
   int device_;
@@ -180,6 +188,7 @@ void bind_gpu(nb::module_& m) {
       .def_ro("images", &GpuBatch::images)
       .def_ro("labels", &GpuBatch::labels)
       .def_ro("sample_ids", &GpuBatch::sample_ids)
+      .def_ro("padding", &GpuBatch::padding)
       .def_ro("device_labels", &GpuBatch::device_labels)
       .def_ro("epoch", &GpuBatch::epoch)
       .def_ro("index", &GpuBatch::index)
@@ -188,29 +197,19 @@ void bind_gpu(nb::module_& m) {
   nb::class_<PyGpuFeed>(m, "GpuFeed", "The GPU feed (use stoker.Loader(device='cuda:N')).")
       .def(
           "__init__",
-          [](PyGpuFeed* self, const Dataset& dataset, int batch_size, int height, int width,
-             const std::string& interpolation, bool keep_aspect_ratio, std::optional<AugmentSpec> augment,
-             const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last, int threads, int prefetch,
-             const std::string& on_bad_sample, const std::string& cache, const std::string& cache_budget,
-             const std::string& cache_file, int device, int depth, const std::string& dtype, bool dct_scaling) {
-            new (self) PyGpuFeed(dataset,
-                                 loader_options(batch_size, height, width, interpolation, keep_aspect_ratio, augment,
-                                                label_mode, shuffle, seed, drop_last, threads, prefetch, on_bad_sample,
-                                                cache, cache_budget, cache_file, dct_scaling),
-                                 device, depth, augment, dtype);
+          [](PyGpuFeed* self, const Dataset& dataset, const nb::dict& settings, int device, int depth,
+             const std::string& dtype) {
+            std::optional<AugmentSpec> augment;
+            LoaderOptions loader = loader_options(settings, &augment);
+            new (self) PyGpuFeed(dataset, std::move(loader), device, depth, augment, dtype);
           },
-          nb::arg("dataset"), nb::arg("batch_size"), nb::arg("height"), nb::arg("width"),
-          nb::arg("interpolation") = "nearest", nb::arg("keep_aspect_ratio") = false, nb::arg("augment") = nb::none(),
-          nb::arg("label_mode") = "sparse", nb::arg("shuffle") = true, nb::arg("seed") = 0,
-          nb::arg("drop_last") = false, nb::arg("threads") = 0, nb::arg("prefetch") = 4,
-          nb::arg("on_bad_sample") = "fail", nb::arg("cache") = "none", nb::arg("cache_budget") = "",
-          nb::arg("cache_file") = "", nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "",
-          nb::arg("dct_scaling") = true)
+          nb::arg("dataset"), nb::arg("settings"), nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "")
       .def("begin_epoch", &PyGpuFeed::begin_epoch, nb::arg("epoch"))
       .def("next", &PyGpuFeed::next)
       .def("close", &PyGpuFeed::close)
       .def("__len__", [](PyGpuFeed& f) { return f.live().batches_per_epoch(); })
       .def("describe", [](PyGpuFeed& f) { return f.live().describe(); })
+      .def_prop_ro("sharding", [](PyGpuFeed& f) { return nb::make_tuple(f.rank, f.world_size); })
       .def("stats", [](PyGpuFeed& f) { return stats_object(f.live().stats().loader); });
 }
 

@@ -8,6 +8,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,29 +23,55 @@
 
 namespace stoker::python {
 
-LoaderOptions loader_options(int batch_size, int height, int width, const std::string& interpolation,
-                             bool keep_aspect_ratio, const std::optional<AugmentSpec>& augment,
-                             const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last,
-                             int threads, int prefetch, const std::string& on_bad_sample, const std::string& cache,
-                             const std::string& cache_budget, const std::string& cache_file, bool dct_scaling) {
+LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out) {
+  static const char* const known[] = {
+      "batch_size",    "height",     "width",         "interpolation", "keep_aspect_ratio", "augment",
+      "label_mode",    "shuffle",    "seed",          "drop_last",     "threads",           "prefetch",
+      "on_bad_sample", "cache",      "cache_budget",  "cache_file",    "dct_scaling",       "rank",
+      "world_size",    "shard_mode", "drop_remainder"};
+  for (auto [key, value] : settings) {
+    const std::string k = nb::cast<std::string>(key);
+    if (std::find(std::begin(known), std::end(known), k) == std::end(known)) {
+      throw InvalidArgument("unknown loader setting '" + k + "'");
+    }
+  }
+  auto get = [&]<class T>(const char* key, T fallback) {
+    return settings.contains(key) && !settings[key].is_none() ? nb::cast<T>(settings[key]) : fallback;
+  };
   LoaderOptions o;
-  o.batch_size = batch_size;
-  o.image_height = height;
-  o.image_width = width;
-  o.interpolation = parse_interpolation(interpolation);
-  o.keep_aspect_ratio = keep_aspect_ratio;
-  if (augment) o.transform = std::make_shared<const Augmenter>(*augment);
-  o.label_mode = parse_label_mode(label_mode);
-  o.shuffle = shuffle;
-  o.seed = seed;
-  o.drop_last = drop_last;
-  o.threads = threads;
-  o.prefetch = prefetch;
-  o.on_bad_sample = parse_bad_sample_policy(on_bad_sample);
-  o.cache.kind = parse_cache_kind(cache);
-  if (!cache_budget.empty()) o.cache.budget_bytes = parse_byte_size(cache_budget);
-  o.cache.file = cache_file;
-  o.dct_scaling = dct_scaling;
+  o.batch_size = get("batch_size", o.batch_size);
+  o.image_height = get("height", o.image_height);
+  o.image_width = get("width", o.image_width);
+  o.interpolation = parse_interpolation(get("interpolation", std::string("nearest")));
+  o.keep_aspect_ratio = get("keep_aspect_ratio", o.keep_aspect_ratio);
+  std::optional<AugmentSpec> augment;
+  if (settings.contains("augment") && !settings["augment"].is_none()) {
+    augment = nb::cast<AugmentSpec>(settings["augment"]);
+  }
+  if (augment_out != nullptr) {
+    *augment_out = augment;
+  } else if (augment) {
+    o.transform = std::make_shared<const Augmenter>(*augment);
+  }
+  o.label_mode = parse_label_mode(get("label_mode", std::string("sparse")));
+  o.shuffle = get("shuffle", o.shuffle);
+  o.seed = get("seed", o.seed);
+  o.drop_last = get("drop_last", o.drop_last);
+  o.threads = get("threads", o.threads);
+  o.prefetch = get("prefetch", o.prefetch);
+  o.on_bad_sample = parse_bad_sample_policy(get("on_bad_sample", std::string("fail")));
+  o.cache.kind = parse_cache_kind(get("cache", std::string("none")));
+  const std::string budget = get("cache_budget", std::string());
+  if (!budget.empty()) o.cache.budget_bytes = parse_byte_size(budget);
+  o.cache.file = get("cache_file", std::string());
+  o.dct_scaling = get("dct_scaling", o.dct_scaling);
+  // Rank and world size: both given, or both from the launcher's environment (torchrun, Slurm).
+  const int rank = get("rank", -1), world = get("world_size", 0);
+  if ((rank >= 0) != (world >= 1)) throw InvalidArgument("give rank and world_size together");
+  Sharding sharding = rank >= 0 ? Sharding{rank, world} : sharding_from_environment();
+  sharding.mode = parse_shard_mode(get("shard_mode", std::string("interleaved")));
+  sharding.drop_remainder = get("drop_remainder", false);
+  o.sharding = sharding;
   return o;
 }
 
@@ -67,7 +95,7 @@ namespace {
 
 // What Python sees of a batch. The arrays own the slot; this object only refers to them.
 struct HostBatch {
-  nb::object images, labels, classes, sample_ids;
+  nb::object images, labels, classes, sample_ids, padding;
   int size = 0;
   std::uint64_t epoch = 0;
   std::int64_t index = 0;
@@ -117,6 +145,7 @@ class PyLoader {
                          copy_);
     out.classes = copy_if(host_view(held->classes().data(), {n}, owner), copy_);
     out.sample_ids = copy_if(host_view(held->sample_ids().data(), {n}, owner), copy_);
+    out.padding = copy_if(host_view(reinterpret_cast<const bool*>(held->padding().data()), {n}, owner), copy_);
     return out;
   }
 
@@ -166,6 +195,8 @@ void bind_loader(nb::module_& m) {
               "Per label_mode: int32 (N,) sparse, float32 (N,) binary, (N, K) categorical")
       .def_ro("classes", &HostBatch::classes, "Class index per sample, int32 (-1: unlabelled)")
       .def_ro("sample_ids", &HostBatch::sample_ids, "Index of each sample in the dataset, int64")
+      .def_ro("padding", &HostBatch::padding,
+              "True for a sample that only pads this rank's share to the common count (count it once)")
       .def_ro("epoch", &HostBatch::epoch)
       .def_ro("index", &HostBatch::index, "Position of the batch in its epoch")
       .def_prop_ro("paths",
@@ -184,23 +215,10 @@ void bind_loader(nb::module_& m) {
   nb::class_<PyLoader>(m, "Loader", "The C++ loader (use stoker.Loader).")
       .def(
           "__init__",
-          [](PyLoader* self, const Dataset& dataset, int batch_size, int height, int width,
-             const std::string& interpolation, bool keep_aspect_ratio, std::optional<AugmentSpec> augment,
-             const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last, int threads, int prefetch,
-             const std::string& on_bad_sample, const std::string& cache, const std::string& cache_budget,
-             const std::string& cache_file, bool copy, bool dct_scaling) {
-            new (self) PyLoader(dataset,
-                                loader_options(batch_size, height, width, interpolation, keep_aspect_ratio, augment,
-                                               label_mode, shuffle, seed, drop_last, threads, prefetch, on_bad_sample,
-                                               cache, cache_budget, cache_file, dct_scaling),
-                                copy);
+          [](PyLoader* self, const Dataset& dataset, const nb::dict& settings, bool copy) {
+            new (self) PyLoader(dataset, loader_options(settings), copy);
           },
-          nb::arg("dataset"), nb::arg("batch_size"), nb::arg("height"), nb::arg("width"),
-          nb::arg("interpolation") = "nearest", nb::arg("keep_aspect_ratio") = false, nb::arg("augment") = nb::none(),
-          nb::arg("label_mode") = "sparse", nb::arg("shuffle") = true, nb::arg("seed") = 0,
-          nb::arg("drop_last") = false, nb::arg("threads") = 0, nb::arg("prefetch") = 4,
-          nb::arg("on_bad_sample") = "fail", nb::arg("cache") = "none", nb::arg("cache_budget") = "",
-          nb::arg("cache_file") = "", nb::arg("copy") = false, nb::arg("dct_scaling") = true)
+          nb::arg("dataset"), nb::arg("settings"), nb::arg("copy") = false)
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
       .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")
@@ -211,6 +229,14 @@ void bind_loader(nb::module_& m) {
       .def_prop_ro("sample_shape", [](PyLoader& l) { return batch_shape(1, l.live().sample_shape()); })
       .def_prop_ro("dtype", [](PyLoader& l) { return std::string(numpy_name(l.live().sample_shape().dtype)); })
       .def_prop_ro("label_width", [](PyLoader& l) { return l.live().label_width(); })
+      .def_prop_ro("samples_per_epoch", [](PyLoader& l) { return l.live().samples_per_epoch(); })
+      .def_prop_ro(
+          "sharding",
+          [](PyLoader& l) {
+            const Sharding& s = l.live().sharding();
+            return nb::make_tuple(s.rank, s.world_size);
+          },
+          "(rank, world_size) as resolved at construction")
       .def("stats", [](PyLoader& l) { return stats_object(l.live().stats()); })
       .def("reset_stats", [](PyLoader& l) { l.live().reset_stats(); })
       .def(

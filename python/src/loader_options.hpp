@@ -16,11 +16,10 @@ namespace stoker::python {
 
 namespace nb = nanobind;
 
-LoaderOptions loader_options(int batch_size, int height, int width, const std::string& interpolation,
-                             bool keep_aspect_ratio, const std::optional<AugmentSpec>& augment,
-                             const std::string& label_mode, bool shuffle, std::uint64_t seed, bool drop_last,
-                             int threads, int prefetch, const std::string& on_bad_sample, const std::string& cache,
-                             const std::string& cache_budget, const std::string& cache_file, bool dct_scaling);
+// LoaderOptions from the settings dict stoker.Loader builds (every key named in loader_options.cpp
+// must be there; an unknown key is an InvalidArgument naming it). `augment` (an AugmentSpec or None)
+// becomes the loader's transform unless `augment_out` takes it (the GPU feed runs it on the GPU).
+LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out = nullptr);
 
 // The labels of `count` samples as label_mode shapes them (None for LabelMode::None).
 nb::object label_view(const float* labels, const std::int32_t* classes, std::size_t count, LabelMode mode,

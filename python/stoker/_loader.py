@@ -3,6 +3,7 @@ or lists, and the augmentation description."""
 
 from __future__ import annotations
 
+import copy as copy_module
 import os
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
@@ -139,6 +140,12 @@ class Loader:
     holding more than `prefetch` batches at once is an error that says so (copy=True gives
     independent arrays). Device batches (device='cuda:N') are DLPack CUDA arrays.
 
+    rank, world_size: this process's share of each epoch in a job of several (torchrun, Slurm):
+    PyTorch's DistributedSampler semantics (every rank computes the epoch's permutation alike and
+    takes every world_size-th sample), equal counts by padding (batch.padding marks the repeats)
+    or, with drop_remainder, by dropping the rest; shard_mode='fixed' keeps each rank on one part
+    of the data across epochs. Not given: RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, else 0 of 1.
+
     interpolation: Pillow's filters exactly as Keras' load_img uses them (nearest, bilinear,
     bicubic, lanczos, box, hamming), area (OpenCV), centre_nearest / opencv_linear (the
     augmentation's own resize). dct_scaling=True lets JPEGs decode shrunk in the DCT domain
@@ -166,6 +173,10 @@ class Loader:
         dtype: Optional[str] = None,
         depth: int = 3,
         dct_scaling: bool = True,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shard_mode: str = "interleaved",
+        drop_remainder: bool = False,
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -173,6 +184,8 @@ class Loader:
             height, width = (int(v) for v in image_size)
         if isinstance(augment, dict):
             augment = Augment(**augment)
+        elif augment is not None:
+            augment = copy_module.copy(augment)  # the caller's spec is not changed
         if augment is not None:
             if augment.height == 0 and augment.width == 0:
                 augment.height, augment.width = height, width
@@ -194,6 +207,10 @@ class Loader:
             prefetch=prefetch,
             on_bad_sample=on_bad_sample,
             dct_scaling=dct_scaling,
+            rank=rank,
+            world_size=world_size,
+            shard_mode=shard_mode,
+            drop_remainder=drop_remainder,
             **_cache_args(cache),
         )
         self.device = device
@@ -201,11 +218,12 @@ class Loader:
         if cuda is None:
             if dtype not in (None, "uint8", "float32"):
                 raise _stoker.InvalidArgument(f"dtype {dtype!r} is made on the GPU only (device='cuda')")
-            self._core = _stoker.Loader(self.dataset, copy=copy, **args)
+            self._core = _stoker.Loader(self.dataset, args, copy=copy)
         else:
-            self._core = _stoker.GpuFeed(self.dataset, device=cuda, depth=depth, dtype=dtype or "", **args)
+            self._core = _stoker.GpuFeed(self.dataset, args, device=cuda, depth=depth, dtype=dtype or "")
         self.batch_size = batch_size
         self.seed = seed
+        self._sharding = tuple(self._core.sharding) if hasattr(self._core, "sharding") else (rank or 0, world_size or 1)
         self._next_epoch = 0
         self._epoch: Optional[int] = None
 
@@ -232,6 +250,11 @@ class Loader:
             yield batch
             # Not held here while the next one is made: the consumer's reference is the only one.
             del batch
+
+    @property
+    def sharding(self) -> tuple:
+        """(rank, world_size) of this loader, as given or read from the environment."""
+        return self._sharding
 
     def __len__(self) -> int:
         """Batches per epoch."""

@@ -234,9 +234,11 @@ class _FileDecoder:
         paths = [self.filepaths[j] for j in indices]
         if self.decoder == "stoker":
             ds = _stoker.dataset_from_list(paths, [], [])
-            loader = _stoker.Loader(ds, batch_size=len(paths), height=h, width=w, interpolation=self.interpolation,
-                                    keep_aspect_ratio=self.keep_aspect_ratio, label_mode="none", shuffle=False,
-                                    prefetch=1, copy=True, dct_scaling=False)
+            # These exact files, whatever RANK/WORLD_SIZE say: the iterator has chosen them.
+            settings = dict(batch_size=len(paths), height=h, width=w, interpolation=self.interpolation,
+                            keep_aspect_ratio=self.keep_aspect_ratio, label_mode="none", shuffle=False,
+                            prefetch=1, dct_scaling=False, rank=0, world_size=1)
+            loader = _stoker.Loader(ds, settings, copy=True)
             try:
                 loader.begin_epoch(0)
                 batch = loader.next()

@@ -138,9 +138,11 @@ class DataLoader:
     device: 'cpu' or 'cuda:N' (GPU augmentation, tensors on that device; dtype may then be
       'float16' or 'bfloat16').
     copy: True makes every batch an independent tensor (no pooled buffer is held).
-    num_replicas, rank: a static shard for distributed training (as DistributedSampler with
-      drop_last=True): rank r takes samples r, r + n, ... of the dataset, every rank the same
-      count; shuffle and augmentation then follow (seed, epoch) within the shard.
+    rank, world_size, shard_mode, drop_remainder: this process's share of each epoch, with
+      DistributedSampler's semantics (stoker.Loader). Not given: torch.distributed's rank and
+      world size when it is initialised, else the launcher's environment (RANK/WORLD_SIZE,
+      SLURM_PROCID/SLURM_NTASKS), else 0 of 1. `padding` on the loader's batches marks the
+      repeats that even out the ranks; `with_padding=True` yields (images, labels, padding).
 
     Tensors on the CPU are views of pooled buffers: see the module docstring.
     """
@@ -167,8 +169,11 @@ class DataLoader:
         keep_aspect_ratio: bool = False,
         dtype: Optional[str] = None,
         depth: int = 3,
-        num_replicas: Optional[int] = None,
         rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        shard_mode: str = "interleaved",
+        drop_remainder: bool = False,
+        with_padding: bool = False,
     ):
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
@@ -177,8 +182,10 @@ class DataLoader:
             raise _stoker.InvalidArgument(
                 f"dtype {dtype!r} on the CPU: output='float' gives float32, output='uint8' uint8")
         data = _loader.dataset(source)
-        if num_replicas is not None or rank is not None:
-            data = _shard(data, num_replicas, rank)
+        if rank is None and world_size is None and _torch.distributed.is_available() \
+                and _torch.distributed.is_initialized():
+            rank, world_size = _torch.distributed.get_rank(), _torch.distributed.get_world_size()
+        self.with_padding = with_padding
         self.output = output
         self.label_mode = label_mode
         self.copy = copy
@@ -201,6 +208,10 @@ class DataLoader:
             keep_aspect_ratio=keep_aspect_ratio,
             dtype=dtype if cuda else None,
             depth=depth,
+            rank=rank,
+            world_size=world_size,
+            shard_mode=shard_mode,
+            drop_remainder=drop_remainder,
         )
         self.batch_size = batch_size
 
@@ -209,6 +220,8 @@ class DataLoader:
         convert = self._device_batch if self.device.type == "cuda" else self._host_batch
         for batch in self.loader:
             out = convert(batch)
+            if self.with_padding:
+                out = (*out, _torch.from_numpy(batch.padding.copy()))
             del batch  # only the tensors hold the buffer: dropping them frees it
             yield out
 
@@ -288,21 +301,3 @@ class DataLoader:
                 f"{self.batch_size}, output {self.output}, device {self.device}>")
 
 
-def _shard(data: _stoker.Dataset, num_replicas: Optional[int], rank: Optional[int]) -> _stoker.Dataset:
-    if num_replicas is None or rank is None:
-        if not (_torch.distributed.is_available() and _torch.distributed.is_initialized()):
-            raise _stoker.InvalidArgument(
-                "num_replicas and rank: give both, or initialise torch.distributed first")
-        num_replicas = _torch.distributed.get_world_size() if num_replicas is None else num_replicas
-        rank = _torch.distributed.get_rank() if rank is None else rank
-    if num_replicas < 1 or not 0 <= rank < num_replicas:
-        raise _stoker.InvalidArgument(f"rank {rank} of num_replicas {num_replicas}: need 0 <= rank < num_replicas")
-    per_rank = len(data) // num_replicas
-    if per_rank == 0:
-        raise _stoker.DatasetError(f"{len(data)} samples cannot be shared by {num_replicas} replicas")
-    take = slice(rank, rank + per_rank * num_replicas, num_replicas)
-    paths, labels = list(data.paths)[take], list(data.labels)[take]
-    names = list(data.class_names)
-    if all(v < 0 for v in labels):
-        return _loader.dataset(paths, class_names=names)
-    return _loader.dataset(paths, labels, names)

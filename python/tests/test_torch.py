@@ -168,17 +168,24 @@ def test_set_epoch_and_shards_as_with_distributed_sampler(folder):
     b, _ = run(dl, 4)
     c, _ = run(dl, 5)
     assert a == b and a != c
-    ranks = [stoker.torch.DataLoader(folder, 16, batch_size=4, num_replicas=3, rank=r) for r in range(3)]
-    paths = [set(r.dataset.paths) for r in ranks]
-    assert [len(p) for p in paths] == [8, 8, 8]
-    assert not (paths[0] & paths[1]) and not (paths[1] & paths[2]) and not (paths[0] & paths[2])
-    assert [len(r) for r in ranks] == [2, 2, 2]
+    ranks = [stoker.torch.DataLoader(folder, 16, batch_size=4, rank=r, world_size=3, with_padding=True)
+             for r in range(3)]
+    n = len(ranks[0].loader.dataset)
+    per_rank = -(-n // 3)  # padded up: every rank the same count
+    assert [len(r) for r in ranks] == [-(-per_rank // 4)] * 3
+    ids, padded = [], 0
     for r in ranks:
-        assert r.classes == ["blue", "red"]
-        for images, labels in r:
-            assert labels.tolist()  # labels survive the shard
-    with pytest.raises(stoker.InvalidArgument):
-        stoker.torch.DataLoader(folder, 16, num_replicas=2, rank=2)
+        r.set_epoch(2)
+        for images, labels, padding in r:
+            assert images.shape[0] == labels.shape[0] == padding.shape[0]
+        r.loader.set_epoch(2)
+        for b in r.loader:  # the same epoch through the loader, for the sample ids
+            ids += [int(i) for i, p in zip(b.sample_ids, b.padding) if not p]
+            padded += int(b.padding.sum())
+    assert sorted(ids) == list(range(n))  # every sample once per epoch across the ranks
+    assert padded == per_rank * 3 - n
+    with pytest.raises(stoker.InvalidArgument, match="rank"):
+        stoker.torch.DataLoader(folder, 16, rank=2, world_size=2)
 
 
 def test_options_that_cannot_work_are_invalid_arguments(folder):
