@@ -17,7 +17,11 @@ torch: the torchvision ImageNet training pipeline
        NCHW, ImageNet normalisation; stoker does it on W C++ threads, torchvision in W worker
        processes), and stoker with cache='decoded' (decoded images kept in memory after the first
        epoch: the augmentation still runs every epoch). W is the same for both in each row.
-keras: reserved for the Keras ImageDataGenerator suite (not written yet).
+keras: the seed's ImageDataGenerator (rotation 30, shifts 0.4, shear 0.4, zoom 0.25, horizontal
+       flip, brightness [0.5, 1.5], rescale 1/255) through flow_from_directory, tf_keras' against
+       stoker.keras', batch 8 and 32, one core and all cores (run it with --image-size 299, the
+       seed's size); then model.fit epoch time of the seed's recipe (frozen MobileNetV2 0.35 at
+       224 + Dense(1, sigmoid)) on each. Needs tf_keras; each figure in its own child process.
 
 Each measurement: one warm-up epoch (worker start-up, page cache, stoker's pools, the decoded
 cache's fill) that is not timed, then --epochs timed epochs; img/s = images delivered / seconds.
@@ -135,13 +139,109 @@ def torch_suite(args):
 
 
 # ---------------------------------------------------------------------------------- keras suite
+# The seed's generator: what the cats-vs-dogs script this project replaces feeds model.fit with.
+SEED_GENERATOR = dict(rotation_range=30, width_shift_range=0.4, height_shift_range=0.4, shear_range=0.4,
+                      zoom_range=0.25, horizontal_flip=True, brightness_range=[0.5, 1.5], rescale=1 / 255)
+
+
+def _generator_class(which):
+    if which == "keras":
+        from tf_keras.preprocessing.image import ImageDataGenerator
+    else:
+        from stoker.keras import ImageDataGenerator
+    return ImageDataGenerator
+
+
+def keras_measure(args):
+    """One measurement in this (child) process, printed as JSON: the generator alone, or fit."""
+    import numpy as np  # noqa: F401  (imported before timing, as TensorFlow is)
+    gen = _generator_class(args.which)(**SEED_GENERATOR)
+    it = gen.flow_from_directory(args.data, target_size=(args.image_size, args.image_size),
+                                 batch_size=args.batch_size, class_mode="binary", seed=1)
+    if args.measure == "generator":
+        for i in range(2):  # warm-up: imports, pools, the first prefetch
+            it[i]
+        n, t0 = 0, time.perf_counter()
+        for _ in range(args.epochs):
+            it.on_epoch_end()
+            for i in range(len(it)):
+                x, _ = it[i]
+                n += x.shape[0]
+        print(json.dumps({"img_per_s": n / (time.perf_counter() - t0)}))
+        return
+    import tf_keras
+    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "models")
+    full = tf_keras.models.load_model(os.path.join(shared, "mobilenet_v2_0.35_224_3class.h5"), compile=False)
+    backbone = full.layers[0]  # MobileNetV2 cut at out_relu + GlobalAveragePooling2D
+    backbone.trainable = False
+    model = tf_keras.Sequential([backbone, tf_keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+
+    class EpochTimes(tf_keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.t0)
+
+    times = []
+    model.fit(it, epochs=1 + args.epochs, steps_per_epoch=len(it), verbose=0, callbacks=[EpochTimes()])
+    print(json.dumps({"epoch_seconds": statistics.median(times[1:]), "images": it.samples}))
+
+
+def _child(args, which, measure, batch, cpus):
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), "--suite", "keras-measure", "--which", which, "--measure",
+           measure, "--data", args.data, "--image-size", str(args.image_size if measure == "generator" else 224),
+           "--batch-size", str(batch), "--epochs", str(args.epochs)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    pre = (lambda: os.sched_setaffinity(0, set(range(cpus)))) if cpus else None
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=pre, timeout=3600)
+    if run.returncode != 0:
+        raise RuntimeError(f"{which} {measure}: {run.stderr[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def keras_suite(args):
-    """Reserved: Keras ImageDataGenerator.flow_from_directory against stoker.keras."""
-    print("keras suite: not written yet", file=sys.stderr)
-    return None
+    """The seed's ImageDataGenerator.flow_from_directory (tf_keras') against stoker.keras', at
+    --image-size (the seed's 299), batch 8 and 32, on one core (both processes pinned to CPU 0)
+    and on all cores; then model.fit epoch time of the seed's recipe (frozen MobileNetV2 0.35 at
+    224 + Dense(1, sigmoid), batch 32) on each generator. Every figure is measured in its own
+    child process, in turns (keras, stoker) for --repeat rounds; the medians are printed."""
+    try:
+        import tf_keras  # noqa: F401
+        import stoker.keras  # noqa: F401
+    except ImportError as e:
+        print(f"keras suite: skipped ({e})", file=sys.stderr)
+        return None
+    cores = len(os.sched_getaffinity(0))
+    result = {"machine": platform.processor() or platform.machine(), "cores": cores, "generator": [], "fit": {}}
+    print(f"keras suite: {args.data}, {args.image_size}x{args.image_size}, seed generator {SEED_GENERATOR}, "
+          f"{cores} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'batch':>5} {'cores':>5} {'tf_keras img/s':>15} {'stoker.keras img/s':>19} {'ratio':>7}")
+    for batch in (8, 32):
+        for cpus in (1, cores):
+            runs = {"keras": [], "stoker": []}
+            for _ in range(args.repeat):
+                for which in ("keras", "stoker"):
+                    runs[which].append(_child(args, which, "generator", batch, cpus)["img_per_s"])
+            k, st = statistics.median(runs["keras"]), statistics.median(runs["stoker"])
+            print(f"{batch:>5} {cpus:>5} {k:>15.1f} {st:>19.1f} {st / k:>6.2f}x")
+            result["generator"].append({"batch": batch, "cores": cpus, "tf_keras_img_per_s": k,
+                                        "stoker_keras_img_per_s": st, "ratio": st / k, "runs": runs})
+    fit = {"keras": [], "stoker": []}
+    for _ in range(args.repeat):
+        for which in ("keras", "stoker"):
+            fit[which].append(_child(args, which, "fit", 32, None)["epoch_seconds"])
+    k, st = statistics.median(fit["keras"]), statistics.median(fit["stoker"])
+    print(f"model.fit epoch (frozen MobileNetV2 0.35 at 224, batch 32, {cores} cores): tf_keras generator "
+          f"{k:.2f} s, stoker.keras {st:.2f} s, {k / st:.2f}x faster")
+    result["fit"] = {"tf_keras_epoch_seconds": k, "stoker_keras_epoch_seconds": st, "speedup": k / st, "runs": fit}
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return result
 
 
-SUITES = {"torch": torch_suite, "keras": keras_suite}
+SUITES = {"torch": torch_suite, "keras": keras_suite, "keras-measure": keras_measure}
 
 
 def main(argv=None):
@@ -154,7 +254,12 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up epoch")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the numbers to this file")
+    ap.add_argument("--which", choices=["keras", "stoker"], help=argparse.SUPPRESS)  # keras-measure (a child)
+    ap.add_argument("--measure", choices=["generator", "fit"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.suite == "keras-measure":
+        keras_measure(args)
+        return 0
     suites = [s.strip() for s in args.suite.split(",") if s.strip()]
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
