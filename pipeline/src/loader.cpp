@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <typeinfo>
 
@@ -149,8 +151,10 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   LoaderCore(Dataset dataset, LoaderOptions options);
   ~LoaderCore();
 
-  void begin_epoch(std::uint64_t epoch);
+  void begin_epoch(std::uint64_t epoch, std::int64_t first_batch = 0);  // first_batch: resume()
   std::optional<Batch> next();
+  LoaderState state() const;
+  std::uint64_t digest() const;
   void release(int slot) noexcept;
   void shutdown() noexcept;
 
@@ -345,7 +349,7 @@ void LoaderCore::cancel_locked() {
   cv_.notify_all();
 }
 
-void LoaderCore::begin_epoch(std::uint64_t epoch) {
+void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch) {
   std::unique_lock lock(mu_);
   cancel_locked();
   submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
@@ -355,8 +359,8 @@ void LoaderCore::begin_epoch(std::uint64_t epoch) {
       epoch_plan(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle, sharding_);
   order_ = std::move(plan.samples);
   padding_ = std::move(plan.padding);
-  next_submit_ = 0;
-  next_deliver_ = 0;
+  next_submit_ = first_batch;
+  next_deliver_ = first_batch;
   cache_saved_ = false;
   failed_ = nullptr;
   skipped_.clear();
@@ -694,7 +698,97 @@ void LoaderCore::release(int si) noexcept {
   }
 }
 
+LoaderState LoaderCore::state() const {
+  std::lock_guard lock(mu_);
+  LoaderState st;
+  st.seed = options_.seed;
+  st.epoch = epoch_;
+  st.next_batch = epoch_active_ ? next_deliver_ : 0;
+  st.rank = sharding_.rank;
+  st.world_size = sharding_.world_size;
+  st.digest = digest();
+  return st;
+}
+
+// What the batches depend on besides the seed, the epoch and the rank: the samples, the batch
+// geometry, the label mode, the output and a deterministic transform's identity. (A random
+// augmentation's parameters are not in it: give the resumed loader the same augmentation.)
+std::uint64_t LoaderCore::digest() const {
+  std::uint64_t h = mix64(0x4C4F4144ull);  // "LOAD"
+  auto add = [&h](std::uint64_t v) { h = mix64(h ^ v); };
+  auto add_text = [&add](const std::string& text) {
+    std::uint64_t f = 0xcbf29ce484222325ull;  // FNV-1a
+    for (unsigned char c : text) f = (f ^ c) * 0x100000001b3ull;
+    add(f);
+    add(text.size());
+  };
+  add(dataset_.size());
+  for (const Sample& sample : dataset_.samples) {
+    add_text(sample.path);
+    add(static_cast<std::uint64_t>(static_cast<std::int64_t>(sample.label)));
+  }
+  add(static_cast<std::uint64_t>(options_.batch_size));
+  add(options_.shuffle);
+  add(options_.drop_last);
+  add(static_cast<std::uint64_t>(options_.label_mode));
+  add(static_cast<std::uint64_t>(shape_.height));
+  add(static_cast<std::uint64_t>(shape_.width));
+  add(static_cast<std::uint64_t>(shape_.channels));
+  add(static_cast<std::uint64_t>(shape_.dtype));
+  add(static_cast<std::uint64_t>(shape_.layout));
+  add(static_cast<std::uint64_t>(sharding_.mode));
+  add(sharding_.drop_remainder);
+  add_text(transform_->cache_identity());
+  return h;
+}
+
 }  // namespace detail
+
+// ---- LoaderState -------------------------------------------------------------------------------
+
+std::string LoaderState::to_string() const {
+  return "stoker-loader-state 1 seed=" + std::to_string(seed) + " epoch=" + std::to_string(epoch) +
+         " next_batch=" + std::to_string(next_batch) + " rank=" + std::to_string(rank) +
+         " world_size=" + std::to_string(world_size) + " digest=" + std::to_string(digest);
+}
+
+LoaderState LoaderState::parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string magic, version;
+  in >> magic >> version;
+  if (magic != "stoker-loader-state" || version != "1") {
+    throw InvalidArgument("not a stoker loader state (version 1): '" + text.substr(0, 60) + "'");
+  }
+  LoaderState st;
+  int found = 0;
+  for (std::string field; in >> field;) {
+    const auto eq = field.find('=');
+    const std::string key = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (eq == std::string::npos || ec != std::errc{} || end != value.data() + value.size()) {
+      throw InvalidArgument("loader state: malformed field '" + field + "'");
+    }
+    if (key == "seed") {
+      st.seed = v;
+    } else if (key == "epoch") {
+      st.epoch = v;
+    } else if (key == "next_batch") {
+      st.next_batch = static_cast<std::int64_t>(v);
+    } else if (key == "rank") {
+      st.rank = static_cast<int>(v);
+    } else if (key == "world_size") {
+      st.world_size = static_cast<int>(v);
+    } else if (key == "digest") {
+      st.digest = v;
+    } else {
+      throw InvalidArgument("loader state: unknown field '" + key + "'");
+    }
+    ++found;
+  }
+  if (found != 6) throw InvalidArgument("loader state: expected 6 fields, found " + std::to_string(found));
+  return st;
+}
 
 // ---- Batch -------------------------------------------------------------------------------------
 
@@ -745,6 +839,26 @@ Loader::~Loader() {
 }
 
 void Loader::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
+LoaderState Loader::state() const { return core_->state(); }
+
+void Loader::resume(const LoaderState& st) {
+  const LoaderState here = core_->state();
+  auto refuse = [](const std::string& what) { throw InvalidArgument("cannot resume from this loader state: " + what); };
+  if (st.digest != here.digest) {
+    refuse("it was saved with another dataset or other settings (batch size, labels, output, shuffle, sharding)");
+  }
+  if (st.seed != here.seed)
+    refuse("its seed is " + std::to_string(st.seed) + ", this loader's " + std::to_string(here.seed));
+  if (st.rank != here.rank || st.world_size != here.world_size) {
+    refuse("it is rank " + std::to_string(st.rank) + " of " + std::to_string(st.world_size) + ", this loader rank " +
+           std::to_string(here.rank) + " of " + std::to_string(here.world_size));
+  }
+  if (st.next_batch < 0 || st.next_batch > core_->batches_per_epoch_) {
+    refuse("its next batch " + std::to_string(st.next_batch) + " is outside the epoch's " +
+           std::to_string(core_->batches_per_epoch_));
+  }
+  core_->begin_epoch(st.epoch, st.next_batch);
+}
 std::optional<Batch> Loader::next() { return core_->next(); }
 std::size_t Loader::batches_per_epoch() const noexcept { return static_cast<std::size_t>(core_->batches_per_epoch_); }
 std::size_t Loader::samples_per_epoch() const noexcept { return core_->samples_per_epoch_; }

@@ -220,6 +220,17 @@ void bind_loader(nb::module_& m) {
           },
           nb::arg("dataset"), nb::arg("settings"), nb::arg("copy") = false)
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
+      .def(
+          "state", [](PyLoader& l) { return l.live().state().to_string(); },
+          "The loader's state after the batches delivered so far (LoaderState::to_string)")
+      .def(
+          "resume",
+          [](PyLoader& l, const std::string& state) {
+            const LoaderState st = LoaderState::parse(state);
+            nb::gil_scoped_release unlocked;
+            l.live().resume(st);
+          },
+          nb::arg("state"), "Starts the saved epoch at its next batch")
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
       .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")
       .def("__len__", [](PyLoader& l) { return l.live().batches_per_epoch(); })

@@ -226,6 +226,8 @@ class Loader:
         self._sharding = tuple(self._core.sharding) if hasattr(self._core, "sharding") else (rank or 0, world_size or 1)
         self._next_epoch = 0
         self._epoch: Optional[int] = None
+        self._resume: Optional[str] = None  # a loaded state: the next iteration continues it
+        self._in_epoch = False  # an iteration started and not finished (state_dict() is mid-epoch)
 
     # ---- epochs
     def set_epoch(self, epoch: int) -> None:
@@ -238,14 +240,21 @@ class Loader:
         return self._epoch
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = self._next_epoch
+        core = self._core
+        if self._resume is not None:
+            state, self._resume = self._resume, None
+            epoch = int(state.split("epoch=")[1].split()[0])
+            core.resume(state)
+        else:
+            epoch = self._next_epoch
+            core.begin_epoch(epoch)
         self._next_epoch = epoch + 1
         self._epoch = epoch
-        core = self._core
-        core.begin_epoch(epoch)
+        self._in_epoch = True
         while True:
             batch = core.next()
             if batch is None:
+                self._in_epoch = False
                 return
             yield batch
             # Not held here while the next one is made: the consumer's reference is the only one.
@@ -259,6 +268,31 @@ class Loader:
     def __len__(self) -> int:
         """Batches per epoch."""
         return len(self._core)
+
+    # ---- checkpoints
+    def state_dict(self) -> dict:
+        """Where the loader stands: the epoch and the batches of it delivered so far, with a digest
+        of the data and settings. A loader built alike continues from it with load_state_dict():
+        its next iteration yields the rest of that epoch, the same batches pixel for pixel as an
+        uninterrupted run (then the epochs after it, unless set_epoch() says otherwise)."""
+        if not hasattr(self._core, "state"):
+            raise NotImplementedError("state_dict() of a device loader (device='cuda'): resume on the CPU loader")
+        text = self._core.state()
+        if not self._in_epoch:  # between epochs: the next iteration's epoch, from its start
+            magic, version, *fields = text.split()
+            values = dict(f.split("=", 1) for f in fields)
+            values.update(epoch=str(self._next_epoch), next_batch="0")
+            text = " ".join([magic, version] + [f"{k}={v}" for k, v in values.items()])
+        return {"stoker_loader_state": text}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from state_dict()'s result at the next iteration. A state from other data,
+        other settings, another seed or another rank is refused (stoker.InvalidArgument)."""
+        if not hasattr(self._core, "resume"):
+            raise NotImplementedError("load_state_dict() of a device loader (device='cuda')")
+        text = state["stoker_loader_state"]
+        self._core.resume(text)  # checked now; the next iteration starts there
+        self._resume = text
 
     # ---- what happened
     @property

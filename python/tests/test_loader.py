@@ -135,6 +135,38 @@ def test_set_epoch_chooses_order_reproducibly(folder):
     assert loader.epoch == 3
 
 
+def test_state_dict_resumes_mid_epoch_with_the_same_batches(folder):
+    aug = dict(rotation_range=20, horizontal_flip=True, brightness_range=(0.7, 1.3), dtype="float32")
+
+    def make(threads):
+        return stoker.Loader(folder, 16, batch_size=5, seed=11, augment=aug, threads=threads)
+
+    whole = make(2)
+    whole.set_epoch(2)
+    reference = [(b.sample_ids.copy(), b.images.copy()) for b in whole]
+    assert len(reference) == len(whole) >= 4
+    for k in range(len(reference) + 1):
+        first = make(2)
+        first.set_epoch(2)
+        it = iter(first)
+        for _ in range(k):
+            next(it)
+        state = first.state_dict()
+        del it
+        second = make(1)  # another process, another thread count
+        second.load_state_dict(state)
+        rest = [(b.sample_ids.copy(), b.images.copy()) for b in second]
+        assert len(rest) == len(reference) - k
+        for (ids, px), (ref_ids, ref_px) in zip(rest, reference[k:]):
+            np.testing.assert_array_equal(ids, ref_ids)
+            np.testing.assert_array_equal(px, ref_px)
+        assert second.epoch == 2
+        assert [b.index for b in second][:1] == [0]  # then the next epoch, from its start
+    other = stoker.Loader(folder, 16, batch_size=4, seed=11, augment=aug)
+    with pytest.raises(stoker.InvalidArgument, match="cannot resume"):
+        other.load_state_dict(state)
+
+
 def test_next_releases_the_gil_while_it_waits_for_slow_decodes(tmp_path):
     root = tmp_path / "large"
     os.makedirs(root / "a")

@@ -106,5 +106,106 @@ TEST(AugmentInLoader, AnAugmenterForAnotherChannelCountStopsTheEpochUnderSkip) {
   EXPECT_EQ(loader.stats().samples_skipped, 0u);
 }
 
+// Batches of an epoch from `loader` as (sample ids, bytes), from wherever it stands.
+struct Delivered {
+  std::vector<std::vector<std::int64_t>> ids;
+  std::vector<std::vector<std::byte>> pixels;
+};
+Delivered rest_of_epoch(Loader& loader) {
+  Delivered d;
+  const std::size_t bytes = loader.sample_shape().bytes();
+  while (auto b = loader.next()) {
+    d.ids.emplace_back(b->sample_ids().begin(), b->sample_ids().end());
+    d.pixels.emplace_back(b->pixels(), b->pixels() + bytes * static_cast<std::size_t>(b->size()));
+  }
+  return d;
+}
+
+TEST(AugmentInLoader, ResumingAfterEveryBatchGivesWhatAnUninterruptedRunGives) {
+  test::TempDir dir;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 7; ++i) {
+      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
+                       test::make_pattern_rgb(50 + 3 * i, 70 - 2 * i, i % 3));
+    }
+  }
+  const Dataset ds = dataset_from_directory(dir.path());
+  auto options = [](int threads) {
+    LoaderOptions o;
+    o.batch_size = 4;  // 14 samples: batches of 4, 4, 4, 2
+    o.threads = threads;
+    o.seed = 7;
+    o.prefetch = 2;
+    o.transform = seed_augmenter();
+    o.sharding = Sharding{};
+    return o;
+  };
+  Loader whole(ds, options(2));
+  whole.begin_epoch(3);
+  const Delivered uninterrupted = rest_of_epoch(whole);
+  ASSERT_EQ(uninterrupted.ids.size(), 4u);
+  for (std::int64_t k = 0; k <= 4; ++k) {
+    // A run stopped after k batches...
+    Loader first(ds, options(2));
+    first.begin_epoch(3);
+    for (std::int64_t i = 0; i < k; ++i) ASSERT_TRUE(first.next().has_value());
+    const LoaderState saved = first.state();
+    EXPECT_EQ(saved.epoch, 3u);
+    EXPECT_EQ(saved.next_batch, k);
+    // ... continued by another process (another thread count) from the saved text.
+    Loader second(ds, options(1));
+    second.resume(LoaderState::parse(saved.to_string()));
+    const Delivered rest = rest_of_epoch(second);
+    ASSERT_EQ(rest.ids.size(), static_cast<std::size_t>(4 - k)) << "after " << k << " batches";
+    for (std::size_t i = 0; i < rest.ids.size(); ++i) {
+      EXPECT_EQ(rest.ids[i], uninterrupted.ids[static_cast<std::size_t>(k) + i]) << "batch " << k + 1 << "+" << i;
+      EXPECT_EQ(rest.pixels[i], uninterrupted.pixels[static_cast<std::size_t>(k) + i]);
+    }
+  }
+}
+
+TEST(AugmentInLoader, AStateFromOtherDataOrSettingsIsRefusedWithTheReason) {
+  test::TempDir dir;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 3; ++i) {
+      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(30, 40, i));
+    }
+  }
+  const Dataset ds = dataset_from_directory(dir.path());
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.sharding = Sharding{};
+  Loader a(ds, o);
+  a.begin_epoch(1);
+  ASSERT_TRUE(a.next().has_value());
+  const LoaderState st = a.state();
+  auto refused = [&](LoaderOptions other, const Dataset& data, const char* why) {
+    Loader b(data, other);
+    try {
+      b.resume(st);
+      ADD_FAILURE() << "accepted a state from " << why;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot resume"), std::string::npos) << e.what();
+    }
+  };
+  LoaderOptions bigger = o;
+  bigger.batch_size = 3;
+  refused(bigger, ds, "another batch size");
+  LoaderOptions seeded = o;
+  seeded.seed = 99;
+  refused(seeded, ds, "another seed");
+  Dataset fewer = ds;
+  fewer.samples.pop_back();
+  refused(o, fewer, "other data");
+  LoaderOptions rank1 = o;
+  rank1.sharding = Sharding{1, 2};
+  refused(rank1, ds, "another rank");
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1"), InvalidArgument);
+  EXPECT_THROW(LoaderState::parse("not a state"), InvalidArgument);
+  EXPECT_EQ(LoaderState::parse(st.to_string()), st);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -103,6 +103,22 @@ struct SkippedSample {
   std::string reason;
 };
 
+// Where a loader stands, so that a restarted process continues with the same batches: the next
+// batch of an epoch and what the epoch's batches depend on. One line of text (to_string / parse)
+// to keep in a checkpoint.
+struct LoaderState {
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
+  std::int64_t next_batch = 0;  // batches of `epoch` delivered so far
+  int rank = 0;
+  int world_size = 1;
+  std::uint64_t digest = 0;  // of the dataset and of the settings the batches depend on
+
+  std::string to_string() const;
+  static LoaderState parse(const std::string& text);  // InvalidArgument when malformed
+  friend bool operator==(const LoaderState&, const LoaderState&) = default;
+};
+
 namespace detail {
 class LoaderCore;
 }
@@ -158,6 +174,16 @@ class Loader {
   // Error if the consumer holds every buffer, and IoError at the end of an epoch when the cache file
   // (CacheOptions::file) cannot be written.
   std::optional<Batch> next();
+
+  // The state after the batches next() has delivered in the current epoch (epoch 0, batch 0
+  // before any). Continuing from it with resume() gives the batches an uninterrupted run would
+  // have given next: the same samples, the same augmentation, pixel for pixel, whatever the
+  // thread count (the plan and every draw are functions of (seed, epoch, sample)).
+  LoaderState state() const;
+  // Starts state.epoch at state.next_batch (begin_epoch for a later part of the epoch). Throws
+  // InvalidArgument naming what differs when the state comes from another dataset, other
+  // settings, another seed or another rank.
+  void resume(const LoaderState& state);
 
   std::size_t batches_per_epoch() const noexcept;
   std::size_t samples_per_epoch() const noexcept;  // this rank's share, padding included
