@@ -1,0 +1,62 @@
+"""stoker.keras under Keras 3 alone (no tf_keras): its iterators are keras.utils.PyDataset and
+model.fit takes them unchanged, on each Keras 3 backend installed (tensorflow, jax, torch).
+
+Each case runs in its own interpreter: tf_keras is hidden (sys.modules['tf_keras'] = None makes
+its import fail) and KERAS_BACKEND chooses the backend before keras is imported."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("keras") is None:
+    pytest.skip("Keras 3 is not installed", allow_module_level=True)
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.modules["tf_keras"] = None  # only Keras 3
+    import keras
+    from stoker.keras import ImageDataGenerator
+    gen = ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, rotation_range=10, validation_split=0.25)
+    train = gen.flow_from_directory(sys.argv[1], target_size=(24, 24), batch_size=4, class_mode="binary",
+                                    subset="training", seed=1)
+    val = gen.flow_from_directory(sys.argv[1], target_size=(24, 24), batch_size=4, class_mode="binary",
+                                  subset="validation", seed=1)
+    assert isinstance(train, keras.utils.PyDataset), type(train).__mro__
+    assert keras.__version__.startswith("3")
+    model = keras.Sequential([keras.Input((24, 24, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    history = model.fit(train, validation_data=val, epochs=2, steps_per_epoch=len(train), verbose=0)
+    assert len(history.history["loss"]) == 2 and "val_accuracy" in history.history
+    print("backend", keras.backend.backend(), "samples", train.samples, val.samples)
+""")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    Image = pytest.importorskip("PIL.Image")
+    root = tmp_path_factory.mktemp("k3")
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["blue", "red"]):
+        (root / name).mkdir()
+        for i in range(8):
+            px = rng.integers(0, 60, (30, 30, 3), dtype=np.uint8)
+            px[..., 2 - 2 * c] += 150
+            Image.fromarray(px).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_model_fit_on_keras3_takes_stoker_iterators(folder, backend):
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"the {backend} backend is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", SCRIPT, str(folder)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert f"backend {backend} samples 12 4" in run.stdout
