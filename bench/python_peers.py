@@ -21,7 +21,9 @@ keras: the seed's ImageDataGenerator (rotation 30, shifts 0.4, shear 0.4, zoom 0
        flip, brightness [0.5, 1.5], rescale 1/255) through flow_from_directory, tf_keras' against
        stoker.keras', batch 8 and 32, one core and all cores (run it with --image-size 299, the
        seed's size); then model.fit epoch time of the seed's recipe (frozen MobileNetV2 0.35 at
-       224 + Dense(1, sigmoid)) on each. Needs tf_keras; each figure in its own child process.
+       224 + Dense(1, sigmoid)) on each, with fit's default shuffle=True (Keras asks a Sequence's
+       batches in a random order) and with shuffle=False (in order). Needs tf_keras; each figure in
+       its own child process.
 
 Each measurement: one warm-up epoch (worker start-up, page cache, stoker's pools, the decoded
 cache's fill) that is not timed, then --epochs timed epochs; img/s = images delivered / seconds.
@@ -185,7 +187,11 @@ def keras_measure(args):
             times.append(time.perf_counter() - self.t0)
 
     times = []
-    model.fit(it, epochs=1 + args.epochs, steps_per_epoch=len(it), verbose=0, callbacks=[EpochTimes()])
+    # fit: Keras' default (shuffle=True: the batches of a Sequence asked in a random order, i.e.
+    # random access); fit_in_order: shuffle=False (the iterator still shuffles its files each
+    # epoch), the order stoker.keras pipelines.
+    model.fit(it, epochs=1 + args.epochs, steps_per_epoch=len(it), verbose=0, callbacks=[EpochTimes()],
+              shuffle=args.measure != "fit_in_order")
     print(json.dumps({"epoch_seconds": statistics.median(times[1:]), "images": it.samples}))
 
 
@@ -215,7 +221,8 @@ def keras_suite(args):
         print(f"keras suite: skipped ({e})", file=sys.stderr)
         return None
     cores = len(os.sched_getaffinity(0))
-    result = {"machine": platform.processor() or platform.machine(), "cores": cores, "generator": [], "fit": {}}
+    result = {"machine": platform.processor() or platform.machine(), "cores": cores, "generator": [], "fit": {},
+              "fit_in_order": {}}
     print(f"keras suite: {args.data}, {args.image_size}x{args.image_size}, seed generator {SEED_GENERATOR}, "
           f"{cores} cores, load average {os.getloadavg()[0]:.2f}")
     print(f"{'batch':>5} {'cores':>5} {'tf_keras img/s':>15} {'stoker.keras img/s':>19} {'ratio':>7}")
@@ -229,14 +236,17 @@ def keras_suite(args):
             print(f"{batch:>5} {cpus:>5} {k:>15.1f} {st:>19.1f} {st / k:>6.2f}x")
             result["generator"].append({"batch": batch, "cores": cpus, "tf_keras_img_per_s": k,
                                         "stoker_keras_img_per_s": st, "ratio": st / k, "runs": runs})
-    fit = {"keras": [], "stoker": []}
-    for _ in range(args.repeat):
-        for which in ("keras", "stoker"):
-            fit[which].append(_child(args, which, "fit", 32, None)["epoch_seconds"])
-    k, st = statistics.median(fit["keras"]), statistics.median(fit["stoker"])
-    print(f"model.fit epoch (frozen MobileNetV2 0.35 at 224, batch 32, {cores} cores): tf_keras generator "
-          f"{k:.2f} s, stoker.keras {st:.2f} s, {k / st:.2f}x faster")
-    result["fit"] = {"tf_keras_epoch_seconds": k, "stoker_keras_epoch_seconds": st, "speedup": k / st, "runs": fit}
+    for measure, key, note in (("fit", "fit", "fit(shuffle=True), Keras' default: batches in random order"),
+                               ("fit_in_order", "fit_in_order", "fit(shuffle=False): batches in order")):
+        fit = {"keras": [], "stoker": []}
+        for _ in range(args.repeat):
+            for which in ("keras", "stoker"):
+                fit[which].append(_child(args, which, measure, 32, None)["epoch_seconds"])
+        k, st = statistics.median(fit["keras"]), statistics.median(fit["stoker"])
+        print(f"model.fit epoch (frozen MobileNetV2 0.35 at 224, batch 32, {cores} cores, {note}): tf_keras "
+              f"generator {k:.2f} s, stoker.keras {st:.2f} s, {k / st:.2f}x faster")
+        result[key] = {"tf_keras_epoch_seconds": k, "stoker_keras_epoch_seconds": st, "speedup": k / st,
+                       "runs": fit}
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return result
 
@@ -255,7 +265,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the numbers to this file")
     ap.add_argument("--which", choices=["keras", "stoker"], help=argparse.SUPPRESS)  # keras-measure (a child)
-    ap.add_argument("--measure", choices=["generator", "fit"], help=argparse.SUPPRESS)
+    ap.add_argument("--measure", choices=["generator", "fit", "fit_in_order"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.suite == "keras-measure":
         keras_measure(args)

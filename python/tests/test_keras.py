@@ -237,9 +237,11 @@ def test_shuffle_order_and_random_access(folder):
     k[0], s[0]
     assert np.array_equal(k.index_array, s.index_array)  # Keras' first-epoch order for a seed
     assert not np.array_equal(s.index_array, np.arange(s.n))
-    # any access order gives the same batches within an epoch, augmentation included
+    # any access order gives the same batches within an epoch, augmentation included, on the exact
+    # path (pipelined=False; the pipelined path keeps files and labels, see test_pipeline_*)
     a = ImageDataGenerator(rotation_range=30, horizontal_flip=True).flow_from_directory(
         folder, target_size=(10, 10), batch_size=4, seed=1)
+    a.pipelined = False
     forward = [a[i] for i in range(len(a))]
     backward = [a[i] for i in reversed(range(len(a)))][::-1]
     for (fx, fy), (bx, by) in zip(forward, backward):
@@ -561,3 +563,149 @@ def test_model_fit(folder):
     history = model.fit(train, validation_data=val, steps_per_epoch=len(train), epochs=2, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["val_loss"]).all()
     assert model.predict(val, verbose=0).shape == (val.samples, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipelined path: in-order batches from one stoker Loader per epoch.
+@pytest.fixture(scope="module")
+def solid_folder(tmp_path_factory):
+    """2 classes of solid-colour images, one colour per file: any resampling or warp with
+    fill_mode='nearest' keeps the colour, so a batch's colours name its files."""
+    root = tmp_path_factory.mktemp("solid")
+    rng = np.random.default_rng(5)
+    colours = {}
+    k = 0
+    for cls, count in (("a", 9), ("b", 8)):
+        (root / cls).mkdir()
+        for i in range(count):
+            colour = (20 + 10 * k, 250 - 12 * k, (37 * k) % 200 + 30)
+            h, w = (int(v) for v in rng.integers(12, 40, 2))
+            name = f"{i}.png" if i % 2 else f"{i}.jpg"
+            img = Image.fromarray(np.full((h, w, 3), colour, np.uint8))
+            img.save(root / cls / name, **({"quality": 100} if name.endswith(".jpg") else {}))
+            colours[os.path.join(cls, name)] = np.asarray(img)[h // 2, w // 2].astype(np.float32)
+            k += 1
+    return str(root), colours
+
+
+_SOLID_AUG = dict(rotation_range=30, horizontal_flip=True, zoom_range=0.2, width_shift_range=0.2, rescale=1 / 255)
+
+
+def _colours(batch_x):
+    return batch_x.reshape(len(batch_x), -1, 3).mean(1) * 255
+
+
+def _expected_colours(it, colours, i):
+    files = [it.filenames[j] for j in it.index_array[i * it.batch_size:(i + 1) * it.batch_size]]
+    return np.stack([colours[f] for f in files])
+
+
+def test_pipeline_serves_in_order_batches(solid_folder):
+    root, colours = solid_folder
+    it = ImageDataGenerator(**_SOLID_AUG).flow_from_directory(root, target_size=(12, 14), batch_size=4, seed=2,
+                                                              class_mode="sparse")
+    assert it._pipeline_mode() == "fused"
+    batches = [it[i] for i in range(len(it))]
+    assert it.pipelined_batches == len(it) == 5
+    assert [len(x) for x, _ in batches] == [4, 4, 4, 4, 1]  # the last, partial batch
+    for i, (x, y) in enumerate(batches):
+        assert x.shape[1:] == (12, 14, 3) and x.dtype == np.float32 and y.dtype == np.float32
+        np.testing.assert_allclose(_colours(x), _expected_colours(it, colours, i), atol=1.5)
+        assert np.array_equal(y, it.classes[it.index_array[i * 4:(i + 1) * 4]])
+    # random access (the exact path) in another order: the same files and labels in the same order
+    back = {i: it[i] for i in reversed(range(len(it) - 1))}
+    assert it.pipelined_batches == len(it)
+    for i, (x, y) in back.items():
+        np.testing.assert_allclose(_colours(x), _colours(batches[i][0]), atol=1.5)
+        assert np.array_equal(y, batches[i][1])
+    # the same batch asked twice in a row: the same pixels
+    it2 = ImageDataGenerator(**_SOLID_AUG).flow_from_directory(root, target_size=(12, 14), batch_size=4, seed=2)
+    first = it2[0][0]
+    assert np.array_equal(first, it2[0][0]) and np.array_equal(it2[1][0], it2[1][0])
+    assert it2.pipelined_batches == 4
+    # reproducible for a seed (Keras' order, stoker's draws keyed by seed, epoch, position)
+    it3 = ImageDataGenerator(**_SOLID_AUG).flow_from_directory(root, target_size=(12, 14), batch_size=4, seed=2)
+    assert np.array_equal(it3[0][0], first)
+
+
+def test_pipeline_epochs_reset_and_next(solid_folder):
+    root, colours = solid_folder
+    gen = ImageDataGenerator(**_SOLID_AUG)
+    it = gen.flow_from_directory(root, target_size=(12, 12), batch_size=5, seed=7)
+    one = [it[i] for i in range(len(it))]
+    order = it.index_array.copy()
+    it.on_epoch_end()
+    two = [it[i] for i in range(len(it))]
+    assert it.pipelined_batches == 2 * len(it)
+    assert not np.array_equal(order, it.index_array)
+    assert not np.array_equal(one[0][0], two[0][0])
+    for i, (x, _) in enumerate(two):
+        np.testing.assert_allclose(_colours(x), _expected_colours(it, colours, i), atol=1.5)
+    # next() wraps around epochs as Keras' does, in order: the pipeline serves it
+    nx = gen.flow_from_directory(root, target_size=(12, 12), batch_size=5, seed=7)
+    sizes = [len(next(nx)[0]) for _ in range(2 * len(nx))]
+    assert sizes == [5, 5, 5, 2] * 2 and nx.pipelined_batches == 2 * len(nx)
+    nx.reset()
+    assert len(next(nx)[0]) == 5 and nx.pipelined_batches == 2 * len(nx) + 1
+    # for x, y in it (next()) and it[i] of a fresh epoch from its start
+    it.on_epoch_end()
+    it[0], it[1]
+    assert it.pipelined_batches == 2 * len(it) + 2
+    # pipelined=False: never
+    off = gen.flow_from_directory(root, target_size=(12, 12), batch_size=5, seed=7)
+    off.pipelined = False
+    [off[i] for i in range(len(off))]
+    assert off.pipelined_batches == 0
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_pipeline_deterministic_equals_keras(folder, interpolation):
+    kw = dict(target_size=(13, 11), batch_size=5, seed=4, interpolation=interpolation)
+    k = KerasGen(rescale=1 / 255).flow_from_directory(folder, **kw)
+    s = ImageDataGenerator(rescale=1 / 255).flow_from_directory(folder, **kw)
+    assert s._pipeline_mode() == "decode"
+    for i in range(len(s)):
+        (kx, ky), (sx, sy) = k[i], s[i]
+        assert np.array_equal(ky, sy)
+        np.testing.assert_allclose(sx, kx, atol=1e-6 if interpolation == "nearest" else 1 / 255 + 1e-6)
+    assert s.pipelined_batches == len(s)
+
+
+def test_pipeline_bad_file(tmp_path):
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        for i in range(5):
+            Image.fromarray(np.full((9, 9, 3), 40 * i, np.uint8)).save(tmp_path / cls / f"{i}.png")
+    (tmp_path / "b" / "1.png").write_bytes(b"not a png")
+    it = ImageDataGenerator(horizontal_flip=True).flow_from_directory(str(tmp_path), target_size=(8, 8),
+                                                                     batch_size=2, shuffle=False)
+    bad = 6 // 2  # b/1.png is the 7th file
+    for i in range(bad):
+        it[i]
+    assert it.pipelined_batches == bad
+    with pytest.raises(Exception, match="1.png"):
+        it[bad]
+    assert len(it[bad + 1][0]) == 2  # the rest of the epoch: the exact path
+    assert it.pipelined_batches == bad
+    with pytest.raises(Exception, match="1.png"):
+        it[bad]
+    it.on_epoch_end()
+    assert len(it[0][0]) == 2 and it.pipelined_batches == bad + 1  # a new epoch pipelines again
+
+
+def test_model_fit_in_order_uses_pipeline(folder):
+    tf_keras.utils.set_random_seed(0)
+    gen = ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, rotation_range=10)
+    train = gen.flow_from_directory(folder, target_size=(16, 16), batch_size=4, seed=0)
+    model = tf_keras.Sequential([
+        tf_keras.layers.Input((16, 16, 3)),
+        tf_keras.layers.Conv2D(4, 3, activation="relu"),
+        tf_keras.layers.GlobalAveragePooling2D(),
+        tf_keras.layers.Dense(3, activation="softmax"),
+    ])
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    # Keras' fit shuffles the batch order of a Sequence unless shuffle=False (the iterator shuffles
+    # its files itself): in order, the pipeline serves every batch.
+    history = model.fit(train, epochs=2, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert train.pipelined_batches >= 2 * len(train)
