@@ -219,7 +219,10 @@ void ImageDecoder::choose_jpeg_scale(int width, int height, int min_h, int min_w
   long best = static_cast<long>(width) * height;
   for (int i = 0; factors && i < count; ++i) {
     const auto& f = factors[i];
-    if (f.num > f.denom) continue;  // never upscale in the decoder
+    // Only 1/1, 1/2, 1/4, 1/8: libjpeg-turbo's other factors (7/8, 3/4, 5/8, 3/8...) use scalar
+    // IDCTs and decode slower than full size (measured on 500x375 photos: 7/8 898 us, 3/4 747 us,
+    // 5/8 576 us against 383 us at 1/1 and 299 us at 1/2).
+    if (f.num != 1 || (f.denom & (f.denom - 1)) != 0) continue;
     const int w = TJSCALED(width, f), h = TJSCALED(height, f);
     if (w < min_w || h < min_h) continue;
     if (static_cast<long>(w) * h < best) {

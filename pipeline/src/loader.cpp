@@ -16,6 +16,7 @@
 
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 
 #include "stoker/cache/cache_file.hpp"
@@ -296,7 +297,9 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
     cache_ = std::make_unique<SampleCache>(o.cache, key, std::move(paths));
   }
 
-  threads_ = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // 0: the cores this process may run on (its affinity mask / cgroup quota, as oneTBB sees them),
+  // not every core of the machine.
+  threads_ = o.threads > 0 ? o.threads : std::max(1, tbb::info::default_concurrency());
   ensure_tbb_workers(threads_);
   arena_.initialize(threads_, 0);  // no slot reserved for a master: workers run everything
 

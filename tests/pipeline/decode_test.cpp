@@ -67,10 +67,13 @@ TEST(Decode, JpegDecodesToRgbCloseToTheSource) {
   EXPECT_GT(got.at<cv::Vec3b>(32, 93)[0], 215);
 }
 
-TEST(Decode, JpegUsesTheSmallestDctScaleThatStaysAtLeastTheTarget) {
+TEST(Decode, JpegUsesTheSmallestFastDctScaleThatStaysAtLeastTheTarget) {
   int num = 0, denom = 0;
-  ImageDecoder::choose_jpeg_scale(400, 370, 224, 224, num, denom);  // 5/8 → 250x232
-  EXPECT_EQ(num * 8, 5 * denom);
+  // 5/8 (250x232) would fit, but only 1/1, 1/2, 1/4 and 1/8 are fast: full size.
+  ImageDecoder::choose_jpeg_scale(400, 370, 224, 224, num, denom);
+  EXPECT_EQ(num, denom);
+  ImageDecoder::choose_jpeg_scale(1000, 800, 224, 224, num, denom);  // 1/2 → 500x400 (not 1/4: 250x200)
+  EXPECT_EQ(num * 2, denom);
   ImageDecoder::choose_jpeg_scale(1000, 800, 100, 100, num, denom);  // 1/8 → 125x100
   EXPECT_EQ(num * 8, denom);
   ImageDecoder::choose_jpeg_scale(100, 100, 224, 224, num, denom);  // smaller than target: full size

@@ -68,7 +68,7 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   bool drop_last = false;  // drop the last, partial batch of an epoch
 
-  int threads = 0;   // decode threads; 0 = all hardware threads
+  int threads = 0;   // decode threads; 0 = the cores this process may use (affinity, cgroup quota)
   int prefetch = 4;  // batches decoded ahead of the consumer (>= 1)
   BadSamplePolicy on_bad_sample = BadSamplePolicy::Fail;
   DecodeLimits limits;
