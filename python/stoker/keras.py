@@ -60,9 +60,8 @@ How a batch is made
      (`interpolation`) and then warps at the target size. Both are legitimate and mean the same
      transforms (Keras' parameter ranges, fractions of the target size); the pixels differ, so a
      batch asked in order and again out of order has the same files, labels and transform
-     ranges but not the same pixels. JPEGs are decoded DCT-scaled only when the first files are at
-     least twice the target size on both sides (TurboJPEG's 1/2, 1/4, 1/8); otherwise at full size
-     (the intermediate n/8 scalings are slower than a full decode). Draws are keyed by (seed,
+     ranges but not the same pixels. JPEGs are decoded DCT-scaled where that stays above the target
+     (the decoder uses only TurboJPEG's fast 1/2, 1/4 and 1/8 scales). Draws are keyed by (seed,
      epoch, position in the epoch): reproducible for a given seed.
    Keras' model.fit asks a Sequence's batches in a random order by default (shuffle=True in
    fit): pass shuffle=False to fit (the iterator shuffles its files each epoch anyway) to get the
@@ -420,7 +419,6 @@ class Iterator(_Base):
         self._pipe = None
         self._pipe_lock = threading.RLock()
         self._pipe_failed_epoch = None
-        self._dct_choice = None
         self._previous_request = None  # (epoch, batch index) of the last request
 
     # ---- the order of an epoch
@@ -559,27 +557,6 @@ class _FileIterator(Iterator):
                 and gen.preprocessing_function is None and gen._feature_channels(3) is not None):
             return "fused"
         return "decode"
-
-    def _dct_scaling_pays(self) -> bool:
-        """Whether the fused pipeline decodes JPEGs DCT-scaled: only when the sources are at least
-        twice the target on both sides (the first files' headers say), so that TurboJPEG's fast
-        1/2, 1/4, 1/8 scalings apply. Below that the decoder picks n/8 factors (7/8, 13/16 ...) whose
-        scaled IDCT is slower than a full-size decode (measured: 0.9-1.2 ms against 0.45 ms for a
-        500x375 JPEG to 299x299)."""
-        if self._dct_choice is None:
-            choice = False
-            if _PILImage is not None and self.n:
-                h, w = (int(v) for v in self.target_size)
-                try:
-                    sizes = []
-                    for path in self.filepaths[:4]:
-                        with _PILImage.open(path) as img:
-                            sizes.append(img.size)
-                    choice = all(sw >= 2 * w and sh >= 2 * h for sw, sh in sizes)
-                except Exception:
-                    choice = False
-            self._dct_choice = choice
-        return self._dct_choice
 
     def _end_pipeline(self, close=False):
         """Drops the epoch's pipeline. Without close (a new epoch, possibly while another thread
@@ -759,7 +736,7 @@ class _EpochPipeline:
             spec = gen._spec(h, w, 3, True, it.data_format, gen._feature_channels(3))
             if it.keep_aspect_ratio:
                 spec.center_crop = (1.0, True)
-            settings.update(augment=spec, dct_scaling=it._dct_scaling_pays())
+            settings.update(augment=spec, dct_scaling=True)
             sample_bytes = h * w * 3 * 4
         else:
             settings.update(augment=None, dct_scaling=False)
