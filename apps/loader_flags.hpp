@@ -52,7 +52,7 @@ struct LoaderFlags {
         ->required()
         ->check([](const std::string& d) {
           if (std::filesystem::is_directory(d) || is_shard_spec(d)) return std::string();
-          return "--data: '" + d + "' is neither a folder nor tar shards (a .tar pattern or a .txt list)";
+          return "Directory does not exist: " + d + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
         });
     cmd.add_option("--label-field", label_field, "tar shards: take the label from this field of the json member");
     cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
