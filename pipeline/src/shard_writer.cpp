@@ -1,5 +1,6 @@
 // write_webdataset_shards (see webdataset.hpp).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <optional>

@@ -1,8 +1,10 @@
 #include "stoker/pipeline/webdataset.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
