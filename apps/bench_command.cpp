@@ -35,7 +35,7 @@ std::string find_peers_script() {
 
 void run_bench(BenchArgs& args) {
   BenchSettings& s = args.settings;
-  const Dataset ds = dataset_from_directory(s.loader.data);
+  const Dataset ds = s.loader.dataset();
   if (s.threads.empty()) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     for (int t = 1; t < hw; t *= 2) s.threads.push_back(t);

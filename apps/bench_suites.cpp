@@ -181,7 +181,8 @@ std::vector<BenchRow> loader_suite(const Dataset& ds, const BenchSettings& s) {
   std::vector<std::vector<std::uint8_t>> files;
   for (const auto& sample : ds.samples) {
     std::vector<std::uint8_t> bytes;
-    read_file(sample.path, bytes);
+    if (sample.range) read_file_range(sample.path, *sample.range, sample_name(sample), bytes);
+    else read_file(sample.path, bytes);
     files.push_back(std::move(bytes));
   }
   for (std::size_t i = 0; i < s.threads.size(); ++i) {

@@ -16,7 +16,7 @@ void run_build(const LoaderFlags& flags) {
   if (o.cache.kind == CacheKind::None) throw InvalidArgument("stoker cache build needs --cache encoded|decoded");
   if (o.cache.file.empty()) throw InvalidArgument("stoker cache build needs --cache-file");
   o.shuffle = false;
-  Loader loader(dataset_from_directory(flags.data), o);
+  Loader loader(flags.dataset(), o);
   std::printf("%s\n", loader.cache_status().c_str());
   loader.begin_epoch(0);
   std::size_t n = 0;
@@ -44,7 +44,7 @@ void run_info(const std::string& path) {
     payload += e.data_size;
     const auto bytes = file->data(e);
     if (checksum64(bytes.data(), bytes.size()) != e.checksum) ++corrupt;
-    const auto now = stamp_of(e.path);
+    const auto now = stamp_of(source_file(e.path));
     if (!now || !(*now == e.stamp)) ++changed;
   }
   std::printf("%s: stoker cache file version %u, %s entries", path.c_str(), kCacheFileVersion, to_string(k.kind));

@@ -10,5 +10,6 @@ void add_bench_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // evaluate, predict, inspect
+void add_shard_command(CLI::App& app);
 
 }  // namespace stoker::app

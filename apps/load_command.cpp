@@ -27,15 +27,26 @@ void print_first_batch(const Batch& b, const Dataset& ds) {
     for (std::size_t k = 0; k < s.bytes(); ++k) sum += px[k];
     const auto& sample = ds.samples[static_cast<std::size_t>(b.sample_ids()[static_cast<std::size_t>(i)])];
     std::printf("  sample %-6lld class %-8s label", static_cast<long long>(b.sample_ids()[static_cast<std::size_t>(i)]),
-                ds.class_names[static_cast<std::size_t>(sample.label)].c_str());
+                sample.label >= 0 ? ds.class_names[static_cast<std::size_t>(sample.label)].c_str() : "-");
     for (int k = 0; k < b.label_width(); ++k)
       std::printf(" %.0f", b.labels()[static_cast<std::size_t>(i * b.label_width() + k)]);
-    std::printf("  mean pixel %.1f  %s\n", sum / static_cast<double>(s.bytes()), sample.path.c_str());
+    std::printf("  mean pixel %.1f  %s\n", sum / static_cast<double>(s.bytes()), sample_name(sample).c_str());
   }
 }
 
 void run_load(const LoadArgs& args) {
-  const Dataset ds = dataset_from_directory(args.loader.data);
+  const auto open_start = std::chrono::steady_clock::now();
+  WebDatasetReport report;
+  const Dataset ds = args.loader.dataset(&report);
+  if (args.loader.shards()) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
+    std::printf("shards: %zu indexed in %.1f ms (%zu members)", report.shards, ms, report.members);
+    if (!report.skipped.empty()) std::printf(", %zu bad samples skipped", report.skipped.size());
+    std::printf("\n");
+    for (const auto& p : report.skipped) {
+      std::printf("  skipped %s%s%s: %s\n", p.shard.c_str(), p.key.empty() ? "" : ":", p.key.c_str(), p.reason.c_str());
+    }
+  }
   Loader loader(ds, args.loader.options());
   std::printf("dataset: %zu images in %zu classes (", ds.size(), ds.class_names.size());
   for (std::size_t c = 0; c < ds.class_names.size(); ++c) std::printf("%s%s", c ? ", " : "", ds.class_names[c].c_str());

@@ -1,12 +1,14 @@
 // Flags shared by every subcommand that builds a Loader (names follow Keras where it has one).
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
+#include "stoker/pipeline/webdataset.hpp"
 
 namespace stoker::app {
 
@@ -28,9 +30,31 @@ struct LoaderFlags {
   int world_size = 0;
   std::string shard_mode = "interleaved";
   std::string shard_remainder = "pad";
+  std::string label_field;  // tar shards: the label from this field of the json member
+
+  // --data: a class folder, or WebDataset tar shards (a brace pattern or a .txt list).
+  bool shards() const { return is_shard_spec(data) && !std::filesystem::is_directory(data); }
+
+  // The dataset --data names; for shards, what was skipped (--on-bad-sample skip) goes to `report`.
+  Dataset dataset(WebDatasetReport* report = nullptr) const {
+    if (!shards()) return dataset_from_directory(data);
+    WebDatasetOptions o;
+    o.label_field = label_field;
+    o.skip_bad_samples = parse_bad_sample_policy(on_bad_sample) == BadSamplePolicy::Skip;
+    o.require_labels = label_mode != "none";
+    return dataset_from_webdataset(data, o, report);
+  }
 
   void add_to(CLI::App& cmd) {
-    cmd.add_option("--data", data, "folder with one sub-folder per class")->required()->check(CLI::ExistingDirectory);
+    cmd.add_option("--data", data,
+                   "folder with one sub-folder per class, or WebDataset tar shards: a brace pattern "
+                   "('shards/train-{000000..000127}.tar') or a .txt list of shard paths")
+        ->required()
+        ->check([](const std::string& d) {
+          if (std::filesystem::is_directory(d) || is_shard_spec(d)) return std::string();
+          return "Directory does not exist: " + d + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
+        });
+    cmd.add_option("--label-field", label_field, "tar shards: take the label from this field of the json member");
     cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
     cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
     cmd.add_option("--threads", threads, "decode threads (0 = all cores)")->capture_default_str();

@@ -176,6 +176,10 @@ class TrainLog final : public training::TrainObserver {
 };
 
 void run_train(const TrainConfig& c) {
+  if (c.loader.shards()) {
+    throw InvalidArgument("stoker train reads a class folder; tar shards (--data " + c.loader.data +
+                          ") work with load, bench and cache so far");
+  }
   const training::TrainingData data = training::training_data(c.loader.data, c.validation_split, c.val);
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};

@@ -143,7 +143,7 @@ bool SampleCache::reserve(std::size_t bytes) {
 
 bool SampleCache::source_unchanged(std::size_t sample, const SourceStamp& recorded) {
   if (!options_.validate_sources) return true;
-  const auto now = stamp_of(paths_[sample]);
+  const auto now = stamp_of(source_file(paths_[sample]));
   return now && *now == recorded;
 }
 

@@ -15,4 +15,15 @@ std::optional<SourceStamp> stamp_of(const std::string& path) noexcept {
   return stamp_from(st);
 }
 
+std::string member_source_id(const std::string& file, const std::string& member, std::uint64_t offset) {
+  std::string id = file;
+  id += '\0';
+  id += member;
+  id += '@';
+  id += std::to_string(offset);
+  return id;
+}
+
+std::string source_file(const std::string& id) { return id.substr(0, id.find('\0')); }
+
 }  // namespace stoker

@@ -223,6 +223,8 @@ Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
   return apply_split(dataset, options.split);
 }
 
+std::string sample_name(const Sample& sample) { return sample.range ? sample.path + ":" + sample.member : sample.path; }
+
 Dataset dataset_from_list(std::vector<Sample> samples, std::vector<std::string> class_names, const Split& split) {
   if (samples.empty()) throw DatasetError("dataset_from_list: the list of samples is empty");
   for (std::size_t i = 0; i < samples.size(); ++i) {

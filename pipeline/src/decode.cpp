@@ -188,6 +188,39 @@ SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out) {
   return stamp_from(st);
 }
 
+SourceStamp read_file_range(const std::string& path, const ByteRange& range, const std::string& name,
+                            std::vector<std::uint8_t>& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DecodeError(name, std::string("cannot open ") + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DecodeError(name, path + " is not a regular file");
+  }
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  if (range.offset > file_size || range.size > file_size - range.offset) {
+    ::close(fd);
+    throw DecodeError(name, "bytes " + std::to_string(range.offset) + "+" + std::to_string(range.size) +
+                                " lie past the end of " + path + " (" + std::to_string(file_size) +
+                                " bytes); was it rewritten since it was indexed?");
+  }
+  out.resize(static_cast<std::size_t>(range.size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(range.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "file shrank while reading";
+      ::close(fd);
+      throw DecodeError(name, "read failed: " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (out.empty()) throw DecodeError(name, "empty member");
+  return stamp_from(st);
+}
+
 struct ImageDecoder::Impl {
   DecodeLimits limits;
   tjhandle tj = nullptr;

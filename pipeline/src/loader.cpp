@@ -255,7 +255,7 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   if (o.label_mode != LabelMode::None) {
     for (const auto& s : dataset_.samples) {
       if (s.label < 0 || s.label >= classes) {
-        throw InvalidArgument("sample " + s.path + " has no valid label (" + std::to_string(s.label) +
+        throw InvalidArgument("sample " + sample_name(s) + " has no valid label (" + std::to_string(s.label) +
                               ") but label mode is not 'none'");
       }
     }
@@ -293,7 +293,9 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
     if (cache_outputs_) key.transform = std::max<std::uint64_t>(1, checksum64(identity.data(), identity.size()));
     std::vector<std::string> paths;
     paths.reserve(dataset_.size());
-    for (const auto& s : dataset_.samples) paths.push_back(s.path);
+    for (const auto& s : dataset_.samples) {
+      paths.push_back(s.range ? member_source_id(s.path, s.member, s.range->offset) : s.path);
+    }
     cache_ = std::make_unique<SampleCache>(o.cache, key, std::move(paths));
   }
 
@@ -491,7 +493,7 @@ void LoaderCore::run_sample(int si, int position, std::uint32_t sample, std::uin
       process_sample(s, position, sample);
     } catch (...) {
       record_failure(s.failures[static_cast<std::size_t>(position)], std::current_exception(),
-                     dataset_.samples[sample].path);
+                     sample_name(dataset_.samples[sample]));
     }
   }
   if (s.pending.fetch_sub(1) == 1) finish_batch(si, generation);
@@ -501,6 +503,9 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
   auto& local = scratch_.local();
   if (!local) local = std::make_unique<ThreadScratch>(options_.limits);
   const Sample& item = dataset_.samples[sample];
+  // How errors name it: the file, or "shard.tar:member" (built only for archive members).
+  const std::string member_name = item.range ? sample_name(item) : std::string();
+  const std::string& name = item.range ? member_name : item.path;
 
   std::byte* slot = s.pixels + shape_.bytes() * static_cast<std::size_t>(position);
   std::optional<CachedSample> hit;
@@ -539,14 +544,15 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
         bytes = hit->encoded;
       } else {
         const auto t0 = Clock::now();
-        stamp = read_file(item.path, local->file);
+        stamp =
+            item.range ? read_file_range(item.path, *item.range, name, local->file) : read_file(item.path, local->file);
         counters_.read_ns += elapsed_ns(t0);
         counters_.files += 1;
         counters_.bytes += local->file.size();
         bytes = local->file;
       }
       const auto t0 = Clock::now();
-      image = local->decoder.decode(bytes, item.path, decode_min_height_, decode_min_width_);
+      image = local->decoder.decode(bytes, name, decode_min_height_, decode_min_width_);
       counters_.decode_ns += elapsed_ns(t0);
     }
     const auto t0 = Clock::now();
@@ -614,7 +620,7 @@ void LoaderCore::finish_batch(int si, std::uint64_t generation) {
       }
       if (failure.bad_sample && options_.on_bad_sample == BadSamplePolicy::Skip) {
         const std::uint32_t sample = order_[static_cast<std::size_t>(begin + p)];
-        s.skipped.push_back({static_cast<std::int64_t>(sample), dataset_.samples[sample].path, failure.reason});
+        s.skipped.push_back({static_cast<std::int64_t>(sample), sample_name(dataset_.samples[sample]), failure.reason});
       } else if (!s.error) {
         s.error = failure.error;
       }

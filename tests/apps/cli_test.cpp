@@ -232,3 +232,76 @@ TEST_F(Cli, LoadCacheAndHelp) {
 }
 
 }  // namespace
+
+namespace {
+
+// The "first batch" lines of `stoker load` without the sample's path: class, label, mean pixel.
+std::vector<std::string> batch_summary(const std::string& out) {
+  std::vector<std::string> lines;
+  std::size_t pos = 0;
+  while ((pos = out.find("\n  sample ", pos)) != std::string::npos) {
+    const std::size_t end = out.find('\n', pos + 1);
+    const std::string line = out.substr(pos + 1, end - pos - 1);
+    lines.push_back(line.substr(0, line.rfind("  ")));
+    pos = end;
+  }
+  return lines;
+}
+
+TEST_F(Cli, ShardAFolderThenLoadTheShards) {
+  const std::string pattern = (dir / "shards" / "train-%06d.tar").string();
+  const CommandResult w =
+      stoker("shard --data " + (dir / "data").string() + " --out " + pattern + " --max-size 40KiB --shuffle --seed 4");
+  ASSERT_EQ(w.exit_code, 0) << w.out;
+  EXPECT_NE(w.out.find("20 samples in 2 classes"), std::string::npos) << w.out;
+  std::vector<std::string> shards;
+  for (int i = 0; fs::exists(dir / "shards" / ("train-00000" + std::to_string(i) + ".tar")); ++i) {
+    shards.push_back((dir / "shards" / ("train-00000" + std::to_string(i) + ".tar")).string());
+  }
+  ASSERT_GE(shards.size(), 2u) << w.out;
+  ASSERT_LT(shards.size(), 10u);
+  EXPECT_TRUE(fs::exists(dir / "shards" / "classes.txt"));
+
+  // Readable by tar itself.
+  if (std::system("tar --version > /dev/null 2>&1") == 0) {
+    const std::string listing = (dir / "listing.txt").string();
+    ASSERT_EQ(std::system(("tar tf " + shards[0] + " > " + listing).c_str()), 0);
+    std::ifstream in(listing);
+    std::string first, second;
+    std::getline(in, first);
+    std::getline(in, second);
+    EXPECT_TRUE(first.ends_with(".jpg")) << first;
+    EXPECT_EQ(second, first.substr(0, first.size() - 4) + ".cls");
+  }
+
+  const std::string common = " --epochs 1 --image-size 32 --threads 2 --seed 9";
+  const CommandResult folder = stoker("load --data " + (dir / "data").string() + common);
+  ASSERT_EQ(folder.exit_code, 0) << folder.out;
+  const std::string braces =
+      (dir / "shards" / ("train-{000000..00000" + std::to_string(shards.size() - 1) + "}.tar")).string();
+  const CommandResult tar = stoker("load --data '" + braces + "'" + common);
+  ASSERT_EQ(tar.exit_code, 0) << tar.out;
+  EXPECT_NE(tar.out.find("shards: " + std::to_string(shards.size()) + " indexed"), std::string::npos) << tar.out;
+  EXPECT_NE(tar.out.find("dataset: 20 images in 2 classes (cat, dog)"), std::string::npos) << tar.out;
+  EXPECT_NE(tar.out.find(".tar:"), std::string::npos) << tar.out;  // samples named shard:member
+  // Shuffled into the shards, so other sample ids: the same pixels come out, in another order.
+  EXPECT_EQ(batch_summary(tar.out).size(), 4u) << tar.out;
+
+  // A .txt shard list, and an unshuffled set loads exactly like the folder.
+  const CommandResult plain =
+      stoker("shard --data " + (dir / "data").string() + " --out " + (dir / "plain" / "p-%d.tar").string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  {
+    std::ofstream list(dir / "plain" / "list.txt");
+    list << "p-0.tar\n";
+  }
+  const CommandResult listed = stoker("load --data " + (dir / "plain" / "list.txt").string() + common);
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  EXPECT_EQ(batch_summary(listed.out), batch_summary(folder.out)) << listed.out << folder.out;
+
+  const CommandResult missing = stoker("load --data " + (dir / "nowhere-{0..1}.tar").string() + common);
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("nowhere-0.tar"), std::string::npos) << missing.out;
+}
+
+}  // namespace

@@ -73,9 +73,10 @@ class CacheFile;
 
 class SampleCache {
  public:
-  // `paths[i]` is sample i's source file. Throws InvalidArgument when the budget cannot hold the
-  // bookkeeping, IoError when `options.file` exists but is not a stoker cache file or its folder
-  // does not exist or cannot be written (checked now: the file is written after the first epoch).
+  // `paths[i]` is sample i's source id (its file, or an archive member: see member_source_id).
+  // Throws InvalidArgument when the budget cannot hold the bookkeeping, IoError when
+  // `options.file` exists but is not a stoker cache file or its folder does not exist or cannot be
+  // written (checked now: the file is written after the first epoch).
   SampleCache(CacheOptions options, CacheKey key, std::vector<std::string> paths);
   ~SampleCache();
   SampleCache(const SampleCache&) = delete;

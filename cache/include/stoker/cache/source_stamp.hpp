@@ -19,6 +19,14 @@ struct SourceStamp {
 // The stamp alone (stat, no read); nullopt when the path is not a regular file that can be stat'ed.
 std::optional<SourceStamp> stamp_of(const std::string& path) noexcept;
 
+// A cache names each sample by an id: its source file's path, or, for a member of an archive (a
+// tar shard), the archive's path, a NUL, then the member's name and its offset ("name@offset").
+// Two members of one shard are so distinct entries, while the stamp checked is the shard's: a
+// rewritten shard invalidates all of its members.
+std::string member_source_id(const std::string& file, const std::string& member, std::uint64_t offset);
+// The file an id's stamp is taken from (the id itself for a plain file).
+std::string source_file(const std::string& id);
+
 // The stamp of a file already stat'ed (the reader's fstat of the file it reads).
 SourceStamp stamp_from(const struct stat& st) noexcept;
 

@@ -1,18 +1,34 @@
 // Sources: the list of samples (file + label) a loader visits, from a class-per-folder directory
 // (Keras flow_from_directory), a CSV/TSV file (flow_from_dataframe) or a list built in code.
+// WebDataset tar shards are in webdataset.hpp.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace stoker {
 
+// Where a sample's bytes lie inside its file: a member of a tar shard.
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
+
 struct Sample {
   std::string path;         // file to read
   std::int32_t label = -1;  // class index, -1 when unlabelled
+  // Set for a member of an archive: only these bytes of `path` are the image, and `member` (the
+  // member's name, e.g. "000123.jpg") names it in messages. Unset: the whole file.
+  std::optional<ByteRange> range;
+  std::string member;
 };
+
+// How errors and reports name a sample: its path, or "shard.tar:member" for an archive member.
+std::string sample_name(const Sample& sample);
 
 struct Dataset {
   std::vector<Sample> samples;

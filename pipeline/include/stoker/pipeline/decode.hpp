@@ -12,6 +12,7 @@
 
 #include "stoker/cache/source_stamp.hpp"
 #include "stoker/core/image.hpp"
+#include "stoker/pipeline/dataset.hpp"
 
 namespace stoker {
 
@@ -37,6 +38,12 @@ struct DecodeLimits {
 // Reads a whole file into `out` (reusing its capacity) and returns its stamp. Throws DecodeError
 // for a missing, unreadable or empty file.
 SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out);
+
+// Reads only `range` of the file (pread): an archive member. Errors are DecodeError(name, …), name
+// being how the member is known ("shard.tar:key.jpg"); a range past the file's end (a shard that
+// shrank since it was indexed) is one. The stamp is the whole file's.
+SourceStamp read_file_range(const std::string& path, const ByteRange& range, const std::string& name,
+                            std::vector<std::uint8_t>& out);
 
 // One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
 // image seen and are then reused, so steady-state decoding does not allocate.

@@ -1,0 +1,55 @@
+// `stoker shard`: writes a class folder as WebDataset tar shards (ustar), KEY.<ext> + KEY.cls per
+// sample and classes.txt next to the shards; `--data` of the loader commands reads them back.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "stoker/cache/sample_cache.hpp"
+#include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/webdataset.hpp"
+
+namespace stoker::app {
+namespace {
+
+struct ShardArgs {
+  std::string data;
+  std::string out;
+  std::string max_size = "1GiB";
+  bool shuffle = false;
+  std::uint64_t seed = 0;
+};
+
+void run_shard(const ShardArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Dataset ds = dataset_from_directory(args.data);
+  ShardWriteOptions o;
+  o.pattern = args.out;
+  o.max_bytes = parse_byte_size(args.max_size);
+  o.shuffle = args.shuffle;
+  o.seed = args.seed;
+  const ShardWriteResult r = write_webdataset_shards(ds, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& shard : r.shards) std::printf("%s\n", shard.c_str());
+  std::printf("%zu samples in %zu classes -> %zu shards, %.1f MiB, in %.2f s%s%s\n", r.samples, ds.class_names.size(),
+              r.shards.size(), static_cast<double>(r.bytes) / (1 << 20), s,
+              r.classes_file.empty() ? "" : "; class names in ", r.classes_file.c_str());
+}
+
+}  // namespace
+
+void add_shard_command(CLI::App& app) {
+  auto args = std::make_shared<ShardArgs>();
+  CLI::App* cmd = app.add_subcommand("shard", "write a class folder as WebDataset tar shards");
+  cmd->add_option("--data", args->data, "folder with one sub-folder per class")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--out", args->out, "shard path pattern with one integer conversion, e.g. 'shards/train-%06d.tar'")
+      ->required();
+  cmd->add_option("--max-size", args->max_size, "bytes per shard at most, e.g. 1GiB")->capture_default_str();
+  cmd->add_flag("--shuffle", args->shuffle, "mix the samples across shards (the plan's permutation of --seed)");
+  cmd->add_option("--seed", args->seed, "shuffle seed")->capture_default_str();
+  cmd->callback([args] { run_shard(*args); });
+}
+
+}  // namespace stoker::app

@@ -1,0 +1,139 @@
+// write_webdataset_shards (see webdataset.hpp).
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "stoker/core/error.hpp"
+#include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/plan.hpp"
+#include "stoker/pipeline/tar.hpp"
+#include "stoker/pipeline/webdataset.hpp"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The pattern with its one integer conversion ("%d", "%06d") filled in.
+std::string shard_name(const std::string& pattern, std::size_t index) {
+  std::string out;
+  int conversions = 0;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%') {
+      out += pattern[i];
+      continue;
+    }
+    if (i + 1 < pattern.size() && pattern[i + 1] == '%') {
+      out += '%';
+      ++i;
+      continue;
+    }
+    std::size_t j = i + 1;
+    const bool zero = j < pattern.size() && pattern[j] == '0';
+    if (zero) ++j;
+    int width = 0;
+    while (j < pattern.size() && std::isdigit(static_cast<unsigned char>(pattern[j])) && width < 100) {
+      width = width * 10 + (pattern[j++] - '0');
+    }
+    if (j >= pattern.size() || pattern[j] != 'd') {
+      throw InvalidArgument("shard pattern '" + pattern + "': only %d, %0Nd or %% may follow a '%'");
+    }
+    std::string n = std::to_string(index);
+    if (static_cast<int>(n.size()) < width) n.insert(0, static_cast<std::size_t>(width) - n.size(), zero ? '0' : ' ');
+    out += n;
+    ++conversions;
+    i = j;
+  }
+  if (conversions != 1) {
+    throw InvalidArgument("shard pattern '" + pattern + "' needs exactly one integer conversion such as %06d, it has " +
+                          std::to_string(conversions));
+  }
+  return out;
+}
+
+std::string extension_of(const Sample& s) {
+  const std::string name = s.range ? s.member : s.path;
+  const std::string file = fs::path(name).filename().string();
+  const std::size_t dot = s.range ? file.find('.') : file.rfind('.');
+  std::string ext = dot == std::string::npos ? "img" : file.substr(dot + 1);
+  if (s.range) ext = ext.substr(ext.rfind('.') + 1);  // "seg.png" -> "png"
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+// "%08d_" + the source's stem with anything but [A-Za-z0-9_-] as '_', at most 60 characters.
+std::string key_of(const Sample& s, std::size_t index) {
+  char number[32];
+  std::snprintf(number, sizeof number, "%08zu", index);
+  std::string stem = fs::path(s.range ? s.member : s.path).filename().string();
+  const std::size_t dot = s.range ? stem.find('.') : stem.rfind('.');
+  if (dot != std::string::npos) stem.resize(dot);
+  for (char& c : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  }
+  if (stem.size() > 60) stem.resize(60);
+  return std::string(number) + (stem.empty() ? "" : "_" + stem);
+}
+
+}  // namespace
+
+ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWriteOptions& options) {
+  if (dataset.empty()) throw InvalidArgument("write_webdataset_shards: the dataset is empty");
+  if (options.max_bytes < 10240) {
+    throw InvalidArgument("shard size limit must be >= 10240 bytes, received " + std::to_string(options.max_bytes));
+  }
+  shard_name(options.pattern, 0);  // checks the pattern before anything is written
+  const auto order = epoch_order(static_cast<std::uint32_t>(dataset.size()), options.seed, 0, options.shuffle);
+
+  ShardWriteResult result;
+  std::optional<TarWriter> writer;
+  std::size_t in_shard = 0;
+  const auto close = [&] {
+    if (!writer) return;
+    writer->finish();
+    result.bytes += writer->bytes_written();
+    writer.reset();
+  };
+  std::vector<std::uint8_t> bytes;
+  for (const std::uint32_t index : order) {
+    const Sample& s = dataset.samples[index];
+    const SourceStamp stamp =
+        s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);
+    const std::string key = key_of(s, index);
+    const std::string label = s.label >= 0 ? std::to_string(s.label) : std::string();
+    const std::uint64_t need =
+        TarWriter::member_bytes(bytes.size()) + (label.empty() ? 0 : TarWriter::member_bytes(label.size()));
+    if (writer && in_shard > 0 &&
+        writer->bytes_written() + need + TarWriter::end_bytes(writer->bytes_written() + need) > options.max_bytes) {
+      close();
+    }
+    if (!writer) {
+      const fs::path path = shard_name(options.pattern, result.shards.size());
+      if (path.has_parent_path()) fs::create_directories(path.parent_path());
+      writer.emplace(path);
+      result.shards.push_back(path.string());
+      in_shard = 0;
+    }
+    const std::int64_t mtime = stamp.mtime_ns / 1'000'000'000;
+    writer->add(key + "." + extension_of(s), bytes, mtime);
+    if (!label.empty()) {
+      writer->add(key + ".cls", {reinterpret_cast<const std::uint8_t*>(label.data()), label.size()}, mtime);
+    }
+    ++in_shard;
+    ++result.samples;
+  }
+  close();
+  if (!dataset.class_names.empty()) {
+    const fs::path classes = fs::path(result.shards.front()).parent_path() / "classes.txt";
+    std::ofstream out(classes);
+    for (const auto& name : dataset.class_names) out << name << '\n';
+    out.close();
+    if (!out) throw IoError(classes.string() + ": cannot write the class names");
+    result.classes_file = classes.string();
+  }
+  return result;
+}
+
+}  // namespace stoker

@@ -1,0 +1,333 @@
+#include "stoker/pipeline/webdataset.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "stoker/core/error.hpp"
+#include "stoker/pipeline/tar.hpp"
+
+namespace stoker {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool parse_int(std::string_view text, long long& out) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+// "{...}" at `open`: the index of its matching '}', or npos.
+std::size_t matching_brace(const std::string& s, std::size_t open) {
+  int depth = 0;
+  for (std::size_t i = open; i < s.size(); ++i) {
+    if (s[i] == '{') ++depth;
+    else if (s[i] == '}' && --depth == 0) return i;
+  }
+  return std::string::npos;
+}
+
+std::vector<std::string> split_top_level(const std::string& body) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    if (body[i] == '{') ++depth;
+    else if (body[i] == '}') --depth;
+    else if (body[i] == ',' && depth == 0) {
+      parts.push_back(body.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  parts.push_back(body.substr(start));
+  return parts;
+}
+
+std::vector<std::string> expand_range(const std::string& body, const std::string& pattern) {
+  const std::size_t dots = body.find("..");
+  const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
+  long long from = 0, to = 0;
+  if (!parse_int(a, from) || !parse_int(b, to) || a.find_first_of(" +") != std::string::npos ||
+      b.find_first_of(" +") != std::string::npos) {
+    throw InvalidArgument("brace pattern '" + pattern + "': the range {" + body + "} needs integer bounds");
+  }
+  const auto leading_zero = [](const std::string& n) {
+    const std::size_t d = n[0] == '-' ? 1 : 0;
+    return n.size() > d + 1 && n[d] == '0';
+  };
+  const std::size_t width = leading_zero(a) || leading_zero(b) ? std::max(a.size(), b.size()) : 0;
+  const long long count = (to >= from ? to - from : from - to) + 1;
+  if (count > 10'000'000)
+    throw InvalidArgument("brace pattern '" + pattern + "': {" + body + "} is over 10 million names");
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (long long i = 0, v = from; i < count; ++i, v += to >= from ? 1 : -1) {
+    std::string n = std::to_string(v < 0 ? -v : v);
+    const std::size_t pad = width > n.size() + (v < 0) ? width - n.size() - (v < 0) : 0;
+    out.push_back((v < 0 ? "-" : "") + std::string(pad, '0') + n);
+  }
+  return out;
+}
+
+std::vector<std::string> expand(const std::string& s, const std::string& pattern) {
+  const std::size_t open = s.find('{');
+  if (s.find('}') < open) throw InvalidArgument("brace pattern '" + pattern + "': a '}' without its '{'");
+  if (open == std::string::npos) return {s};
+  const std::size_t close = matching_brace(s, open);
+  if (close == std::string::npos) throw InvalidArgument("brace pattern '" + pattern + "': a '{' without its '}'");
+  const std::string prefix = s.substr(0, open), body = s.substr(open + 1, close - open - 1);
+  const std::vector<std::string> rest = expand(s.substr(close + 1), pattern);
+  std::vector<std::string> alternatives;
+  const auto parts = split_top_level(body);
+  if (parts.size() > 1) {
+    for (const auto& p : parts) {
+      for (auto& e : expand(p, pattern)) alternatives.push_back(std::move(e));
+    }
+  } else if (body.find("..") != std::string::npos && body.find('{') == std::string::npos) {
+    alternatives = expand_range(body, pattern);
+  } else {
+    for (auto& e : expand(body, pattern)) alternatives.push_back("{" + e + "}");
+  }
+  std::vector<std::string> out;
+  out.reserve(alternatives.size() * rest.size());
+  for (const auto& a : alternatives) {
+    for (const auto& r : rest) out.push_back(prefix + a + r);
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> read_lines(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw DatasetError(file.string() + ": cannot read: " + std::strerror(errno));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+// Small members (labels, JSON) read from a shard that is open for the index.
+class MemberReader {
+ public:
+  explicit MemberReader(const std::string& shard) : shard_(shard), fd_(::open(shard.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw DatasetError(shard + ": cannot open the shard: " + std::strerror(errno));
+  }
+  ~MemberReader() { ::close(fd_); }
+  MemberReader(const MemberReader&) = delete;
+  MemberReader& operator=(const MemberReader&) = delete;
+
+  std::string read(const TarMember& m) const {
+    if (m.size > (64u << 20)) throw DatasetError(shard_ + ": member '" + m.name + "' is too large for a label");
+    std::string out(static_cast<std::size_t>(m.size), '\0');
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(m.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw DatasetError(shard_ + ": member '" + m.name + "': read failed");
+      done += static_cast<std::size_t>(n);
+    }
+    return out;
+  }
+
+ private:
+  std::string shard_;
+  int fd_;
+};
+
+struct Group {
+  std::string key;
+  std::vector<std::pair<std::string, const TarMember*>> members;  // (extension, member)
+  std::string duplicate;                                          // a member name seen twice
+};
+
+}  // namespace
+
+std::vector<std::string> expand_braces(const std::string& pattern) { return expand(pattern, pattern); }
+
+bool is_shard_spec(const std::string& spec) {
+  return ends_with(spec, ".tar") || ends_with(spec, ".txt") || spec.find('{') != std::string::npos;
+}
+
+std::vector<std::string> shard_paths(const std::string& spec) {
+  if (!ends_with(spec, ".txt")) return expand_braces(spec);
+  const fs::path list(spec);
+  std::vector<std::string> out;
+  for (const auto& line : read_lines(list)) {
+    std::size_t start = 0;
+    while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
+    if (start == line.size() || line[start] == '#') continue;
+    for (auto& p : expand_braces(line.substr(start))) {
+      const fs::path path(p);
+      out.push_back(path.is_relative() ? (list.parent_path() / path).string() : p);
+    }
+  }
+  if (out.empty()) throw DatasetError(spec + ": the shard list names no shards");
+  return out;
+}
+
+bool split_member_name(const std::string& name, std::string& key, std::string& extension) {
+  const std::size_t slash = name.rfind('/');
+  const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
+  const std::size_t dot = name.find('.', base);
+  if (dot == std::string::npos || dot == base) return false;
+  key = name.substr(0, dot);
+  extension = name.substr(dot + 1);
+  return !extension.empty();
+}
+
+Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const WebDatasetOptions& options,
+                                WebDatasetReport* report) {
+  if (shards.empty()) throw DatasetError("dataset_from_webdataset: no shards given");
+  WebDatasetReport local_report;
+  WebDatasetReport& rep = report ? *report : local_report;
+  rep = {};
+
+  Dataset dataset;
+  fs::path classes_file = options.classes_file;
+  if (classes_file.empty()) {
+    const fs::path next_to = fs::path(shards.front()).parent_path() / "classes.txt";
+    if (fs::is_regular_file(next_to)) classes_file = next_to;
+  }
+  if (!classes_file.empty()) {
+    for (auto& line : read_lines(classes_file)) {
+      if (!line.empty()) dataset.class_names.push_back(std::move(line));
+    }
+    if (dataset.class_names.empty()) throw DatasetError(classes_file.string() + ": no class names");
+  }
+  const bool named_classes = !dataset.class_names.empty();
+  std::vector<std::string> image_extensions;
+  for (const auto& e : options.image_extensions) image_extensions.push_back(lower(e));
+  std::string image_list;
+  for (const auto& e : image_extensions) image_list += (image_list.empty() ? "" : ", ") + e;
+
+  std::int64_t max_label = -1;
+  for (const auto& shard : shards) {
+    TarIndex index = index_tar(shard, options.skip_bad_samples);
+    ++rep.shards;
+    rep.members += index.members.size();
+    if (!index.problem.empty()) rep.skipped.push_back({shard, "", index.problem});
+    const MemberReader reader(shard);
+
+    const auto bad = [&](const std::string& key, const std::string& reason) {
+      if (!options.skip_bad_samples) throw DatasetError(shard + ": sample '" + key + "': " + reason);
+      rep.skipped.push_back({shard, key, reason});
+    };
+    const auto finish = [&](const Group& g) {
+      if (g.members.empty()) return;
+      if (!g.duplicate.empty()) return bad(g.key, "member '" + g.duplicate + "' appears twice in the sample");
+      const TarMember* image = nullptr;
+      for (const auto& want : image_extensions) {
+        for (const auto& [ext, m] : g.members) {
+          if (!image && lower(ext) == want) image = m;
+        }
+      }
+      if (!image) return bad(g.key, "no image member (" + image_list + ")");
+      std::int64_t label = -1;
+      const auto find = [&](const char* ext) -> const TarMember* {
+        for (const auto& [e, m] : g.members) {
+          if (lower(e) == ext) return m;
+        }
+        return nullptr;
+      };
+      if (options.label_field.empty()) {
+        if (const TarMember* cls = find("cls")) {
+          long long v = 0;
+          const std::string text = reader.read(*cls);
+          if (!parse_int(text, v)) return bad(g.key, "'" + cls->name + "' holds '" + text + "', not an integer label");
+          label = v;
+        } else if (options.require_labels) {
+          return bad(g.key, "no label (no .cls member)");
+        }
+      } else if (const TarMember* js = find("json")) {
+        nlohmann::json doc = nlohmann::json::parse(reader.read(*js), nullptr, false);
+        if (doc.is_discarded() || !doc.is_object()) return bad(g.key, "'" + js->name + "' is not a JSON object");
+        const auto it = doc.find(options.label_field);
+        if (it == doc.end()) {
+          if (options.require_labels)
+            return bad(g.key, "'" + js->name + "' has no field '" + options.label_field + "'");
+        } else if (it->is_number_integer()) {
+          label = it->get<std::int64_t>();
+        } else if (it->is_string()) {
+          const auto name = it->get<std::string>();
+          const auto c = std::find(dataset.class_names.begin(), dataset.class_names.end(), name);
+          if (c == dataset.class_names.end()) {
+            return bad(g.key, "label '" + name + "' is not one of the class names" +
+                                  (named_classes ? " in " + classes_file.string() : " (no classes.txt)"));
+          }
+          label = c - dataset.class_names.begin();
+        } else {
+          return bad(g.key,
+                     "field '" + options.label_field + "' of '" + js->name + "' is neither an integer nor a string");
+        }
+      } else if (options.require_labels) {
+        return bad(g.key, "no label (no .json member)");
+      }
+      if (label < -1 || label > INT32_MAX - 1 ||
+          (named_classes && label >= static_cast<std::int64_t>(dataset.class_names.size()))) {
+        return bad(g.key, "label " + std::to_string(label) +
+                              (named_classes ? " is not below the " + std::to_string(dataset.class_names.size()) +
+                                                   " classes of " + classes_file.string()
+                                             : " is out of range"));
+      }
+      if (label < 0 && options.require_labels) return bad(g.key, "label " + std::to_string(label) + " is negative");
+      max_label = std::max(max_label, label);
+      Sample s;
+      s.path = shard;
+      s.label = static_cast<std::int32_t>(label);
+      s.range = ByteRange{image->offset, image->size};
+      s.member = image->name;
+      dataset.samples.push_back(std::move(s));
+    };
+
+    Group group;
+    std::string key, ext;
+    for (const auto& m : index.members) {
+      if (!split_member_name(m.name, key, ext)) continue;  // WebDataset passes over names without a dot
+      if (key != group.key) {
+        finish(group);
+        group = Group{key, {}, {}};
+      }
+      for (const auto& [e, other] : group.members) {
+        if (e == ext && group.duplicate.empty()) group.duplicate = m.name;
+      }
+      group.members.emplace_back(ext, &m);
+    }
+    finish(group);
+  }
+  if (!named_classes) {
+    for (std::int64_t c = 0; c <= max_label; ++c) dataset.class_names.push_back(std::to_string(c));
+  }
+  if (dataset.samples.empty()) {
+    throw DatasetError("no samples in " + std::to_string(shards.size()) + " shard(s) starting with " + shards.front() +
+                       (rep.skipped.empty() ? "" : " (" + std::to_string(rep.skipped.size()) + " skipped)"));
+  }
+  return apply_split(dataset, options.split);
+}
+
+Dataset dataset_from_webdataset(const std::string& spec, const WebDatasetOptions& options, WebDatasetReport* report) {
+  return dataset_from_webdataset(shard_paths(spec), options, report);
+}
+
+}  // namespace stoker
