@@ -7,6 +7,7 @@
 #include "bindings.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/webdataset.hpp"
 
 namespace stoker::python {
 namespace {
@@ -36,10 +37,10 @@ void bind_dataset(nb::module_& m) {
           [](const Dataset& d) {
             std::vector<std::string> p;
             p.reserve(d.size());
-            for (const auto& s : d.samples) p.push_back(s.path);
+            for (const auto& s : d.samples) p.push_back(sample_name(s));
             return p;
           },
-          "The file of each sample, in dataset order.")
+          "The file of each sample, in dataset order ('shard.tar:member' for a tar shard's).")
       .def_prop_ro(
           "labels",
           [](const Dataset& d) {
@@ -92,6 +93,28 @@ void bind_dataset(nb::module_& m) {
       nb::arg("label_column") = "class", nb::arg("delimiter") = "", nb::arg("validation_split") = 0.0,
       nb::arg("subset") = "all", "A CSV/TSV file with a header row (Keras' flow_from_dataframe columns).");
 
+  m.def(
+      "is_shard_spec", [](const std::string& spec) { return is_shard_spec(spec); },
+      "Whether --data-like text names WebDataset tar shards (a .tar path or pattern, or a .txt list)");
+  m.def(
+      "dataset_from_webdataset",
+      [](const std::string& spec, const std::string& label_field, bool skip_bad_samples) {
+        WebDatasetOptions o;
+        o.label_field = label_field;
+        o.skip_bad_samples = skip_bad_samples;
+        WebDatasetReport report;
+        Dataset d;
+        {
+          nb::gil_scoped_release unlocked;  // reads every shard's headers
+          d = dataset_from_webdataset(spec, o, &report);
+        }
+        nb::list skipped;
+        for (const auto& p : report.skipped) skipped.append(nb::make_tuple(p.shard, p.key, p.reason));
+        return nb::make_tuple(d, skipped);
+      },
+      nb::arg("spec"), nb::arg("label_field") = "", nb::arg("skip_bad_samples") = false,
+      "WebDataset tar shards (a brace pattern, a .tar, or a .txt list of shards) -> (Dataset, skipped), where "
+      "skipped lists (shard, key, reason) of the samples left out with skip_bad_samples");
   m.def(
       "dataset_from_list",
       [](const std::vector<std::string>& paths, const std::vector<int>& labels, std::vector<std::string> class_names,

@@ -199,11 +199,11 @@ void bind_loader(nb::module_& m) {
               "True for a sample that only pads this rank's share to the common count (count it once)")
       .def_ro("epoch", &HostBatch::epoch)
       .def_ro("index", &HostBatch::index, "Position of the batch in its epoch")
-      .def_prop_ro("paths",
+      .def_prop_ro("paths",  // "shard.tar:member" for a sample of a tar shard
                    [](const HostBatch& b) {
                      nb::list paths;
                      auto ids = nb::cast<std::vector<std::int64_t>>(b.sample_ids.attr("tolist")());
-                     for (auto id : ids) paths.append(b.dataset->samples[static_cast<std::size_t>(id)].path);
+                     for (auto id : ids) paths.append(sample_name(b.dataset->samples[static_cast<std::size_t>(id)]));
                      return paths;
                    })
       .def("__len__", [](const HostBatch& b) { return b.size; })

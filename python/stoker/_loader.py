@@ -50,13 +50,20 @@ def dataset(
     x_col: str = "filename",
     y_col: Optional[str] = "class",
     directory: Optional[PathLike] = None,
+    label_field: Optional[str] = None,
+    skipped: Optional[list] = None,
 ) -> _stoker.Dataset:
     """The samples a Loader visits, from
       - a folder with one sub-folder per class (Keras' flow_from_directory; `classes`,
         `extensions`, `follow_links`),
       - a .csv/.tsv file or a pandas DataFrame with a path column `x_col` and a class column
         `y_col` (Keras' flow_from_dataframe; relative paths against `directory`),
-      - a list of paths with `labels` (class indices or class names) and optional `class_names`.
+      - a list of paths with `labels` (class indices or class names) and optional `class_names`,
+      - WebDataset tar shards: 'shards/train-{000000..000127}.tar', one .tar, or a .txt file
+        listing shards; labels from each sample's .cls member (or the json member's
+        `label_field`), class names from a classes.txt beside the shards. A damaged shard or a
+        sample without image or label is a DatasetError naming the shard and key, unless
+        `skipped` is a list: then they are left out and (shard, key, reason) appended to it.
     `validation_split` and `subset` ('training' / 'validation') split each class as Keras does."""
     if isinstance(source, _stoker.Dataset):
         return source
@@ -69,6 +76,13 @@ def dataset(
         return _from_lists(paths, labels, class_names, split)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        if not os.path.isdir(path) and _stoker.is_shard_spec(path):
+            data, left_out = _stoker.dataset_from_webdataset(path, label_field or "", skipped is not None)
+            if skipped is not None:
+                skipped.extend(left_out)
+            if validation_split or subset:
+                raise _stoker.InvalidArgument("validation_split/subset: split tar shards into their own sets")
+            return data
         if os.path.isdir(path):
             return _stoker.dataset_from_directory(
                 path, list(classes or []), [e.lower().lstrip(".") for e in (extensions or [])], follow_links, **split
@@ -191,7 +205,10 @@ class Loader:
                 augment.height, augment.width = height, width
             if dtype is not None and dtype in ("uint8", "float32"):
                 augment.dtype = dtype
-        self.dataset = dataset(source)
+        # Tar shards' bad samples are found while indexing: with on_bad_sample='skip' they are
+        # left out and listed in skipped_at_index as (shard, key, reason).
+        self.skipped_at_index: list = []
+        self.dataset = dataset(source, skipped=self.skipped_at_index if on_bad_sample == "skip" else None)
         args = dict(
             batch_size=batch_size,
             height=height,

@@ -167,6 +167,51 @@ def test_state_dict_resumes_mid_epoch_with_the_same_batches(folder):
         other.load_state_dict(state)
 
 
+def test_webdataset_shards_written_by_tarfile_load_like_their_folder(folder, tmp_path):
+    import io
+    import tarfile
+
+    files = stoker.dataset(folder)
+    names = list(files.class_names)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "classes.txt").write_text("\n".join(names) + "\n")
+    order = list(zip(files.paths, files.labels))
+    for s, fmt in enumerate([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]):
+        with tarfile.open(shards / f"train-{s:03d}.tar", "w", format=fmt) as tar:
+            for i, (path, label) in enumerate(order[s::2]):
+                key = f"{s}_{i:04d}_" + "x" * (120 if i == 0 else 1)  # a long name: PAX / GNU headers
+                for ext, data in (("jpg", open(path, "rb").read()), ("cls", str(label).encode())):
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        with tarfile.open(shards / "train-001.tar" if s else shards / "train-000.tar") as check:
+            assert len(check.getnames()) == 2 * len(order[s::2])
+    pattern = str(shards / "train-{000..001}.tar")
+    from_shards = stoker.Loader(pattern, 16, batch_size=64, shuffle=False)
+    assert from_shards.class_names == names and len(from_shards.dataset) == len(order)
+    from_folder = stoker.Loader(stoker.dataset([p for s in range(2) for p, _ in order[s::2]],
+                                               [l for s in range(2) for _, l in order[s::2]], names),
+                                16, batch_size=64, shuffle=False)
+    a, b = next(iter(from_shards)), next(iter(from_folder))
+    np.testing.assert_array_equal(a.images, b.images)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert a.paths[0].endswith(".jpg") and "train-000.tar" in a.paths[0]
+
+    # A sample without its label: named, or skipped and listed.
+    with tarfile.open(shards / "train-002.tar", "w") as tar:
+        info = tarfile.TarInfo("lonely.jpg")
+        data = open(order[0][0], "rb").read()
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    three = str(shards / "train-{000..002}.tar")
+    with pytest.raises(stoker.DatasetError, match="lonely"):
+        stoker.Loader(three, 16)
+    skipping = stoker.Loader(three, 16, on_bad_sample="skip")
+    assert len(skipping.dataset) == len(order)
+    assert [k for _, k, _ in skipping.skipped_at_index] == ["lonely"]
+
+
 def test_next_releases_the_gil_while_it_waits_for_slow_decodes(tmp_path):
     root = tmp_path / "large"
     os.makedirs(root / "a")
