@@ -27,6 +27,74 @@ def Augment(**settings: Any) -> _stoker.AugmentSpec:
     return spec
 
 
+# normalize= presets of the framework adapters -> AugmentSpec.normalization presets.
+_NORMALIZE_PRESETS = {"imagenet": "torch", "torch": "torch", "tf": "tf", "minus_one_to_one": "tf", "caffe": "caffe"}
+
+
+def _per_channel(v: Any) -> list:
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    out = [float(x) for x in v]
+    if not 1 <= len(out) <= 4:
+        raise ValueError("one value per channel")
+    return out
+
+
+def output_spec(augment: Any, output: str, normalize: Any, layout: str) -> Optional[_stoker.AugmentSpec]:
+    """What the framework adapters (stoker.torch, stoker.jax) ask the loader for: the caller's
+    augmentation (copied, never changed) with the adapter's output. output='uint8': uint8 in
+    `layout` as decoded (None: the plain resize, NHWC); 'float': float32 in `layout`, on the 0..1
+    scale unless `normalize` ('imagenet' / 'torch', 'tf', 'caffe', or (mean, std) on the 0..1
+    scale as torchvision's Normalize) or the augmentation's own rescale/normalization says so."""
+    if output not in ("float", "uint8"):
+        raise _stoker.InvalidArgument(f"output must be 'float' or 'uint8', received {output!r}")
+    if isinstance(augment, dict):
+        spec = Augment(**augment)
+    elif augment is None:
+        spec = None
+    elif isinstance(augment, _stoker.AugmentSpec):
+        spec = copy_module.copy(augment)
+    else:
+        raise TypeError("augment must be None, stoker.Augment(...) or a dict of its settings")
+    if output == "uint8":
+        if normalize is not None:
+            raise _stoker.InvalidArgument("normalize needs output='float' (uint8 cannot hold normalised values)")
+        if spec is None and layout.lower() in ("nhwc", "channels_last"):
+            return None
+        spec = spec or _stoker.AugmentSpec()
+        if spec.normalization is not None or spec.rescale is not None:
+            raise _stoker.InvalidArgument(
+                "output='uint8' cannot hold the augmentation's rescale/normalization; use output='float'")
+        spec.dtype = "uint8"
+        spec.layout = layout
+        return spec
+    spec = spec or _stoker.AugmentSpec()  # no random transform: resize, convert, normalise
+    spec.dtype = "float32"
+    spec.layout = layout
+    if normalize is None:
+        if spec.normalization is None and spec.rescale is None:
+            spec.rescale = 1.0 / 255.0  # ToTensor(): 0..1
+        return spec
+    spec.rescale = None
+    if isinstance(normalize, str):
+        if normalize.lower() not in _NORMALIZE_PRESETS:
+            raise _stoker.InvalidArgument(f"normalize must be None, one of {sorted(_NORMALIZE_PRESETS)} or "
+                                          f"(mean, std), received {normalize!r}")
+        spec.normalization = _NORMALIZE_PRESETS[normalize.lower()]
+        return spec
+    try:
+        mean, std = normalize
+        mean, std = _per_channel(mean), _per_channel(std)
+    except (TypeError, ValueError):
+        raise _stoker.InvalidArgument("normalize must be a preset or (mean, std) on the 0..1 scale, as "
+                                      "torchvision's transforms.Normalize takes them")
+    if any(v == 0 for v in std):
+        raise _stoker.InvalidArgument("normalize: std must not be 0")
+    # Normalize works on ToTensor's 0..1 scale; stoker's normalization on 0..255.
+    spec.normalization = {"mean": [255.0 * m for m in mean], "std": [255.0 * v for v in std]}
+    return spec
+
+
 class SkippedSample(NamedTuple):
     sample_id: int
     path: str
@@ -341,3 +409,52 @@ class Loader:
     def __repr__(self) -> str:
         return (f"<stoker.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}, "
                 f"device {self.device}>")
+
+
+class FrameworkLoader:
+    """What stoker.torch.DataLoader and stoker.jax.Loader share: a stoker.Loader in `self.loader`
+    and the calls that go straight to it. Subclasses turn its batches into their tensors."""
+
+    loader: Loader
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs (its order and augmentation), as
+        DistributedSampler.set_epoch."""
+        self.loader.set_epoch(epoch)
+
+    @property
+    def dataset(self) -> _stoker.Dataset:
+        return self.loader.dataset
+
+    @property
+    def class_names(self) -> list:
+        """Class names; the label is the index."""
+        return self.loader.class_names
+
+    @property
+    def skipped(self) -> list:
+        """SkippedSample(sample_id, path, reason) of the samples skipped this epoch."""
+        return self.loader.skipped
+
+    def stats(self) -> dict:
+        return self.loader.stats()
+
+    def state_dict(self) -> dict:
+        """Loader.state_dict(): where the epoch stands, to continue after a restart."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

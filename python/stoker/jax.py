@@ -26,7 +26,6 @@ Importing this module imports jax; without JAX it raises ImportError with an ins
 
 from __future__ import annotations
 
-import copy as _copy
 from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 try:
@@ -39,60 +38,16 @@ except ImportError as _e:  # pragma: no cover - exercised in the venv without ja
         "(or use stoker.Loader, which gives NumPy arrays)"
     ) from _e
 
-from . import _loader, _stoker
+from . import _loader
 
 __all__ = ["Loader", "batches"]
-
-_NORMALIZE = {"imagenet": "torch", "torch": "torch", "tf": "tf", "minus_one_to_one": "tf", "caffe": "caffe"}
-
-
-def _spec_for(augment: Any, output: str, normalize: Any, layout: str) -> Optional[_stoker.AugmentSpec]:
-    if output not in ("float", "uint8"):
-        raise _stoker.InvalidArgument(f"output must be 'float' or 'uint8', received {output!r}")
-    if isinstance(augment, dict):
-        spec = _loader.Augment(**augment)
-    elif augment is None:
-        spec = None
-    elif isinstance(augment, _stoker.AugmentSpec):
-        spec = _copy.copy(augment)
-    else:
-        raise TypeError("augment must be None, stoker.Augment(...) or a dict of its settings")
-    if output == "uint8":
-        if normalize is not None:
-            raise _stoker.InvalidArgument("normalize needs output='float' (uint8 cannot hold normalised values)")
-        if spec is None and layout.lower() in ("nhwc", "channels_last"):
-            return None
-        spec = spec or _stoker.AugmentSpec()
-        spec.dtype = "uint8"
-        spec.layout = layout
-        return spec
-    spec = spec or _stoker.AugmentSpec()
-    spec.dtype = "float32"
-    spec.layout = layout
-    if normalize is None:
-        if spec.normalization is None and spec.rescale is None:
-            spec.rescale = 1.0 / 255.0
-    elif isinstance(normalize, str):
-        if normalize.lower() not in _NORMALIZE:
-            raise _stoker.InvalidArgument(
-                f"normalize must be None, 'imagenet', 'tf', 'caffe' or (mean, std), received {normalize!r}")
-        spec.rescale = None
-        spec.normalization = _NORMALIZE[normalize.lower()]
-    else:
-        mean, std = normalize
-        mean = [float(mean)] if isinstance(mean, (int, float)) else [float(m) for m in mean]
-        std = [float(std)] if isinstance(std, (int, float)) else [float(s) for s in std]
-        spec.rescale = None
-        spec.normalization = {"mean": [255.0 * m for m in mean], "std": [255.0 * s for s in std]}
-    return spec
-
 
 def _to_jax(array: Any) -> "_jax.Array":
     """A jax.Array over a DLPack producer (a NumPy view or a stoker DeviceArray)."""
     return _jax_dlpack.from_dlpack(array)
 
 
-class Loader:
+class Loader(_loader.FrameworkLoader):
     """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
 
     Arguments as stoker.Loader, plus
@@ -129,7 +84,7 @@ class Loader:
         dtype: Optional[str] = None,
         depth: int = 3,
     ):
-        spec = _spec_for(augment, output, normalize, layout)
+        spec = _loader.output_spec(augment, output, normalize, layout)
         self._cuda = _loader._device(device) is not None
         self.copy = copy
         self.label_mode = label_mode
@@ -163,37 +118,6 @@ class Loader:
             labels = None if batch.labels is None else _jnp.asarray(batch.labels)
             del batch  # only the arrays hold the buffer: deleting them frees it
             yield images, labels
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration runs (its order and augmentation)."""
-        self.loader.set_epoch(epoch)
-
-    @property
-    def dataset(self) -> _stoker.Dataset:
-        return self.loader.dataset
-
-    @property
-    def class_names(self) -> list:
-        return self.loader.class_names
-
-    @property
-    def skipped(self) -> list:
-        return self.loader.skipped
-
-    def stats(self) -> dict:
-        return self.loader.stats()
-
-    def close(self) -> None:
-        self.loader.close()
-
-    def __enter__(self) -> "Loader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<stoker.jax.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}>"

@@ -31,7 +31,6 @@ Importing this module imports torch; without PyTorch it raises ImportError with 
 
 from __future__ import annotations
 
-import copy as _copy
 from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 try:
@@ -51,74 +50,12 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def _spec_for(augment: Any, output: str, normalize: Any) -> Optional[_stoker.AugmentSpec]:
-    """The augmentation spec the loader runs: the caller's augmentation (copied, never changed)
-    with the output dtype, layout and normalisation this adapter delivers."""
-    if output not in ("float", "uint8"):
-        raise _stoker.InvalidArgument(f"output must be 'float' or 'uint8', received {output!r}")
-    if isinstance(augment, dict):
-        spec = _loader.Augment(**augment)
-    elif augment is None:
-        spec = None
-    elif isinstance(augment, _stoker.AugmentSpec):
-        spec = _copy.copy(augment)
-    else:
-        raise TypeError("augment must be None, stoker.Augment(...) or a dict of its settings")
-
-    if output == "uint8":
-        if normalize is not None:
-            raise _stoker.InvalidArgument("normalize needs output='float' (uint8 cannot hold normalised values)")
-        if spec is not None:
-            if spec.normalization is not None or spec.rescale is not None:
-                raise _stoker.InvalidArgument(
-                    "output='uint8' cannot hold the augmentation's rescale/normalization; use output='float'")
-            spec.dtype = "uint8"
-            spec.layout = "nhwc"
-        return spec
-
-    if spec is None:
-        spec = _stoker.AugmentSpec()  # no random transform: resize, convert, normalise
-    spec.dtype = "float32"
-    spec.layout = "nchw"
-    if normalize is None:
-        if spec.normalization is None and spec.rescale is None:
-            spec.rescale = 1.0 / 255.0  # ToTensor(): 0..1
-    else:
-        spec.rescale = None
-        if isinstance(normalize, str):
-            if normalize.lower() != "imagenet":
-                raise _stoker.InvalidArgument(
-                    f"normalize must be None, 'imagenet' or (mean, std), received {normalize!r}")
-            spec.normalization = "torch"  # torchvision: x / 255, minus the ImageNet mean, over its std
-        else:
-            try:
-                mean, std = normalize
-                mean, std = _channels(mean), _channels(std)
-            except (TypeError, ValueError):
-                raise _stoker.InvalidArgument(
-                    "normalize must be None, 'imagenet' or (mean, std) on the 0..1 scale, as transforms.Normalize")
-            if any(s == 0 for s in std):
-                raise _stoker.InvalidArgument("normalize: std must not be 0")
-            # transforms.Normalize works on ToTensor's 0..1 scale; stoker's on 0..255.
-            spec.normalization = {"mean": [255.0 * m for m in mean], "std": [255.0 * s for s in std]}
-    return spec
-
-
-def _channels(v: Any) -> list:
-    if isinstance(v, (int, float)):
-        return [float(v)]
-    out = [float(x) for x in v]
-    if not 1 <= len(out) <= 4:
-        raise ValueError("one value per channel")
-    return out
-
-
 def _torch_device(device: str) -> _torch.device:
     cuda = _loader._device(device)
     return _torch.device("cpu") if cuda is None else _torch.device("cuda", cuda)
 
 
-class DataLoader:
+class DataLoader(_loader.FrameworkLoader):
     """An iterable of (images, labels) torch tensors, one epoch per iteration.
 
     source, image_size, batch_size, shuffle, seed, cache, threads, prefetch, drop_last,
@@ -177,7 +114,7 @@ class DataLoader:
     ):
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
-        spec = _spec_for(augment, output, normalize)
+        spec = _loader.output_spec(augment, output, normalize, "nchw" if output == "float" else "nhwc")
         if dtype is not None and not cuda and dtype != ("float32" if output == "float" else "uint8"):
             raise _stoker.InvalidArgument(
                 f"dtype {dtype!r} on the CPU: output='float' gives float32, output='uint8' uint8")
@@ -256,20 +193,7 @@ class DataLoader:
             return t.to(_torch.int64)  # a new int64 tensor: holds no slot
         return t.clone()
 
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        return len(self.loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration runs (its order and augmentation), as
-        DistributedSampler.set_epoch."""
-        self.loader.set_epoch(epoch)
-
     # ---- what the loader knows
-    @property
-    def dataset(self) -> _stoker.Dataset:
-        return self.loader.dataset
-
     @property
     def classes(self) -> list:
         """Class names; the label is the index (ImageFolder's .classes)."""
@@ -278,23 +202,6 @@ class DataLoader:
     @property
     def class_to_idx(self) -> dict:
         return {name: i for i, name in enumerate(self.classes)}
-
-    @property
-    def skipped(self) -> list:
-        """SkippedSample(sample_id, path, reason) of the samples skipped this epoch."""
-        return self.loader.skipped
-
-    def stats(self) -> dict:
-        return self.loader.stats()
-
-    def close(self) -> None:
-        self.loader.close()
-
-    def __enter__(self) -> "DataLoader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"<stoker.torch.DataLoader: {len(self.dataset)} samples, {len(self)} batches of "

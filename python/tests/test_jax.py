@@ -1,7 +1,6 @@
 """stoker.jax: jax.Arrays over stoker's buffers through DLPack, a JAX training step, lifetime."""
 
 import gc
-import os
 
 import numpy as np
 import pytest
@@ -13,24 +12,6 @@ import jax.numpy as jnp  # noqa: E402
 
 import stoker  # noqa: E402
 import stoker.jax  # noqa: E402
-
-COLOURS = {"blue": (30, 40, 210), "red": (210, 40, 30)}
-
-
-def make_folder(root, per_class=12, size=32, seed=0):
-    rng = np.random.default_rng(seed)
-    for name, colour in COLOURS.items():
-        os.makedirs(os.path.join(root, name), exist_ok=True)
-        for i in range(per_class):
-            noise = rng.integers(-25, 26, (size, size, 3))
-            a = np.clip(np.array(colour)[None, None, :] + noise, 0, 255).astype(np.uint8)
-            PIL.fromarray(a).save(os.path.join(root, name, f"{i:03d}.jpg"))
-    return str(root)
-
-
-@pytest.fixture
-def folder(tmp_path):
-    return make_folder(tmp_path / "images")
 
 
 def test_images_are_zero_copy_on_the_cpu(folder):

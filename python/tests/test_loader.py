@@ -11,36 +11,9 @@ import numpy as np
 import pytest
 
 import stoker
+from support import make_folder, rss_kib  # noqa: E402
 
 PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
-
-COLOURS = {"blue": (30, 40, 210), "red": (210, 40, 30)}
-
-
-def make_folder(root, per_class=12, size=32, seed=0, ext="jpg"):
-    """A folder of class folders whose classes differ in colour (plus noise)."""
-    rng = np.random.default_rng(seed)
-    for name, colour in COLOURS.items():
-        os.makedirs(os.path.join(root, name), exist_ok=True)
-        for i in range(per_class):
-            noise = rng.integers(-25, 26, (size, size, 3))
-            a = np.clip(np.array(colour)[None, None, :] + noise, 0, 255).astype(np.uint8)
-            PIL.fromarray(a).save(os.path.join(root, name, f"{i:03d}.{ext}"))
-    return str(root)
-
-
-@pytest.fixture
-def folder(tmp_path):
-    return make_folder(tmp_path / "images")
-
-
-def rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
 
 def test_batches_are_aligned_views_and_dlpack_is_zero_copy(folder):
     loader = stoker.Loader(folder, 16, batch_size=8, shuffle=False)

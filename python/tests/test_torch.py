@@ -12,33 +12,7 @@ PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with
 
 import stoker  # noqa: E402
 import stoker.torch  # noqa: E402
-
-COLOURS = {"blue": (30, 40, 210), "red": (210, 40, 30)}
-
-
-def make_folder(root, per_class=12, size=32, seed=0):
-    rng = np.random.default_rng(seed)
-    for name, colour in COLOURS.items():
-        os.makedirs(os.path.join(root, name), exist_ok=True)
-        for i in range(per_class):
-            noise = rng.integers(-25, 26, (size, size, 3))
-            a = np.clip(np.array(colour)[None, None, :] + noise, 0, 255).astype(np.uint8)
-            PIL.fromarray(a).save(os.path.join(root, name, f"{i:03d}.jpg"))
-    return str(root)
-
-
-@pytest.fixture
-def folder(tmp_path):
-    return make_folder(tmp_path / "images")
-
-
-def rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
+from support import make_folder, rss_kib  # noqa: E402
 
 def test_float_output_is_nchw_normalised_in_cpp_as_torchvision_would(folder):
     raw = stoker.torch.DataLoader(folder, 16, batch_size=8, shuffle=False, output="uint8")
