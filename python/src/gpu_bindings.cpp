@@ -92,18 +92,17 @@ class PyGpuFeed {
       throw InvalidArgument("device cuda:" + std::to_string(device) + " does not exist (" +
                             std::to_string(cuda_device_count()) + " CUDA devices)");
     }
-    set_device(device);
+    if (!dtype.empty() && dtype != "uint8" && dtype != "float32" && dtype != "float16" && dtype != "bfloat16") {
+      throw InvalidArgument("dtype must be uint8, float32, float16 or bfloat16, received '" + dtype + "'");
+    }
     GpuFeedOptions fo;
     fo.depth = depth;
     if (augment) {
       // The loader resizes to the output size (uint8); the CUDA executor warps on the GPU.
       auto spec = *augment;
-      std::optional<DType> out;
-      if (!dtype.empty() && dtype != "float32" && dtype != "uint8") {
-        out = dtype == "float16" ? DType::F16 : dtype == "bfloat16" ? DType::BF16 : DType::F32;
-        if (dtype != "float16" && dtype != "bfloat16") {
-          throw InvalidArgument("dtype must be uint8, float32, float16 or bfloat16, received '" + dtype + "'");
-        }
+      std::optional<DType> out;  // the executor's output: the spec's, or half precision from float32
+      if (dtype == "float16" || dtype == "bfloat16") {
+        out = dtype == "float16" ? DType::F16 : DType::BF16;
         spec.dtype = DType::F32;
       }
       loader.image_height = spec.height;
@@ -113,8 +112,18 @@ class PyGpuFeed {
     } else if (!dtype.empty() && dtype != "uint8") {
       throw InvalidArgument("dtype '" + dtype + "' on the GPU needs an augmentation (augment=...) to convert");
     }
-    nb::gil_scoped_release unlocked;
-    feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
+    // The feed lives on `device`; the calling thread's current device (which PyTorch shares) is
+    // left as it was.
+    const int previous = current_device();
+    set_device(device);
+    try {
+      nb::gil_scoped_release unlocked;
+      feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
+    } catch (...) {
+      set_device(previous);
+      throw;
+    }
+    set_device(previous);
   }
   ~PyGpuFeed() { close(); }
 
