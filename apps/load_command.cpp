@@ -40,12 +40,7 @@ void run_load(const LoadArgs& args) {
   const Dataset ds = args.loader.dataset(&report);
   if (args.loader.shards()) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
-    std::printf("shards: %zu indexed in %.1f ms (%zu members)", report.shards, ms, report.members);
-    if (!report.skipped.empty()) std::printf(", %zu bad samples skipped", report.skipped.size());
-    std::printf("\n");
-    for (const auto& p : report.skipped) {
-      std::printf("  skipped %s%s%s: %s\n", p.shard.c_str(), p.key.empty() ? "" : ":", p.key.c_str(), p.reason.c_str());
-    }
+    print_shard_report(report, ms);
   }
   Loader loader(ds, args.loader.options());
   std::printf("dataset: %zu images in %zu classes (", ds.size(), ds.class_names.size());

@@ -1,6 +1,7 @@
 // Flags shared by every subcommand that builds a Loader (names follow Keras where it has one).
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -11,6 +12,16 @@
 #include "stoker/pipeline/webdataset.hpp"
 
 namespace stoker::app {
+
+// "shards: N indexed in T ms (M members)[, K bad samples skipped]" and each skipped sample.
+inline void print_shard_report(const WebDatasetReport& report, double milliseconds) {
+  std::printf("shards: %zu indexed in %.1f ms (%zu members)", report.shards, milliseconds, report.members);
+  if (!report.skipped.empty()) std::printf(", %zu bad samples skipped", report.skipped.size());
+  std::printf("\n");
+  for (const auto& p : report.skipped) {
+    std::printf("  skipped %s%s%s: %s\n", p.shard.c_str(), p.key.empty() ? "" : ":", p.key.c_str(), p.reason.c_str());
+  }
+}
 
 struct LoaderFlags {
   std::string data;
@@ -33,16 +44,21 @@ struct LoaderFlags {
   std::string label_field;  // tar shards: the label from this field of the json member
 
   // --data: a class folder, or WebDataset tar shards (a brace pattern or a .txt list).
-  bool shards() const { return is_shard_spec(data) && !std::filesystem::is_directory(data); }
+  static bool names_shards(const std::string& where) {
+    return is_shard_spec(where) && !std::filesystem::is_directory(where);
+  }
+  bool shards() const { return names_shards(data); }
 
   // The dataset --data names; for shards, what was skipped (--on-bad-sample skip) goes to `report`.
-  Dataset dataset(WebDatasetReport* report = nullptr) const {
-    if (!shards()) return dataset_from_directory(data);
+  Dataset dataset(WebDatasetReport* report = nullptr) const { return dataset_at(data, report); }
+  // The same for another folder or shard set read with these flags (train's --val).
+  Dataset dataset_at(const std::string& where, WebDatasetReport* report = nullptr) const {
+    if (!names_shards(where)) return dataset_from_directory(where);
     WebDatasetOptions o;
     o.label_field = label_field;
     o.skip_bad_samples = parse_bad_sample_policy(on_bad_sample) == BadSamplePolicy::Skip;
     o.require_labels = label_mode != "none";
-    return dataset_from_webdataset(data, o, report);
+    return dataset_from_webdataset(where, o, report);
   }
 
   void add_to(CLI::App& cmd) {

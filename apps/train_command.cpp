@@ -13,6 +13,8 @@
 #include "commands.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
+#include "stoker/core/atomic_file.hpp"
+#include "stoker/training/checkpoint.hpp"
 #include "stoker/training/train.hpp"
 #include "train_config.hpp"
 #include "utilisation.hpp"
@@ -57,9 +59,72 @@ nlohmann::json to_json(const Utilisation& u) {
   return j;
 }
 
-void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const Series& throughput, int best) {
+Utilisation utilisation_from(const nlohmann::json& j) {
+  Utilisation u;
+  auto opt = [&j](const char* key) {
+    return j.contains(key) && !j[key].is_null() ? std::optional<double>(j[key].get<double>()) : std::nullopt;
+  };
+  u.seconds = j.value("seconds", 0.0);
+  u.disk_read_mb_per_s = j.value("disk_read_mb_per_s", 0.0);
+  u.file_read_mb_per_s = j.value("file_read_mb_per_s", 0.0);
+  u.cpu_percent_of_all_cores = j.value("cpu_percent_of_all_cores", 0.0);
+  u.data_wait_share = j.value("data_wait_share", 0.0);
+  u.compute_share = j.value("compute_share", 0.0);
+  u.gpu_run = j.value("gpu_run", false);
+  u.gpu_busy_percent = opt("gpu_busy_percent");
+  u.gpu_busy_samples = j.value("gpu_busy_samples", 0);
+  u.gpu_memory_used_mib = opt("gpu_memory_used_mib");
+  u.backbone_gpu_share = opt("backbone_gpu_share");
+  u.gpu_note = j.value("gpu_note", std::string());
+  return u;
+}
+
+// The epochs a resumed run had finished: the library's record, with each epoch's utilisation from
+// the history.json the killed process wrote (when it got that far).
+std::vector<EpochLog> earlier_epochs(const TrainConfig& c, const std::vector<training::EpochReport>& history,
+                                     Series& throughput) {
+  nlohmann::json old;
+  try {
+    std::ifstream in(fs::path(c.out) / "history.json");
+    if (in) old = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    old = nullptr;  // a history.json cut short: the epochs keep their figures, not their utilisation
+  }
+  std::vector<EpochLog> log;
+  for (const training::EpochReport& r : history) {
+    EpochLog e;
+    e.epoch = r.epoch;
+    e.features_cached = r.features_cached;
+    e.train = r.train;
+    e.validation = r.validation;
+    e.improved = r.improved;
+    e.images_per_second = r.images_per_second;
+    if (old.is_object() && old.contains("epochs")) {
+      for (const auto& j : old["epochs"])
+        if (j.value("epoch", -1) == r.epoch && j.contains("utilisation"))
+          e.utilisation = utilisation_from(j["utilisation"]);
+    }
+    log.push_back(e);
+  }
+  if (old.is_object() && old.contains("throughput")) {
+    throughput.x = old["throughput"].value("seconds", std::vector<double>{});
+    throughput.y = old["throughput"].value("images_per_second", std::vector<double>{});
+    throughput.y.resize(throughput.x.size());
+  }
+  return log;
+}
+
+// The last improved epoch is the best one (BestEpoch keeps only strict improvements).
+int best_epoch(const std::vector<EpochLog>& log) {
+  int best = -1;
+  for (const auto& e : log)
+    if (e.improved) best = e.epoch;
+  return best;
+}
+
+void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const Series& throughput) {
   nlohmann::json j;
-  j["best_epoch"] = best;
+  j["best_epoch"] = best_epoch(log);
   j["monitor"] = c.monitor;
   for (const auto& e : log) {
     j["epochs"].push_back({{"epoch", e.epoch},
@@ -72,7 +137,8 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
                            {"improved", e.improved},
                            {"utilisation", to_json(e.utilisation)}});
   }
-  std::ofstream(fs::path(c.out) / "history.json") << j.dump(2) << "\n";
+  j["throughput"] = {{"seconds", throughput.x}, {"images_per_second", throughput.y}};
+  write_file_atomically(fs::path(c.out) / "history.json", j.dump(2) + "\n");
 
   Series loss{"loss", {}, {}}, val_loss{"val_loss", {}, {}}, acc{"accuracy", {}, {}}, val_acc{"val_accuracy", {}, {}};
   Series rate{"img/s", {}, {}}, cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
@@ -116,6 +182,16 @@ class TrainLog final : public training::TrainObserver {
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
     if (!c_.augments()) std::printf("no augmentation: computing each image's features once\n");
   }
+  void on_resume(const std::vector<training::EpochReport>& history, int epoch, std::size_t next_batch) override {
+    log_ = earlier_epochs(c_, history, throughput_);
+    // This process's time continues the killed one's on the throughput plot.
+    start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(throughput_.x.empty() ? 0.0 : throughput_.x.back()));
+    std::printf("resuming %s at epoch %d/%d", c_.out.c_str(), epoch + 1, c_.epochs);
+    if (next_batch > 0) std::printf(", batch %zu", next_batch + 1);
+    std::printf(" (%zu epochs done)\n", history.size());
+    std::fflush(stdout);
+  }
   void on_warning(const std::string& why) override {
     std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
     gpu_.reset();
@@ -149,6 +225,7 @@ class TrainLog final : public training::TrainObserver {
     meter_.reset();
     print_epoch(c_, e);
     log_.push_back(e);
+    write_reports(c_, log_, throughput_);  // after every epoch: a killed run leaves its history
   }
 
  private:
@@ -175,21 +252,59 @@ class TrainLog final : public training::TrainObserver {
   Clock::time_point start_, last_;
 };
 
-void run_train(const TrainConfig& c) {
-  if (c.loader.shards()) {
-    throw InvalidArgument("stoker train reads a class folder; tar shards (--data " + c.loader.data +
-                          ") work with load, bench and cache so far");
+// The training and validation sets: class folders or tar shards (--data, --val), split as Keras'
+// validation_split when there is no --val.
+training::TrainingData training_data(const TrainConfig& c) {
+  if (!c.loader.shards() && !LoaderFlags::names_shards(c.val))
+    return training::training_data(c.loader.data, c.validation_split, c.val);
+  const auto t0 = Clock::now();
+  WebDatasetReport report;
+  Dataset all = c.loader.dataset(&report);
+  std::optional<Dataset> validation;
+  if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report);
+  if (report.shards > 0)
+    print_shard_report(report, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  return validation ? training::training_data(std::move(all), std::move(*validation))
+                    : training::training_data(all, c.validation_split);
+}
+
+// --resume OUT: the recorded settings, with the flags that may change taken from the command line.
+TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
+  TrainConfig c = load_run_settings(given.resume);
+  c.resume = given.resume;
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    const std::string flag = opt->get_lnames().front();
+    if (!resumable_override(flag)) {
+      throw InvalidArgument("--resume continues " + given.resume + " with its recorded settings (" + kRunSettingsFile +
+                            "); --" + flag +
+                            " cannot change (--epochs, --threads, --prefetch, --device, --cache, "
+                            "--cache-budget, --cache-file and --checkpoint-every can)");
+    }
+    apply_override(c, given, flag);
   }
-  const training::TrainingData data = training::training_data(c.loader.data, c.validation_split, c.val);
+  return c;
+}
+
+void run_train(const TrainConfig& given, const CLI::App& cmd) {
+  const TrainConfig c = given.resume.empty() ? given : resumed_config(given, cmd);
+  for (const auto& [value, flag] : {std::pair{&c.loader.data, "--data"}, {&c.model, "--model"}, {&c.out, "--out"}}) {
+    if (value->empty()) throw InvalidArgument(std::string(flag) + " is required (or --resume OUT to continue a run)");
+  }
+  const training::TrainingData data = training_data(c);
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);
+  if (c.resume.empty()) {
+    fs::create_directories(c.out);
+    save_run_settings(c);
+  }
   const training::TrainResult result = training::train(data, c.options(), &observer);
-  write_reports(c, log, throughput, result.best_epoch);
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
               c.monitor.c_str(), b.validation.accuracy, b.validation.loss);
-  std::printf("wrote %s (head.stkh, stoker_model.json, history.json, metrics.png, throughput.png)\n", c.out.c_str());
+  std::printf("wrote %s (head.stkh, stoker_model.json, history.json, metrics.png, throughput.png; %s to resume)\n",
+              c.out.c_str(), training::kCheckpointFile);
 }
 
 }  // namespace
@@ -199,7 +314,7 @@ void add_train_command(CLI::App& app) {
   config->loader.interpolation = "bilinear";
   CLI::App* cmd = app.add_subcommand("train", "train a classifier head on a frozen backbone (transfer learning)");
   config->add_to(*cmd);
-  cmd->callback([config] { run_train(*config); });
+  cmd->callback([config, cmd] { run_train(*config, *cmd); });
 }
 
 }  // namespace stoker::app

@@ -1,5 +1,10 @@
 #include "train_config.hpp"
 
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker::app {
@@ -7,10 +12,16 @@ namespace stoker::app {
 void TrainConfig::add_to(CLI::App& cmd) {
   cmd.fallthrough();  // --config belongs to the main app (see main.cpp) but is written after "train"
   loader.add_to(cmd);
-  cmd.add_option("--val", val, "separate validation folder (one sub-folder per class)")->check(CLI::ExistingDirectory);
+  cmd.add_option("--val", val, "separate validation set: a folder with one sub-folder per class, or tar shards")
+      ->check([](const std::string& v) {
+        if (std::filesystem::is_directory(v) || is_shard_spec(v)) return std::string();
+        return "Directory does not exist: " + v + " (nor is it tar shards)";
+      });
   cmd.add_option("--validation-split", validation_split, "fraction of each class held out for validation")
       ->capture_default_str();
-  cmd.add_option("--model", model, "Keras .h5 or TF.js model.json of the backbone")->required();
+  // --data, --model and --out are required unless --resume brings them (run_train checks).
+  cmd.get_option("--data")->required(false);
+  cmd.add_option("--model", model, "Keras .h5 or TF.js model.json of the backbone");
   cmd.add_option("--cut-at", cut_at, "layer (or nested model) whose output are the features");
   cmd.add_option("--preprocess", preprocess, "input normalisation: tf ([-1,1]) | caffe | torch | none")
       ->capture_default_str();
@@ -18,7 +29,12 @@ void TrainConfig::add_to(CLI::App& cmd) {
   cmd.add_option("--learning-rate", learning_rate, "Adam learning rate")->capture_default_str();
   cmd.add_option("--monitor", monitor, "val_loss | val_accuracy: which epoch is kept")->capture_default_str();
   cmd.add_option("--device", device, "auto | cpu | cuda[:N]")->capture_default_str();
-  cmd.add_option("--out", out, "folder for the model, the JSON log and the plots")->required();
+  cmd.add_option("--out", out, "folder for the model, the JSON log, the plots and the checkpoint");
+  cmd.add_option("--checkpoint-every", checkpoint_every,
+                 "also checkpoint every N training batches of an augmenting epoch (one is written at each epoch end)");
+  cmd.add_option("--resume", resume,
+                 "continue the killed or finished run in this --out folder with its recorded settings "
+                 "(--epochs, --threads, --prefetch, --device, --cache* and --checkpoint-every may change)");
   cmd.add_option("--rotation-range", rotation_range, "degrees");
   cmd.add_option("--width-shift-range", width_shift_range, "fraction of the width (< 1) or pixels");
   cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
@@ -62,7 +78,69 @@ training::TrainOptions TrainConfig::options() const {
   o.monitor = trainer::parse_monitor(monitor);
   o.device = device;
   o.out = out;
+  o.checkpoint_every_batches = checkpoint_every;
+  o.resume = !resume.empty();
   return o;
+}
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, batch_size, threads, prefetch, seed,
+                                                interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
+                                                cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
+                                                label_field)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, loader, val, validation_split, model, cut_at, preprocess,
+                                                epochs, learning_rate, monitor, device, out, checkpoint_every,
+                                                rotation_range, width_shift_range, height_shift_range, shear_range,
+                                                zoom_range, horizontal_flip, vertical_flip, brightness_range,
+                                                channel_shift_range, fill_mode, cval)
+
+void save_run_settings(const TrainConfig& config) {
+  namespace fs = std::filesystem;
+  TrainConfig c = config;
+  auto absolute = [](std::string& path) {
+    if (!path.empty()) path = fs::absolute(path).lexically_normal().string();
+  };
+  absolute(c.loader.data);
+  absolute(c.loader.cache_file);
+  absolute(c.val);
+  absolute(c.model);
+  absolute(c.out);
+  c.resume.clear();
+  const nlohmann::json j = {{"format", "stoker-train-settings"}, {"version", 1}, {"settings", c}};
+  write_file_atomically(fs::path(config.out) / kRunSettingsFile, j.dump(2) + "\n");
+}
+
+TrainConfig load_run_settings(const std::string& out) {
+  const std::filesystem::path file = std::filesystem::path(out) / kRunSettingsFile;
+  if (!std::filesystem::exists(file))
+    throw IoError(file.string() + ": not found: --resume takes the --out folder of an earlier stoker train run");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_whole_file(file));
+    if (j.at("format") != "stoker-train-settings" || j.at("version") != 1)
+      throw IoError(file.string() + ": not stoker train settings (format " + j.at("format").dump() + ")");
+    TrainConfig c = j.at("settings").get<TrainConfig>();
+    c.out = out;
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(file.string() + ": malformed: " + e.what());
+  }
+}
+
+bool resumable_override(const std::string& flag) {
+  for (const char* f :
+       {"resume", "epochs", "threads", "prefetch", "device", "cache", "cache-budget", "cache-file", "checkpoint-every"})
+    if (flag == f) return true;
+  return false;
+}
+
+void apply_override(TrainConfig& saved, const TrainConfig& given, const std::string& flag) {
+  if (flag == "epochs") saved.epochs = given.epochs;
+  else if (flag == "threads") saved.loader.threads = given.loader.threads;
+  else if (flag == "prefetch") saved.loader.prefetch = given.loader.prefetch;
+  else if (flag == "device") saved.device = given.device;
+  else if (flag == "cache") saved.loader.cache = given.loader.cache;
+  else if (flag == "cache-budget") saved.loader.cache_budget = given.loader.cache_budget;
+  else if (flag == "cache-file") saved.loader.cache_file = given.loader.cache_file;
+  else if (flag == "checkpoint-every") saved.checkpoint_every = given.checkpoint_every;
 }
 
 }  // namespace stoker::app

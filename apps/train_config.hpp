@@ -24,6 +24,8 @@ struct TrainConfig {
   std::string monitor = "val_loss";  // val_loss | val_accuracy
   std::string device = "auto";       // auto | cpu | cuda[:N]
   std::string out;
+  int checkpoint_every = 0;  // batches between checkpoints of an augmenting epoch (0: epoch ends only)
+  std::string resume;        // the --out of a killed run to continue
 
   // Keras ImageDataGenerator
   double rotation_range = 0;
@@ -43,6 +45,15 @@ struct TrainConfig {
   training::TrainOptions options() const;
   bool augments() const;  // any random transformation configured
 };
+
+// A run's settings, kept in its --out folder (kRunSettingsFile, JSON) so that --resume repeats
+// them: paths are stored absolute. IoError naming the file when it cannot be written or read.
+constexpr const char* kRunSettingsFile = "train_settings.json";
+void save_run_settings(const TrainConfig& config);
+TrainConfig load_run_settings(const std::string& out);
+// The flags --resume takes along (they do not change the results); any other is refused.
+bool resumable_override(const std::string& flag);
+void apply_override(TrainConfig& saved, const TrainConfig& given, const std::string& flag);
 
 // The bundled default run: the sample photos and the MobileNetV2 α=0.35 backbone in data/.
 constexpr const char* kDefaultData = "data/catsdogs-sample";

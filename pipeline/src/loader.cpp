@@ -732,8 +732,22 @@ std::uint64_t LoaderCore::digest() const {
     add(text.size());
   };
   add(dataset_.size());
+  // Paths relative to the samples' common folder: the same files reached through another path
+  // (relative vs absolute, a moved dataset) are the same data.
+  std::size_t common = dataset_.samples.empty() ? 0 : dataset_.samples.front().path.size();
   for (const Sample& sample : dataset_.samples) {
-    add_text(sample.path);
+    const std::string& first = dataset_.samples.front().path;
+    common = std::min(common, sample.path.size());
+    common = static_cast<std::size_t>(std::mismatch(first.begin(), first.begin() + common, sample.path.begin()).first -
+                                      first.begin());
+  }
+  if (!dataset_.samples.empty()) {
+    const std::size_t slash = dataset_.samples.front().path.rfind('/', common == 0 ? 0 : common - 1);
+    common = slash == std::string::npos || common == 0 ? 0 : slash + 1;
+  }
+  for (const Sample& sample : dataset_.samples) {
+    add_text(sample.path.substr(common));
+    add_text(sample.member);  // the tar member (empty for a file)
     add(static_cast<std::uint64_t>(static_cast<std::int64_t>(sample.label)));
   }
   add(static_cast<std::uint64_t>(options_.batch_size));

@@ -1,9 +1,12 @@
 // End-to-end tests of the stoker command on generated data: what a user types and sees.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +15,7 @@
 
 #include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
+#include "stoker/training/checkpoint.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -140,6 +144,74 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
   }
 }
 
+// A training process killed with SIGKILL in the middle of an epoch, then `stoker train --resume`,
+// ends with the heads an uninterrupted run ends with: bit for bit on the CPU backend.
+TEST_F(Cli, TrainKilledMidEpochResumesToTheSameHead) {
+  make_dataset(dir / "more", 24);
+  const std::string args = "train --data " + (dir / "more").string() + " --model " + kModel +
+                           " --cut-at sequential_9 --image-size 160 --epochs 4 --batch-size 4 --threads 2 --device cpu"
+                           " --horizontal-flip --rotation-range 20 --checkpoint-every 1 --out ";
+  const CommandResult whole = stoker(args + (dir / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+
+  const fs::path out = dir / "killed";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = "exec " + stoker_binary() + " " + args + out.string() + " > /dev/null 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Killed as soon as a checkpoint shows it inside epoch 2 or later.
+  bool killed = false;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       !killed && std::chrono::steady_clock::now() < until;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) FAIL() << "the run ended before it could be killed";
+    try {
+      const stoker::training::Checkpoint c = stoker::training::load_checkpoint(out / stoker::training::kCheckpointFile);
+      if (c.epoch >= 1 && c.loader.next_batch > 0) killed = ::kill(pid, SIGKILL) == 0;
+    } catch (const stoker::IoError&) {  // not written yet
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(killed && WIFSIGNALED(status)) << "the run was not killed mid-epoch";
+  const stoker::training::Checkpoint at_kill =
+      stoker::training::load_checkpoint(out / stoker::training::kCheckpointFile);
+  ASSERT_LT(at_kill.epoch, 4);
+
+  const CommandResult resumed = stoker("train --resume " + out.string() + " --threads 1");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resuming " + out.string() + " at epoch"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("epoch 4/4"), std::string::npos) << resumed.out;
+  auto heads = [](const fs::path& run) {
+    const auto c = stoker::training::load_checkpoint(run / stoker::training::kCheckpointFile);
+    return std::pair{c.head->serialize(), stoker::trainer::Head::load(run / "head.stkh").serialize()};
+  };
+  EXPECT_EQ(heads(out).first, heads(dir / "whole").first) << "the last epoch's head, with Adam's moments";
+  EXPECT_EQ(heads(out).second, heads(dir / "whole").second) << "the best epoch's head";
+  std::ifstream a(dir / "whole" / "history.json"), b(out / "history.json");
+  const auto ha = nlohmann::json::parse(a), hb = nlohmann::json::parse(b);
+  ASSERT_EQ(hb["epochs"].size(), 4u) << "the history spans the killed and the resumed process";
+  for (int e = 0; e < 4; ++e) {
+    EXPECT_EQ(ha["epochs"][e]["loss"], hb["epochs"][e]["loss"]) << "epoch " << e;
+    EXPECT_EQ(ha["epochs"][e]["val_loss"], hb["epochs"][e]["val_loss"]) << "epoch " << e;
+  }
+  EXPECT_EQ(ha["best_epoch"], hb["best_epoch"]);
+
+  // --resume repeats the recorded settings: one that changes the results is refused by name.
+  const CommandResult changed = stoker("train --resume " + out.string() + " --learning-rate 0.1");
+  EXPECT_NE(changed.exit_code, 0);
+  EXPECT_NE(changed.out.find("--learning-rate cannot change"), std::string::npos) << changed.out;
+  const CommandResult nothing = stoker("train --resume " + (dir / "data").string());
+  EXPECT_NE(nothing.exit_code, 0);
+  EXPECT_NE(nothing.out.find("train_settings.json"), std::string::npos) << nothing.out;
+  const CommandResult no_data = stoker("train --model " + kModel + " --out " + (dir / "o").string());
+  EXPECT_NE(no_data.exit_code, 0);
+  EXPECT_NE(no_data.out.find("--data is required"), std::string::npos) << no_data.out;
+}
+
 // Without a GPU: a one-line reason and a non-zero exit. With one: the GPU path trains, reports its
 // GPU time, and the head it wrote predicts the same on the CPU and on the GPU.
 TEST_F(Cli, DeviceCuda) {
@@ -246,6 +318,31 @@ std::vector<std::string> batch_summary(const std::string& out) {
     pos = end;
   }
   return lines;
+}
+
+// Tar shards written in the folder's order train, with augmentation and the same split, to the head
+// the folder itself trains to: the same samples in the same batches, read from the archive.
+TEST_F(Cli, TrainOnShardsEqualsTrainingOnTheFolder) {
+  const CommandResult w = stoker("shard --data " + (dir / "data").string() + " --out " +
+                                 (dir / "shards" / "train-%06d.tar").string() + " --max-size 40KiB");
+  ASSERT_EQ(w.exit_code, 0) << w.out;
+  {
+    std::ofstream list(dir / "shards.txt");  // a shard list, one path per line
+    for (int i = 0; fs::exists(dir / "shards" / ("train-00000" + std::to_string(i) + ".tar")); ++i)
+      list << (dir / "shards" / ("train-00000" + std::to_string(i) + ".tar")).string() << "\n";
+  }
+  const std::string common = " --model " + kModel +
+                             " --cut-at sequential_9 --image-size 96 --epochs 2 --batch-size 4 --threads 2 --device cpu"
+                             " --validation-split 0.3 --horizontal-flip --rotation-range 10 --out ";
+  const CommandResult folder = stoker("train --data " + (dir / "data").string() + common + (dir / "folder").string());
+  ASSERT_EQ(folder.exit_code, 0) << folder.out;
+  const CommandResult tar = stoker("train --data " + (dir / "shards.txt").string() + common + (dir / "tar").string());
+  ASSERT_EQ(tar.exit_code, 0) << tar.out;
+  EXPECT_NE(tar.out.find("shards: "), std::string::npos) << tar.out;
+  EXPECT_EQ(tar.out.find("shards: 1 indexed"), std::string::npos) << "samples cross shard boundaries: " << tar.out;
+  EXPECT_NE(tar.out.find("train: 14 images, validation: 6 images, classes: cat dog"), std::string::npos) << tar.out;
+  EXPECT_EQ(stoker::trainer::Head::load(dir / "tar" / "head.stkh").serialize(),
+            stoker::trainer::Head::load(dir / "folder" / "head.stkh").serialize());
 }
 
 TEST_F(Cli, ShardAFolderThenLoadTheShards) {

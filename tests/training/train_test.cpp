@@ -9,9 +9,11 @@
 
 #include <opencv2/core.hpp>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
+#include "stoker/training/checkpoint.hpp"
 #include "stoker/training/model_folder.hpp"
 #include "stoker/training/train.hpp"
 #include "test_support.hpp"
@@ -179,6 +181,145 @@ TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("stoker_model.json"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("yolo"), std::string::npos) << e.what();
+  }
+}
+
+// A run stopped anywhere and resumed from its checkpoint ends where the uninterrupted run ends:
+// the same heads (weights, Adam's moments and step count), bit for bit, and the same history.
+class Resume : public TrainRun {
+ protected:
+  // Stops the run (as a crash would) after `batches` training batches or `epochs` epochs.
+  struct Stop final : TrainObserver {
+    std::size_t after_batches = 0, batches = 0;
+    int after_epochs = 0, epochs = 0;
+    void on_train_batch(std::size_t, std::size_t, double, double) override {
+      if (after_batches > 0 && ++batches == after_batches) throw std::runtime_error("stopped");
+    }
+    void on_epoch_end(const EpochReport&) override {
+      if (after_epochs > 0 && ++epochs == after_epochs) throw std::runtime_error("stopped");
+    }
+  };
+
+  TrainOptions augmented(const fs::path& out) {
+    TrainOptions o = small_run(out);
+    o.epochs = 2;
+    o.checkpoint_every_batches = 1;
+    AugmentSpec random;
+    random.horizontal_flip = true;
+    random.rotation_range = 15;
+    random.zoom_range = AugmentSpec::zoom(0.1);
+    o.augmentation = random;
+    return o;
+  }
+
+  static std::string head_bytes(const fs::path& out) {
+    return load_checkpoint(out / kCheckpointFile).head->serialize();
+  }
+  static std::string best_bytes(const fs::path& out) { return trainer::Head::load(out / "head.stkh").serialize(); }
+
+  static void expect_same_history(const std::vector<EpochReport>& a, const std::vector<EpochReport>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].train.loss, b[i].train.loss) << "epoch " << i;
+      EXPECT_EQ(a[i].train.accuracy, b[i].train.accuracy) << "epoch " << i;
+      EXPECT_EQ(a[i].train.samples, b[i].train.samples) << "epoch " << i;
+      EXPECT_EQ(a[i].validation.loss, b[i].validation.loss) << "epoch " << i;
+      EXPECT_EQ(a[i].improved, b[i].improved) << "epoch " << i;
+    }
+  }
+};
+
+TEST_F(Resume, AfterEveryBatchOfAnAugmentedRunEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);  // 18 images: 3 batches of 8
+  const TrainResult whole = train(data, augmented(dir / "whole"));
+  ASSERT_EQ(whole.history.size(), 2u);
+  for (std::size_t stop_after = 1; stop_after <= 6; ++stop_after) {
+    SCOPED_TRACE("stopped after batch " + std::to_string(stop_after));
+    const fs::path out = dir / ("stopped" + std::to_string(stop_after));
+    Stop stop;
+    stop.after_batches = stop_after;
+    EXPECT_THROW(train(data, augmented(out), &stop), std::runtime_error);
+    TrainOptions again = augmented(out);
+    again.resume = true;
+    again.loader.threads = 1;  // other threads: the same batches
+    again.loader.prefetch = 1;
+    const TrainResult resumed = train(data, again);
+    expect_same_history(resumed.history, whole.history);
+    EXPECT_EQ(resumed.best_epoch, whole.best_epoch);
+    EXPECT_EQ(head_bytes(out), head_bytes(dir / "whole"));
+    EXPECT_EQ(best_bytes(out), best_bytes(dir / "whole"));
+  }
+}
+
+TEST_F(Resume, AfterAnEpochWithoutAugmentationReusesTheSavedFeatures) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  const TrainResult whole = train(data, small_run(dir / "whole"));
+  Stop stop;
+  stop.after_epochs = 2;
+  EXPECT_THROW(train(data, small_run(dir / "stopped"), &stop), std::runtime_error);
+  ASSERT_TRUE(fs::exists(dir / "stopped" / kCheckpointFeaturesFile));
+  TrainOptions again = small_run(dir / "stopped");
+  again.resume = true;
+  struct Extractions final : TrainObserver {
+    std::vector<std::string> what;
+    void on_features_begin(const std::string& w, std::size_t) override { what.push_back(w); }
+  } seen;
+  const TrainResult resumed = train(data, again, &seen);
+  EXPECT_EQ(seen.what, std::vector<std::string>{"validation features"}) << "the training features come from the file";
+  expect_same_history(resumed.history, whole.history);
+  EXPECT_EQ(head_bytes(dir / "stopped"), head_bytes(dir / "whole"));
+  EXPECT_EQ(best_bytes(dir / "stopped"), best_bytes(dir / "whole"));
+
+  // A finished run trains on when asked for more epochs.
+  again.epochs = 6;
+  EXPECT_EQ(train(data, again).history.size(), 6u);
+}
+
+TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  TrainOptions o = small_run(dir / "run");
+  o.epochs = 1;
+  train(data, o);
+
+  TrainOptions other = o;
+  other.resume = true;
+  other.adam.learning_rate = 5e-3f;
+  try {
+    train(data, other);
+    FAIL() << "resumed with another learning rate";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("learning_rate"), std::string::npos) << e.what();
+  }
+  other = o;
+  other.resume = true;
+  other.augmentation = AugmentSpec{};
+  other.augmentation->horizontal_flip = true;
+  EXPECT_THROW(train(data, other), InvalidArgument);
+  other = o;
+  other.resume = true;
+  try {
+    train(training_data((dir / "data").string(), 0.5), other);  // another split: other files
+    FAIL() << "resumed on other data";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("other data"), std::string::npos) << e.what();
+  }
+
+  other = o;
+  other.resume = true;
+  other.out = dir / "never_trained";
+  EXPECT_THROW(train(data, other), IoError);
+  // A checkpoint cut short (a disk that filled up) is an IoError naming it, never a crash.
+  const std::string bytes = read_whole_file(dir / "run" / kCheckpointFile);
+  for (const std::size_t keep : {std::size_t{0}, std::size_t{12}, bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream(dir / "run" / kCheckpointFile, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
+    TrainOptions cut = o;
+    cut.resume = true;
+    try {
+      train(data, cut);
+      FAIL() << "resumed from a checkpoint of " << keep << " of " << bytes.size() << " bytes";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(kCheckpointFile), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -3,13 +3,13 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include <stoker/core/atomic_file.hpp>
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/head.hpp>
 
@@ -238,7 +238,7 @@ std::vector<int> Head::predict_classes(const float* x, int n) const {
   return c;
 }
 
-void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) const {
+std::string Head::serialize(const BackboneRef& backbone) const {
   nlohmann::json h;
   h["format"] = "stoker-head";
   h["version"] = 1;
@@ -262,21 +262,18 @@ void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) 
     offset += t->size();
   }
   const std::string header = h.dump(1);
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError(tmp.string() + ": cannot create");
-    const std::uint64_t len = header.size();
-    out.write(kMagic, 8);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& [name, t] : tensors)
-      out.write(reinterpret_cast<const char*>(t->data()), static_cast<std::streamsize>(t->size() * sizeof(float)));
-    if (!out.flush()) throw IoError(tmp.string() + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) throw IoError(file.string() + ": cannot replace: " + ec.message());
+  std::string bytes;
+  const std::uint64_t len = header.size();
+  bytes.append(kMagic, 8);
+  bytes.append(reinterpret_cast<const char*>(&len), 8);
+  bytes += header;
+  for (const auto& [name, t] : tensors)
+    bytes.append(reinterpret_cast<const char*>(t->data()), t->size() * sizeof(float));
+  return bytes;
+}
+
+void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) const {
+  write_file_atomically(file, serialize(backbone));
 }
 
 namespace {
@@ -297,25 +294,21 @@ std::int64_t header_int(const nlohmann::json& v, const std::string& where, const
 }  // namespace
 
 Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
-  const std::string where = file.string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw IoError(where + ": cannot open");
-  char magic[8];
+  return deserialize(read_whole_file(file), file.string(), backbone);
+}
+
+Head Head::deserialize(std::string_view bytes, const std::string& where, BackboneRef* backbone) {
   std::uint64_t len = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&len), 8);
-  if (!in || std::memcmp(magic, kMagic, 8) != 0) throw IoError(where + ": not a stoker head file (bad magic)");
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), kMagic, 8) != 0)
+    throw IoError(where + ": not a stoker head file (bad magic)");
+  std::memcpy(&len, bytes.data() + 8, 8);
   if (len > (1u << 24)) throw IoError(where + ": header length " + std::to_string(len) + " is implausible");
-  std::string header(len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(len));
-  if (!in) throw IoError(where + ": truncated header");
+  if (len > bytes.size() - 16) throw IoError(where + ": truncated header");
+  const std::string header(bytes.substr(16, len));
   // The tensors: everything after the header, as float32.
-  std::vector<float> data;
-  {
-    std::vector<char> rest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    data.resize(rest.size() / sizeof(float));
-    if (!data.empty()) std::memcpy(data.data(), rest.data(), data.size() * sizeof(float));
-  }
+  const std::string_view rest = bytes.substr(16 + len);
+  std::vector<float> data(rest.size() / sizeof(float));
+  if (!data.empty()) std::memcpy(data.data(), rest.data(), data.size() * sizeof(float));
   constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
   nlohmann::json h;
   try {
@@ -404,6 +397,12 @@ bool BestEpoch::offer(int epoch, const EpochStats& validation, const Head& head)
   epoch_ = epoch;
   if (!checkpoint_.empty()) head.save(checkpoint_, backbone_);
   return true;
+}
+
+void BestEpoch::restore(int epoch, double value, Head head) {
+  best_ = std::move(head);
+  best_value_ = value;
+  epoch_ = epoch;
 }
 
 FitResult fit(Head& head, const float* x, const int* y, int n, const float* xv, const int* yv, int nv,

@@ -68,7 +68,9 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   ~FeedCore();
 
   void start();  // the feeder thread (after shared ownership exists)
-  void begin_epoch(std::uint64_t epoch);
+  // From the epoch's first batch, or (resume) from the state's next batch of its epoch.
+  void begin_epoch(std::uint64_t epoch, const LoaderState* resume = nullptr);
+  LoaderState state() const;
   std::optional<DeviceBatch> next();
   // `given`: record the slot's reuse event on `consumer` (null = the legacy default stream);
   // otherwise on the last wait_on stream, or after the feed's own work.
@@ -381,7 +383,7 @@ void FeedCore::feeder() {
   } catch (...) {}
 }
 
-void FeedCore::begin_epoch(std::uint64_t epoch) {
+void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume) {
   std::unique_lock lock(mu_);
   if (stopped_ || stop_) throw Error("GpuFeed: begin_epoch() after shutdown()");
   if (fatal_) std::rethrow_exception(fatal_);
@@ -397,14 +399,24 @@ void FeedCore::begin_epoch(std::uint64_t epoch) {
   }
   ready_.clear();
   lock.unlock();
-  loader_->begin_epoch(epoch);  // the feeder is idle: nobody else calls the loader now
+  // The feeder is idle: nobody else calls the loader now.
+  if (resume) loader_->resume(*resume);
+  else loader_->begin_epoch(epoch);
   lock.lock();
   active_ = true;
   exhausted_ = false;
   ended_ = false;
   epoch_batches_ = loader_->batches_per_epoch();
-  delivered_ = 0;
+  delivered_ = resume ? static_cast<std::size_t>(resume->next_batch) : 0;
   cv_.notify_all();
+}
+
+// The loader runs ahead of the consumer: its own state counts batches the feeder has taken.
+LoaderState FeedCore::state() const {
+  LoaderState st = loader_->state();
+  std::lock_guard lock(mu_);
+  st.next_batch = active_ ? static_cast<std::int64_t>(delivered_) : 0;
+  return st;
 }
 
 std::optional<DeviceBatch> FeedCore::next() {
@@ -565,6 +577,8 @@ GpuFeed::~GpuFeed() {
 }
 
 void GpuFeed::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
+void GpuFeed::resume(const LoaderState& state) { core_->begin_epoch(state.epoch, &state); }
+LoaderState GpuFeed::state() const { return core_->state(); }
 std::optional<DeviceBatch> GpuFeed::next() { return core_->next(); }
 void GpuFeed::shutdown() { core_->shutdown(); }
 bool GpuFeed::idle() const { return core_->idle(); }

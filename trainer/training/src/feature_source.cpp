@@ -21,10 +21,13 @@ class CpuFeatureSource final : public FeatureSource {
   CpuFeatureSource(Loader& loader, const trainer::Model& backbone) : loader_(loader), backbone_(backbone) {}
   std::size_t batches_per_epoch() const override { return loader_.batches_per_epoch(); }
 
-  EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) override {
+  LoaderState state() const override { return loader_.state(); }
+
+  EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
     const double waited_before = loader_.stats().consumer_wait_seconds;
-    loader_.begin_epoch(epoch);
+    if (resume) loader_.resume(*resume);
+    else loader_.begin_epoch(epoch);
     while (auto b = loader_.next()) {
       const auto t0 = Clock::now();
       const trainer::Tensor f = backbone_.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
@@ -57,11 +60,14 @@ class GpuFeatureSource final : public FeatureSource {
            std::to_string(backbone_->max_batch());
   }
 
-  EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) override {
+  LoaderState state() const override { return feed_->state(); }
+
+  EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
     double stalled = 0, gpu = 0;
     const double waited_before = feed_->stats().consumer_wait_seconds;
-    feed_->begin_epoch(epoch);
+    if (resume) feed_->resume(*resume);
+    else feed_->begin_epoch(epoch);
     while (auto b = feed_->next()) {
       if (b->dtype() != DType::F16 || b->layout() != Layout::NHWC || b->label_width() != 1) {
         throw Error(std::string("GPU features: the feed delivers ") + to_string(b->dtype()) + " " +

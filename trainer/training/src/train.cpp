@@ -4,8 +4,11 @@
 #include <chrono>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/training/checkpoint.hpp"
 
 namespace stoker::training {
 namespace {
@@ -64,6 +67,7 @@ class Sources {
   }
 
   FeatureSource& train() { return *train_; }
+  const Augmenter& train_augmenter() const { return *train_aug_; }
   FeatureSource& validation() { return *validation_; }
   std::string cache_status() const { return train_cpu_ ? train_cpu_->cache_status() : std::string(); }
 
@@ -85,52 +89,158 @@ Features extract(FeatureSource& source, const std::string& what, TrainObserver& 
   return f;
 }
 
+// Where train() stands, for checkpoints: the head, the best epoch, the history, and (for runs
+// without augmentation) whether the training features are saved.
+struct RunState {
+  const TrainOptions& options;
+  std::string settings;
+  trainer::Head& head;
+  trainer::BestEpoch& best;
+  std::vector<EpochReport>& history;
+  bool features_saved = false;
+
+  void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {}) const {
+    Checkpoint c;
+    c.settings = settings;
+    c.epoch = epoch;
+    c.loader = loader;
+    c.progress = progress;
+    c.history = history;
+    c.best_epoch = best.epoch();
+    c.best_value = best.value();
+    c.head = head;
+    if (best.head()) c.best_head = *best.head();
+    c.has_features = features_saved;
+    save_checkpoint(options.out / kCheckpointFile, c);
+  }
+};
+
 // One epoch that augments: decode, augment and run the backbone again, training on each batch.
-EpochReport augmented_epoch(int epoch, trainer::Head& head, FeatureSource& source, TrainObserver& observer) {
+// A resumed epoch starts at `resume`'s next batch with the sums the checkpoint kept.
+EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& run, TrainObserver& observer,
+                            const LoaderState* resume, EpochProgress sums) {
   EpochReport e;
   e.epoch = epoch;
-  double loss_sum = 0;
-  std::size_t images = 0, batches = 0;
-  int correct = 0;
+  const int every = run.options.checkpoint_every_batches;
+  const std::size_t total = source.batches_per_epoch();
+  const std::size_t images_before = sums.images;  // trained on by the process that was stopped
   const auto t0 = Clock::now();
-  e.times = source.run_epoch(static_cast<std::uint64_t>(epoch), [&](const float* x, const int* y, int n, int) {
-    const trainer::StepResult r = head.train_step(x, y, n);
-    loss_sum += r.loss * r.samples;
-    correct += r.correct;
-    images += static_cast<std::size_t>(n);
-    observer.on_train_batch(++batches, images, loss_sum / static_cast<double>(images),
-                            correct / static_cast<double>(images));
-  });
+  e.times = source.run_epoch(
+      static_cast<std::uint64_t>(epoch),
+      [&](const float* x, const int* y, int n, int) {
+        const trainer::StepResult r = run.head.train_step(x, y, n);
+        sums.loss_sum += r.loss * r.samples;
+        sums.correct += r.correct;
+        sums.images += static_cast<std::size_t>(n);
+        ++sums.batches;
+        observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
+                                sums.correct / static_cast<double>(sums.images));
+        if (every > 0 && sums.batches % static_cast<std::size_t>(every) == 0 && sums.batches < total) {
+          run.save(epoch, source.state(), sums);
+        }
+      },
+      resume);
   e.seconds = since(t0);
-  const double seen = std::max<double>(1, static_cast<double>(images));
-  e.train = {loss_sum / seen, correct / seen, static_cast<int>(images)};
-  e.images_per_second = static_cast<double>(images) / std::max(1e-9, e.seconds);
+  const double seen = std::max<double>(1, static_cast<double>(sums.images));
+  e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+  e.images_per_second = static_cast<double>(sums.images - images_before) / std::max(1e-9, e.seconds);
   return e;
+}
+
+// The augmentation as a number: its output for a few samples of a synthetic image (geometry,
+// photometric steps and normalisation all show in it, and a resumed run must draw the same).
+std::string augmentation_fingerprint(const Augmenter& augmenter) {
+  const int channels = augmenter.plan().channels;
+  const int height = 37, width = 53;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(height) * width * channels);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  const ImageView src{pixels.data(), height, width, channels, static_cast<std::size_t>(width) * channels};
+  std::vector<std::byte> out(augmenter.output_shape().bytes());
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the outputs
+  for (std::int64_t id = 0; id < 4; ++id) {
+    augmenter.apply(src, {7, 1, id}, out.data());
+    for (std::byte b : out) h = (h ^ static_cast<std::uint8_t>(b)) * 0x100000001b3ull;
+  }
+  return std::to_string(h);
+}
+
+// What a run's results depend on besides its data (the loader state's digest covers that).
+nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& backbone, const Augmenter& augmentation,
+                            const std::vector<std::string>& classes) {
+  return {{"backbone", backbone.model},
+          {"cut_at", backbone.cut_at},
+          {"preprocess", o.prepare.preprocess},
+          {"image_size", o.prepare.image_size},
+          {"interpolation", to_string(o.prepare.interpolation)},
+          {"keep_aspect_ratio", o.prepare.keep_aspect_ratio},
+          {"augmentation", o.augmentation ? augmentation_fingerprint(augmentation) : std::string("none")},
+          {"learning_rate", o.adam.learning_rate},
+          {"beta_1", o.adam.beta_1},
+          {"beta_2", o.adam.beta_2},
+          {"epsilon", o.adam.epsilon},
+          {"monitor", o.monitor == trainer::Monitor::ValLoss ? "val_loss" : "val_accuracy"},
+          {"seed", o.loader.seed},
+          {"batch_size", o.loader.batch_size},
+          {"classes", classes}};
+}
+
+// Refuses a checkpoint from another run, naming the first setting that differs.
+void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const LoaderState& loader,
+                    const std::filesystem::path& file) {
+  const std::string why = file.string() + ": cannot resume: ";
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(c.settings);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(why + "malformed settings: " + e.what());
+  }
+  for (const auto& [key, value] : settings.items()) {
+    if (!saved.contains(key) || saved[key] != value) {
+      throw InvalidArgument(why + "the checkpoint's run has " + key + " = " +
+                            (saved.contains(key) ? saved[key].dump() : std::string("(none)")) + ", this one " +
+                            value.dump());
+    }
+  }
+  if (c.loader.digest != loader.digest || c.loader.seed != loader.seed) {
+    throw InvalidArgument(why + "the checkpoint's run trained on other data (another set of files, labels or split)");
+  }
 }
 
 }  // namespace
 
 TrainingData training_data(const std::string& folder, double validation_split, const std::string& validation_folder) {
-  TrainingData d;
+  Dataset all = dataset_from_directory(folder);
+  std::optional<Dataset> validation;
   if (!validation_folder.empty()) {
-    d.train = dataset_from_directory(folder);
     DirectoryOptions vo;
-    vo.classes = d.train.class_names;
-    d.validation = dataset_from_directory(validation_folder, vo);
-  } else {
-    if (!(validation_split > 0)) throw InvalidArgument("give a validation split > 0 or a validation folder");
-    DirectoryOptions o;
-    o.split = {validation_split, Subset::Training};
-    d.train = dataset_from_directory(folder, o);
-    o.split.subset = Subset::Validation;
-    d.validation = dataset_from_directory(folder, o);
+    vo.classes = all.class_names;
+    validation = dataset_from_directory(validation_folder, vo);
   }
-  const std::size_t classes = d.train.class_names.size();
+  try {
+    return validation ? training_data(std::move(all), std::move(*validation)) : training_data(all, validation_split);
+  } catch (const DatasetError& e) {
+    throw DatasetError(folder + ": " + e.what());
+  }
+}
+
+TrainingData training_data(const Dataset& all, double validation_split) {
+  if (!(validation_split > 0)) throw InvalidArgument("give a validation split > 0 or a validation set");
+  return training_data(apply_split(all, {validation_split, Subset::Training}),
+                       apply_split(all, {validation_split, Subset::Validation}));
+}
+
+TrainingData training_data(Dataset train, Dataset validation) {
+  const std::size_t classes = train.class_names.size();
   if (classes < 2) {
-    throw DatasetError(folder + ": training needs at least 2 class folders, found " + std::to_string(classes));
+    throw DatasetError("training needs at least 2 classes, found " + std::to_string(classes) +
+                       (classes == 1 ? " ('" + train.class_names[0] + "')" : std::string()));
   }
-  if (d.validation.empty()) throw DatasetError("the validation set is empty: raise the validation split or add images");
-  return d;
+  if (validation.class_names != train.class_names) {
+    throw DatasetError("the validation set's classes differ from the training set's (" +
+                       std::to_string(validation.class_names.size()) + " vs " + std::to_string(classes) + ")");
+  }
+  if (validation.empty()) throw DatasetError("the validation set is empty: raise the validation split or add images");
+  return {std::move(train), std::move(validation)};
 }
 
 TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver* observer_or_null) {
@@ -165,8 +275,24 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(), dim,
                      device, sources.cache_status(), sources.train().describe()});
 
-  trainer::Head head = classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
-                                    : trainer::Head::softmax(dim, classes, o.adam, o.loader.seed);
+  const fs::path checkpoint_file = o.out / kCheckpointFile;
+  std::optional<Checkpoint> resumed;
+  if (o.resume) {
+    if (!fs::exists(checkpoint_file))
+      throw IoError(checkpoint_file.string() + ": no checkpoint to resume from (is " + o.out.string() +
+                    " the --out of a stoker train run?)");
+    resumed = load_checkpoint(checkpoint_file);
+  }
+  const std::string settings = run_settings(o, ref, sources.train_augmenter(), data.train.class_names).dump();
+  if (resumed) check_same_run(*resumed, nlohmann::json::parse(settings), sources.train().state(), checkpoint_file);
+  if (resumed && resumed->epoch > o.epochs) {
+    throw InvalidArgument(checkpoint_file.string() + ": the run has finished " + std::to_string(resumed->epoch) +
+                          " epochs, more than the " + std::to_string(o.epochs) + " asked for");
+  }
+
+  trainer::Head head = resumed        ? *resumed->head
+                       : classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
+                                      : trainer::Head::softmax(dim, classes, o.adam, o.loader.seed);
   write_model_info(o.out, {ref, o.prepare, data.train.class_names});
 
   Features validation = extract(sources.validation(), "validation features", observer);
@@ -187,11 +313,31 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
 
   trainer::BestEpoch best(o.monitor, o.out / "head.stkh", ref);
   std::optional<Features> reused;  // without augmentation: the training features, computed in epoch 0
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+  int first_epoch = 0;
+  RunState run{o, settings, head, best, result.history};
+  if (resumed) {
+    result.history = resumed->history;
+    if (resumed->best_head) best.restore(resumed->best_epoch, resumed->best_value, *resumed->best_head);
+    if (resumed->has_features && !o.augmentation) {
+      reused = load_features(o.out / kCheckpointFeaturesFile);
+      if (reused->n != static_cast<int>(data.train.size()) || reused->dim != dim)
+        throw IoError((o.out / kCheckpointFeaturesFile).string() + ": holds " + std::to_string(reused->n) + " x " +
+                      std::to_string(reused->dim) + " features, the run needs " + std::to_string(data.train.size()) +
+                      " x " + std::to_string(dim));
+      run.features_saved = true;
+    }
+    first_epoch = resumed->epoch;
+    observer.on_resume(result.history, first_epoch, static_cast<std::size_t>(resumed->loader.next_batch));
+  } else {
+    run.save(0, sources.train().state());  // a run stopped before its first checkpoint resumes from the start
+  }
+  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
     observer.on_epoch_begin(epoch, o.augmentation ? sources.train().batches_per_epoch() : 0);
     EpochReport e;
     if (o.augmentation) {
-      e = augmented_epoch(epoch, head, sources.train(), observer);
+      const bool mid_epoch = resumed && epoch == first_epoch && resumed->loader.next_batch > 0;
+      e = augmented_epoch(epoch, sources.train(), run, observer, mid_epoch ? &resumed->loader : nullptr,
+                          mid_epoch ? resumed->progress : EpochProgress{});
     } else {
       const auto t0 = Clock::now();
       e.epoch = epoch;
@@ -199,6 +345,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
       if (!reused) {
         reused = extract(sources.train(), "training features", observer);
         e.times = reused->times;
+        save_features(o.out / kCheckpointFeaturesFile, *reused);
+        run.features_saved = true;
       }
       e.train = head.train_epoch(reused->x.data(), reused->y.data(), reused->n, o.loader.batch_size,
                                  static_cast<std::uint64_t>(epoch), o.loader.seed);
@@ -208,8 +356,12 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
     }
     e.validation = head.evaluate(validation.x.data(), validation.y.data(), validation.n);
     e.improved = best.offer(epoch, e.validation, head);
-    observer.on_epoch_end(e);
     result.history.push_back(e);
+    LoaderState next = sources.train().state();
+    next.epoch = static_cast<std::uint64_t>(epoch) + 1;
+    next.next_batch = 0;
+    run.save(epoch + 1, next);
+    observer.on_epoch_end(e);
   }
   result.best_epoch = best.epoch();
   return result;

@@ -116,6 +116,10 @@ class GpuFeed {
   GpuFeed& operator=(const GpuFeed&) = delete;
 
   void begin_epoch(std::uint64_t epoch);
+  // The batches next() has delivered, as Loader::state() counts them (the loader itself runs
+  // ahead), and the continuation from such a state: as Loader::resume.
+  LoaderState state() const;
+  void resume(const LoaderState& state);
   // The next batch in plan order; nullopt at the end of the epoch. Throws what the loader throws
   // (DecodeError under BadSamplePolicy::Fail), and Error when the consumer holds every slot.
   std::optional<DeviceBatch> next();

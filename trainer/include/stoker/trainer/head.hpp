@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <stoker/trainer/model.hpp>
@@ -85,9 +86,12 @@ class Head {
 
   // The file format is described in docs/trainer.md ("stoker head file"): a magic, a JSON header,
   // then raw little-endian float32 tensors (kernel, bias and Adam's moments), so save -> load
-  // reproduces the head bit for bit and training can resume.
+  // reproduces the head bit for bit and training can resume. save() replaces the file atomically.
   void save(const std::filesystem::path& file, const BackboneRef& backbone = {}) const;
   static Head load(const std::filesystem::path& file, BackboneRef* backbone = nullptr);
+  // The same bytes in memory (a checkpoint embeds them); `where` names the source in errors.
+  std::string serialize(const BackboneRef& backbone = {}) const;
+  static Head deserialize(std::string_view bytes, const std::string& where, BackboneRef* backbone = nullptr);
 
  private:
   int input_dim_;
@@ -119,6 +123,9 @@ class BestEpoch {
   bool offer(int epoch, const EpochStats& validation, const Head& head);
   int epoch() const { return epoch_; }  // -1 before the first offer
   const Head* head() const { return best_ ? &*best_ : nullptr; }
+  double value() const { return best_value_; }  // the monitored value there, lower is better
+  // Continues a resumed run's record: its best epoch, that epoch's value() and head.
+  void restore(int epoch, double value, Head head);
 
  private:
   Monitor monitor_;

@@ -34,7 +34,11 @@ class FeatureSource {
  public:
   virtual ~FeatureSource() = default;
   virtual std::size_t batches_per_epoch() const = 0;
-  virtual EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn) = 0;
+  // The epoch's batches through fn, from the first or, with `resume`, from its next batch (a state
+  // saved by state() during an earlier run of the same epoch; Loader::resume checks it).
+  virtual EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume = nullptr) = 0;
+  // Where the batches stand: after the batches fn has been given in the current epoch.
+  virtual LoaderState state() const = 0;
   virtual std::string describe() const { return {}; }  // one line for the log, empty when nothing to say
 };
 

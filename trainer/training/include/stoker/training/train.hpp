@@ -40,6 +40,10 @@ struct TrainingData {
 // or an empty validation set, InvalidArgument for a split that is not in (0, 1).
 TrainingData training_data(const std::string& folder, double validation_split,
                            const std::string& validation_folder = {});
+// The same for samples listed some other way (WebDataset tar shards, a CSV): `all` split per class
+// in its order as Keras' validation_split splits a folder, or a given validation set.
+TrainingData training_data(const Dataset& all, double validation_split);
+TrainingData training_data(Dataset train, Dataset validation);
 
 struct TrainOptions {
   trainer::BackboneRef backbone;  // model file and cut; its preprocess is taken from `prepare`
@@ -55,6 +59,15 @@ struct TrainOptions {
   trainer::Monitor monitor = trainer::Monitor::ValLoss;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (device.hpp)
   std::filesystem::path out;    // the model folder, created when missing
+  // A checkpoint (checkpoint.hpp) goes to `out` at each epoch end and, when > 0, after every this
+  // many training batches of an augmenting epoch.
+  int checkpoint_every_batches = 0;
+  // Continue the run whose checkpoint is in `out`: the epochs it finished are not run again, an
+  // epoch it was in continues at its next batch, and the result (history, heads) is that of the
+  // uninterrupted run — bit for bit on the CPU backend. `epochs` may be raised to train on.
+  // IoError when there is no checkpoint; InvalidArgument naming the setting when the data or a
+  // setting the results depend on differs (threads, prefetch, cache and device may change).
+  bool resume = false;
 };
 
 // What the run is about to do, for the log.
@@ -91,8 +104,12 @@ class TrainObserver {
   virtual void on_features_begin(const std::string&, std::size_t /*batches*/) {}
   virtual void on_features_progress(std::size_t /*batches*/, std::size_t /*images*/) {}
   virtual void on_features_end() {}
+  // A resumed run: the epochs the checkpoint had finished, and where the next one starts.
+  virtual void on_resume(const std::vector<EpochReport>& /*history*/, int /*epoch*/, std::size_t /*next_batch*/) {}
+  // batches: the epoch's total (0 for epochs that train the head on cached features).
   virtual void on_epoch_begin(int /*epoch*/, std::size_t /*batches*/) {}
-  // After each training batch of an augmenting epoch: running mean loss and accuracy.
+  // After each training batch of an augmenting epoch: batches and images so far in the epoch
+  // (counting those before a resume), running mean loss and accuracy.
   virtual void on_train_batch(std::size_t /*batches*/, std::size_t /*images*/, double /*loss*/, double /*accuracy*/) {}
   virtual void on_epoch_end(const EpochReport&) {}
 };

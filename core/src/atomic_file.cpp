@@ -1,0 +1,59 @@
+#include "stoker/core/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "stoker/core/error.hpp"
+
+namespace stoker {
+
+void write_file_atomically(const std::filesystem::path& file, std::string_view bytes) {
+  // The pid keeps two processes writing the same file from sharing a temporary.
+  const std::filesystem::path tmp = file.string() + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const std::string& step) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw IoError(file.string() + ": cannot write (" + step + "): " + why);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create " + tmp.filename().string());
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail("write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail("fsync");
+  }
+  if (::close(fd) != 0) fail("close");
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) fail("rename");
+  // The rename itself is durable only once the folder is synced; failing that is not an error
+  // (some file systems refuse fsync on a directory).
+  const std::filesystem::path parent = file.has_parent_path() ? file.parent_path() : ".";
+  const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+std::string read_whole_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw IoError(file.string() + ": cannot open: " + std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw IoError(file.string() + ": read failed");
+  return bytes;
+}
+
+}  // namespace stoker

@@ -1,0 +1,57 @@
+// What a killed training run leaves behind so that train(resume = true) continues it where it
+// stopped: one file, replaced atomically at each epoch end and every N batches,
+//   OUT/checkpoint.stkc   the head with Adam's moments and step count, the best epoch's head and
+//                         monitored value, the training loader's position (a LoaderState), the
+//                         running sums of the epoch in progress, the history so far, and the
+//                         settings the run's results depend on (a resume with others is refused)
+// and, for runs without augmentation, the training features computed once (written once):
+//   OUT/checkpoint-features.bin
+// The format is described in docs/trainer.md ("checkpoints").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/pipeline/loader.hpp"
+#include "stoker/trainer/head.hpp"
+#include "stoker/training/feature_source.hpp"
+#include "stoker/training/train.hpp"
+
+namespace stoker::training {
+
+inline constexpr const char* kCheckpointFile = "checkpoint.stkc";
+inline constexpr const char* kCheckpointFeaturesFile = "checkpoint-features.bin";
+
+// The running sums of an augmenting epoch after its first `batches` batches.
+struct EpochProgress {
+  std::size_t batches = 0;
+  std::size_t images = 0;
+  double loss_sum = 0;  // sum over samples of the per-batch mean loss × batch size
+  int correct = 0;
+};
+
+struct Checkpoint {
+  std::string settings;    // JSON text of what the results depend on (train.cpp compares it key by key)
+  int epoch = 0;           // the epoch to run next (in progress when loader.next_batch > 0)
+  LoaderState loader;      // the training batches' position in `epoch`
+  EpochProgress progress;  // of `epoch`, when it is in progress
+  std::vector<EpochReport> history;
+  int best_epoch = -1;    // -1: no epoch finished yet
+  double best_value = 0;  // the monitored value there (BestEpoch's convention: lower is better)
+  std::optional<trainer::Head> head, best_head;
+  bool has_features = false;  // the training features are in kCheckpointFeaturesFile
+};
+
+// IoError naming the file and the reason; the file is replaced atomically (atomic_file.hpp).
+void save_checkpoint(const std::filesystem::path& file, const Checkpoint& checkpoint);
+// IoError naming the file for a missing, truncated or malformed checkpoint.
+Checkpoint load_checkpoint(const std::filesystem::path& file);
+
+// The training features of a run without augmentation (n, dim, the classes, then the values).
+void save_features(const std::filesystem::path& file, const Features& features);
+Features load_features(const std::filesystem::path& file);
+
+}  // namespace stoker::training

@@ -1,0 +1,178 @@
+#include "stoker/training/checkpoint.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "stoker/core/atomic_file.hpp"
+#include "stoker/core/error.hpp"
+
+namespace stoker::training {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "checkpoints store little-endian values");
+
+constexpr char kCheckpointMagic[8] = {'S', 'T', 'K', 'C', 'K', 'P', 'T', '1'};
+constexpr char kFeaturesMagic[8] = {'S', 'T', 'K', 'F', 'E', 'A', 'T', '1'};
+using nlohmann::json;
+
+json to_json(const trainer::EpochStats& s) {
+  return {{"loss", s.loss}, {"accuracy", s.accuracy}, {"samples", s.samples}};
+}
+trainer::EpochStats stats_from(const json& j) {
+  return {j.at("loss").get<double>(), j.at("accuracy").get<double>(), j.at("samples").get<int>()};
+}
+
+json to_json(const EpochReport& e) {
+  json times = {{"data_wait_seconds", e.times.data_wait_seconds}, {"compute_seconds", e.times.compute_seconds}};
+  times["gpu_seconds"] = e.times.gpu_seconds ? json(*e.times.gpu_seconds) : json(nullptr);
+  return {{"epoch", e.epoch},
+          {"features_cached", e.features_cached},
+          {"train", to_json(e.train)},
+          {"validation", to_json(e.validation)},
+          {"improved", e.improved},
+          {"seconds", e.seconds},
+          {"images_per_second", e.images_per_second},
+          {"times", times}};
+}
+EpochReport report_from(const json& j) {
+  EpochReport e;
+  e.epoch = j.at("epoch").get<int>();
+  e.features_cached = j.at("features_cached").get<bool>();
+  e.train = stats_from(j.at("train"));
+  e.validation = stats_from(j.at("validation"));
+  e.improved = j.at("improved").get<bool>();
+  e.seconds = j.at("seconds").get<double>();
+  e.images_per_second = j.at("images_per_second").get<double>();
+  const json& t = j.at("times");
+  e.times.data_wait_seconds = t.at("data_wait_seconds").get<double>();
+  e.times.compute_seconds = t.at("compute_seconds").get<double>();
+  if (!t.at("gpu_seconds").is_null()) e.times.gpu_seconds = t.at("gpu_seconds").get<double>();
+  return e;
+}
+
+// "<magic><u64 header length><header>" then the payload; the header says what the payload holds.
+std::string framed(const char (&magic)[8], const std::string& header) {
+  std::string bytes(magic, 8);
+  const std::uint64_t len = header.size();
+  bytes.append(reinterpret_cast<const char*>(&len), 8);
+  return bytes + header;
+}
+
+// The header and the payload after it; IoError naming the file unless the frame is whole.
+std::pair<json, std::string_view> unframe(const char (&magic)[8], std::string_view bytes, const std::string& where,
+                                          const char* what) {
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), magic, 8) != 0)
+    throw IoError(where + ": not a stoker " + what + " file (bad magic)");
+  std::uint64_t len = 0;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  if (len > bytes.size() - 16) throw IoError(where + ": truncated " + what + " header");
+  try {
+    return {json::parse(bytes.substr(16, len)), bytes.substr(16 + len)};
+  } catch (const json::exception& e) {
+    throw IoError(where + ": malformed " + what + " header: " + e.what());
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
+  if (!c.head) throw InvalidArgument("save_checkpoint: the checkpoint has no head");
+  const std::string head = c.head->serialize();
+  const std::string best = c.best_head ? c.best_head->serialize() : std::string();
+  json h = {{"format", "stoker-checkpoint"},
+            {"version", 1},
+            {"settings", c.settings},
+            {"epoch", c.epoch},
+            {"loader_state", c.loader.to_string()},
+            {"progress",
+             {{"batches", c.progress.batches},
+              {"images", c.progress.images},
+              {"loss_sum", c.progress.loss_sum},  // JSON numbers round-trip doubles exactly
+              {"correct", c.progress.correct}}},
+            {"best_epoch", c.best_epoch},
+            {"best_value", c.best_value},
+            {"has_features", c.has_features},
+            {"head_bytes", head.size()},
+            {"best_head_bytes", best.size()}};
+  h["history"] = json::array();
+  for (const EpochReport& e : c.history) h["history"].push_back(to_json(e));
+  write_file_atomically(file, framed(kCheckpointMagic, h.dump(1)) + head + best);
+}
+
+Checkpoint load_checkpoint(const std::filesystem::path& file) {
+  const std::string where = file.string();
+  const std::string bytes = read_whole_file(file);
+  const auto [h, payload] = unframe(kCheckpointMagic, bytes, where, "checkpoint");
+  Checkpoint c;
+  try {
+    if (h.at("format") != "stoker-checkpoint" || h.at("version") != 1)
+      throw IoError(where + ": unsupported checkpoint format " + h.at("format").dump().substr(0, 100) + " version " +
+                    h.at("version").dump().substr(0, 100));
+    c.settings = h.at("settings").get<std::string>();
+    c.epoch = h.at("epoch").get<int>();
+    c.loader = LoaderState::parse(h.at("loader_state").get<std::string>());
+    const json& p = h.at("progress");
+    c.progress = {p.at("batches").get<std::size_t>(), p.at("images").get<std::size_t>(), p.at("loss_sum").get<double>(),
+                  p.at("correct").get<int>()};
+    c.best_epoch = h.at("best_epoch").get<int>();
+    c.best_value = h.at("best_value").get<double>();
+    c.has_features = h.at("has_features").get<bool>();
+    for (const json& e : h.at("history")) c.history.push_back(report_from(e));
+    const auto head_bytes = h.at("head_bytes").get<std::uint64_t>();
+    const auto best_bytes = h.at("best_head_bytes").get<std::uint64_t>();
+    if (head_bytes > payload.size() || best_bytes != payload.size() - head_bytes)
+      throw IoError(where + ": truncated: the header announces " + std::to_string(head_bytes + best_bytes) +
+                    " bytes of heads, the file holds " + std::to_string(payload.size()));
+    c.head = trainer::Head::deserialize(payload.substr(0, head_bytes), where + " (head)");
+    if (best_bytes > 0) c.best_head = trainer::Head::deserialize(payload.substr(head_bytes), where + " (best head)");
+  } catch (const json::exception& e) {
+    throw IoError(where + ": malformed checkpoint header: " + e.what());
+  } catch (const InvalidArgument& e) {  // LoaderState::parse
+    throw IoError(where + ": " + e.what());
+  }
+  if (c.epoch < 0 || c.history.size() != static_cast<std::size_t>(c.epoch))
+    throw IoError(where + ": the checkpoint is at epoch " + std::to_string(c.epoch) + " but holds " +
+                  std::to_string(c.history.size()) + " epochs of history");
+  return c;
+}
+
+void save_features(const std::filesystem::path& file, const Features& f) {
+  const json h = {{"format", "stoker-features"}, {"version", 1}, {"n", f.n}, {"dim", f.dim}};
+  if (f.y.size() != static_cast<std::size_t>(f.n) || f.x.size() != static_cast<std::size_t>(f.n) * f.dim)
+    throw InvalidArgument("save_features: " + std::to_string(f.n) + " samples of " + std::to_string(f.dim) +
+                          " values do not match the arrays' sizes");
+  std::string bytes = framed(kFeaturesMagic, h.dump());
+  bytes.append(reinterpret_cast<const char*>(f.y.data()), f.y.size() * sizeof(int));
+  bytes.append(reinterpret_cast<const char*>(f.x.data()), f.x.size() * sizeof(float));
+  write_file_atomically(file, bytes);
+}
+
+Features load_features(const std::filesystem::path& file) {
+  const std::string where = file.string();
+  const std::string bytes = read_whole_file(file);
+  const auto [h, payload] = unframe(kFeaturesMagic, bytes, where, "features");
+  Features f;
+  try {
+    f.n = h.at("n").get<int>();
+    f.dim = h.at("dim").get<int>();
+  } catch (const json::exception& e) {
+    throw IoError(where + ": malformed features header: " + e.what());
+  }
+  const std::uint64_t n = static_cast<std::uint64_t>(std::max(f.n, 0));
+  const std::uint64_t values = n * static_cast<std::uint64_t>(std::max(f.dim, 0));
+  const std::uint64_t need = n * sizeof(int) + values * sizeof(float);
+  if (f.n < 0 || f.dim <= 0 || payload.size() != need)
+    throw IoError(where + ": " + std::to_string(f.n) + " samples of " + std::to_string(f.dim) + " features need " +
+                  std::to_string(need) + " bytes, the file holds " + std::to_string(payload.size()));
+  f.y.resize(static_cast<std::size_t>(f.n));
+  f.x.resize(values);
+  std::memcpy(f.y.data(), payload.data(), f.y.size() * sizeof(int));
+  std::memcpy(f.x.data(), payload.data() + f.y.size() * sizeof(int), f.x.size() * sizeof(float));
+  return f;
+}
+
+}  // namespace stoker::training
