@@ -38,10 +38,9 @@ void run_load(const LoadArgs& args) {
   const auto open_start = std::chrono::steady_clock::now();
   WebDatasetReport report;
   const Dataset ds = args.loader.dataset(&report);
-  if (args.loader.shards()) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
-    print_shard_report(report, ms);
-  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
+  if (args.loader.shards()) print_shard_report(report, ms);
+  else std::printf("folder: %zu files listed in %.1f ms\n", ds.size(), ms);
   Loader loader(ds, args.loader.options());
   std::printf("dataset: %zu images in %zu classes (", ds.size(), ds.class_names.size());
   for (std::size_t c = 0; c < ds.class_names.size(); ++c) std::printf("%s%s", c ? ", " : "", ds.class_names[c].c_str());

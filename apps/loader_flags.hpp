@@ -15,7 +15,9 @@ namespace stoker::app {
 
 // "shards: N indexed in T ms (M members)[, K bad samples skipped]" and each skipped sample.
 inline void print_shard_report(const WebDatasetReport& report, double milliseconds) {
-  std::printf("shards: %zu indexed in %.1f ms (%zu members)", report.shards, milliseconds, report.members);
+  std::printf("shards: %zu indexed in %.1f ms (%zu members", report.shards, milliseconds, report.members);
+  if (report.shards_from_index > 0) std::printf("; %zu from the shard index", report.shards_from_index);
+  std::printf(")");
   if (!report.skipped.empty()) std::printf(", %zu bad samples skipped", report.skipped.size());
   std::printf("\n");
   for (const auto& p : report.skipped) {
@@ -42,6 +44,7 @@ struct LoaderFlags {
   std::string shard_mode = "interleaved";
   std::string shard_remainder = "pad";
   std::string label_field;  // tar shards: the label from this field of the json member
+  std::string shard_index;  // tar shards: where the index is kept (default: beside --cache-file)
 
   // --data: a class folder, or WebDataset tar shards (a brace pattern or a .txt list).
   static bool names_shards(const std::string& where) {
@@ -56,6 +59,9 @@ struct LoaderFlags {
     if (!names_shards(where)) return dataset_from_directory(where);
     WebDatasetOptions o;
     o.label_field = label_field;
+    o.index_file = !shard_index.empty() ? shard_index
+                   : cache_file.empty() ? std::string()
+                                        : cache_file + ".shard-index";
     o.skip_bad_samples = parse_bad_sample_policy(on_bad_sample) == BadSamplePolicy::Skip;
     o.require_labels = label_mode != "none";
     return dataset_from_webdataset(where, o, report);
@@ -71,6 +77,9 @@ struct LoaderFlags {
           return "Directory does not exist: " + d + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
         });
     cmd.add_option("--label-field", label_field, "tar shards: take the label from this field of the json member");
+    cmd.add_option("--shard-index", shard_index,
+                   "tar shards: keep their index in this file so a later start skips the scan (default with "
+                   "--cache-file: FILE.shard-index)");
     cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
     cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
     cmd.add_option("--threads", threads, "decode threads (0 = all cores)")->capture_default_str();

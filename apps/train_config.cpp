@@ -101,6 +101,7 @@ void save_run_settings(const TrainConfig& config) {
   };
   absolute(c.loader.data);
   absolute(c.loader.cache_file);
+  absolute(c.loader.shard_index);
   absolute(c.val);
   absolute(c.model);
   absolute(c.out);

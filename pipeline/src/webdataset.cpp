@@ -7,12 +7,17 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <optional>
+#include <unordered_map>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/tar.hpp"
 
@@ -197,6 +202,238 @@ bool split_member_name(const std::string& name, std::string& key, std::string& e
   return !extension.empty();
 }
 
+namespace {
+
+// One shard's part of the dataset: its samples (labels checked against the class names when
+// there are names), what was skipped, and its member count.
+struct ShardSamples {
+  std::vector<Sample> samples;
+  std::vector<ShardProblem> skipped;
+  std::size_t members = 0;
+  std::int64_t max_label = -1;
+};
+
+ShardSamples scan_shard(const std::string& shard, const WebDatasetOptions& options,
+                        const std::vector<std::string>& class_names, const fs::path& classes_file) {
+  ShardSamples out;
+  const bool named_classes = !class_names.empty();
+  std::vector<std::string> image_extensions;
+  for (const auto& e : options.image_extensions) image_extensions.push_back(lower(e));
+  std::string image_list;
+  for (const auto& e : image_extensions) image_list += (image_list.empty() ? "" : ", ") + e;
+
+  TarIndex index = index_tar(shard, options.skip_bad_samples);
+  out.members = index.members.size();
+  if (!index.problem.empty()) out.skipped.push_back({shard, "", index.problem});
+  const MemberReader reader(shard);
+
+  const auto bad = [&](const std::string& key, const std::string& reason) {
+    if (!options.skip_bad_samples) throw DatasetError(shard + ": sample '" + key + "': " + reason);
+    out.skipped.push_back({shard, key, reason});
+  };
+  const auto finish = [&](const Group& g) {
+    if (g.members.empty()) return;
+    if (!g.duplicate.empty()) return bad(g.key, "member '" + g.duplicate + "' appears twice in the sample");
+    const TarMember* image = nullptr;
+    for (const auto& want : image_extensions) {
+      for (const auto& [ext, m] : g.members) {
+        if (!image && lower(ext) == want) image = m;
+      }
+    }
+    if (!image) return bad(g.key, "no image member (" + image_list + ")");
+    std::int64_t label = -1;
+    const auto find = [&](const char* ext) -> const TarMember* {
+      for (const auto& [e, m] : g.members) {
+        if (lower(e) == ext) return m;
+      }
+      return nullptr;
+    };
+    if (options.label_field.empty()) {
+      if (const TarMember* cls = find("cls")) {
+        long long v = 0;
+        const std::string text = reader.read(*cls);
+        if (!parse_int(text, v)) return bad(g.key, "'" + cls->name + "' holds '" + text + "', not an integer label");
+        label = v;
+      } else if (options.require_labels) {
+        return bad(g.key, "no label (no .cls member)");
+      }
+    } else if (const TarMember* js = find("json")) {
+      nlohmann::json doc = nlohmann::json::parse(reader.read(*js), nullptr, false);
+      if (doc.is_discarded() || !doc.is_object()) return bad(g.key, "'" + js->name + "' is not a JSON object");
+      const auto it = doc.find(options.label_field);
+      if (it == doc.end()) {
+        if (options.require_labels) return bad(g.key, "'" + js->name + "' has no field '" + options.label_field + "'");
+      } else if (it->is_number_integer()) {
+        label = it->get<std::int64_t>();
+      } else if (it->is_string()) {
+        const auto name = it->get<std::string>();
+        const auto c = std::find(class_names.begin(), class_names.end(), name);
+        if (c == class_names.end()) {
+          return bad(g.key, "label '" + name + "' is not one of the class names" +
+                                (named_classes ? " in " + classes_file.string() : " (no classes.txt)"));
+        }
+        label = c - class_names.begin();
+      } else {
+        return bad(g.key,
+                   "field '" + options.label_field + "' of '" + js->name + "' is neither an integer nor a string");
+      }
+    } else if (options.require_labels) {
+      return bad(g.key, "no label (no .json member)");
+    }
+    if (label < -1 || label > INT32_MAX - 1 ||
+        (named_classes && label >= static_cast<std::int64_t>(class_names.size()))) {
+      return bad(g.key, "label " + std::to_string(label) +
+                            (named_classes ? " is not below the " + std::to_string(class_names.size()) +
+                                                 " classes of " + classes_file.string()
+                                           : " is out of range"));
+    }
+    if (label < 0 && options.require_labels) return bad(g.key, "label " + std::to_string(label) + " is negative");
+    out.max_label = std::max(out.max_label, label);
+    Sample s;
+    s.path = shard;
+    s.label = static_cast<std::int32_t>(label);
+    s.range = ByteRange{image->offset, image->size};
+    s.member = image->name;
+    out.samples.push_back(std::move(s));
+  };
+
+  Group group;
+  std::string key, ext;
+  for (const auto& m : index.members) {
+    if (!split_member_name(m.name, key, ext)) continue;  // WebDataset passes over names without a dot
+    if (key != group.key) {
+      finish(group);
+      group = Group{key, {}, {}};
+    }
+    for (const auto& [e, other] : group.members) {
+      if (e == ext && group.duplicate.empty()) group.duplicate = m.name;
+    }
+    group.members.emplace_back(ext, &m);
+  }
+  finish(group);
+  return out;
+}
+
+// The shard index file (WebDatasetOptions::index_file): every shard's ShardSamples, keyed by the
+// shard's path, size and modification time, for the options they were computed with.
+//   "STKWDSX1", u64 header length, JSON header {"format", "version", "options", "shards":
+//   [{"path", "size", "mtime_ns", "members", "samples", "skipped": [[key, reason]...]}]},
+//   then per sample in shard order: i32 label, u64 offset, u64 size, u32 name length, name.
+constexpr char kIndexMagic[8] = {'S', 'T', 'K', 'W', 'D', 'S', 'X', '1'};
+
+struct ShardStamp {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const ShardStamp&, const ShardStamp&) = default;
+};
+
+std::optional<ShardStamp> stamp_of(const std::string& shard) {
+  struct stat st {};
+  if (::stat(shard.c_str(), &st) != 0) return std::nullopt;
+  return ShardStamp{static_cast<std::uint64_t>(st.st_size),
+                    static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// What the samples of a shard depend on besides its bytes.
+std::string options_identity(const WebDatasetOptions& o, const std::vector<std::string>& class_names) {
+  nlohmann::json j = {{"label_field", o.label_field},
+                      {"image_extensions", o.image_extensions},
+                      {"require_labels", o.require_labels},
+                      {"skip_bad_samples", o.skip_bad_samples},
+                      {"class_names", class_names}};
+  return j.dump();
+}
+
+struct IndexedShard {
+  ShardStamp stamp;
+  ShardSamples samples;
+};
+using ShardIndex = std::unordered_map<std::string, IndexedShard>;
+
+// The shards the file holds for these options; empty when it is missing, foreign, for other
+// options or damaged (the index is then rebuilt: it only ever saves time).
+ShardIndex read_shard_index(const fs::path& file, const std::string& identity) {
+  ShardIndex index;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return index;
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t len = 0;
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), kIndexMagic, 8) != 0) return index;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  if (len > bytes.size() - 16) return index;
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(16, len), nullptr, false);
+  if (h.is_discarded() || !h.is_object() || h.value("options", std::string()) != identity) return index;
+  std::size_t pos = 16 + len;
+  auto take = [&](void* dst, std::size_t n) {
+    if (n > bytes.size() - pos) return false;
+    std::memcpy(dst, bytes.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  try {
+    for (const auto& js : h.at("shards")) {
+      IndexedShard shard;
+      const std::string path = js.at("path").get<std::string>();
+      shard.stamp = {js.at("size").get<std::uint64_t>(), js.at("mtime_ns").get<std::int64_t>()};
+      shard.samples.members = js.at("members").get<std::size_t>();
+      for (const auto& k : js.at("skipped"))
+        shard.samples.skipped.push_back({path, k.at(0).get<std::string>(), k.at(1).get<std::string>()});
+      const auto count = js.at("samples").get<std::size_t>();
+      for (std::size_t i = 0; i < count; ++i) {
+        Sample s;
+        ByteRange r;
+        std::uint32_t name_len = 0;
+        if (!take(&s.label, 4) || !take(&r.offset, 8) || !take(&r.size, 8) || !take(&name_len, 4) ||
+            name_len > bytes.size() - pos)
+          return {};
+        s.member.assign(bytes.data() + pos, name_len);
+        pos += name_len;
+        s.path = path;
+        s.range = r;
+        shard.samples.max_label = std::max<std::int64_t>(shard.samples.max_label, s.label);
+        shard.samples.samples.push_back(std::move(s));
+      }
+      index[path] = std::move(shard);
+    }
+  } catch (const nlohmann::json::exception&) {
+    return {};
+  }
+  return pos == bytes.size() ? index : ShardIndex{};
+}
+
+void write_shard_index(const fs::path& file, const std::string& identity, const std::vector<std::string>& shards,
+                       const ShardIndex& index) {
+  nlohmann::json h = {{"format", "stoker-shard-index"}, {"version", 1}, {"options", identity}};
+  h["shards"] = nlohmann::json::array();
+  std::string table;
+  for (const auto& path : shards) {
+    const IndexedShard& s = index.at(path);
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& p : s.samples.skipped) skipped.push_back({p.key, p.reason});
+    h["shards"].push_back({{"path", path},
+                           {"size", s.stamp.size},
+                           {"mtime_ns", s.stamp.mtime_ns},
+                           {"members", s.samples.members},
+                           {"samples", s.samples.samples.size()},
+                           {"skipped", skipped}});
+    for (const Sample& x : s.samples.samples) {
+      const auto name_len = static_cast<std::uint32_t>(x.member.size());
+      table.append(reinterpret_cast<const char*>(&x.label), 4);
+      table.append(reinterpret_cast<const char*>(&x.range->offset), 8);
+      table.append(reinterpret_cast<const char*>(&x.range->size), 8);
+      table.append(reinterpret_cast<const char*>(&name_len), 4);
+      table += x.member;
+    }
+  }
+  const std::string header = h.dump();
+  const std::uint64_t len = header.size();
+  std::string bytes(kIndexMagic, 8);
+  bytes.append(reinterpret_cast<const char*>(&len), 8);
+  write_file_atomically(file, bytes + header + table);
+}
+
+}  // namespace
+
 Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const WebDatasetOptions& options,
                                 WebDatasetReport* report) {
   if (shards.empty()) throw DatasetError("dataset_from_webdataset: no shards given");
@@ -217,104 +454,39 @@ Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const We
     if (dataset.class_names.empty()) throw DatasetError(classes_file.string() + ": no class names");
   }
   const bool named_classes = !dataset.class_names.empty();
-  std::vector<std::string> image_extensions;
-  for (const auto& e : options.image_extensions) image_extensions.push_back(lower(e));
-  std::string image_list;
-  for (const auto& e : image_extensions) image_list += (image_list.empty() ? "" : ", ") + e;
 
+  const std::string identity =
+      options.index_file.empty() ? std::string() : options_identity(options, dataset.class_names);
+  ShardIndex index = options.index_file.empty() ? ShardIndex{} : read_shard_index(options.index_file, identity);
+  bool index_changed = index.size() != shards.size();
   std::int64_t max_label = -1;
   for (const auto& shard : shards) {
-    TarIndex index = index_tar(shard, options.skip_bad_samples);
-    ++rep.shards;
-    rep.members += index.members.size();
-    if (!index.problem.empty()) rep.skipped.push_back({shard, "", index.problem});
-    const MemberReader reader(shard);
-
-    const auto bad = [&](const std::string& key, const std::string& reason) {
-      if (!options.skip_bad_samples) throw DatasetError(shard + ": sample '" + key + "': " + reason);
-      rep.skipped.push_back({shard, key, reason});
-    };
-    const auto finish = [&](const Group& g) {
-      if (g.members.empty()) return;
-      if (!g.duplicate.empty()) return bad(g.key, "member '" + g.duplicate + "' appears twice in the sample");
-      const TarMember* image = nullptr;
-      for (const auto& want : image_extensions) {
-        for (const auto& [ext, m] : g.members) {
-          if (!image && lower(ext) == want) image = m;
-        }
+    const std::optional<ShardStamp> stamp = options.index_file.empty() ? std::nullopt : stamp_of(shard);
+    const auto known = index.find(shard);
+    const bool reuse = stamp && known != index.end() && known->second.stamp == *stamp;
+    if (!reuse) {
+      ShardSamples scanned = scan_shard(shard, options, dataset.class_names, classes_file);
+      if (!stamp) {  // no index file, or a shard stat() cannot see (then scan_shard has thrown)
+        index[shard].samples = std::move(scanned);
+      } else {
+        index[shard] = {*stamp, std::move(scanned)};
       }
-      if (!image) return bad(g.key, "no image member (" + image_list + ")");
-      std::int64_t label = -1;
-      const auto find = [&](const char* ext) -> const TarMember* {
-        for (const auto& [e, m] : g.members) {
-          if (lower(e) == ext) return m;
-        }
-        return nullptr;
-      };
-      if (options.label_field.empty()) {
-        if (const TarMember* cls = find("cls")) {
-          long long v = 0;
-          const std::string text = reader.read(*cls);
-          if (!parse_int(text, v)) return bad(g.key, "'" + cls->name + "' holds '" + text + "', not an integer label");
-          label = v;
-        } else if (options.require_labels) {
-          return bad(g.key, "no label (no .cls member)");
-        }
-      } else if (const TarMember* js = find("json")) {
-        nlohmann::json doc = nlohmann::json::parse(reader.read(*js), nullptr, false);
-        if (doc.is_discarded() || !doc.is_object()) return bad(g.key, "'" + js->name + "' is not a JSON object");
-        const auto it = doc.find(options.label_field);
-        if (it == doc.end()) {
-          if (options.require_labels)
-            return bad(g.key, "'" + js->name + "' has no field '" + options.label_field + "'");
-        } else if (it->is_number_integer()) {
-          label = it->get<std::int64_t>();
-        } else if (it->is_string()) {
-          const auto name = it->get<std::string>();
-          const auto c = std::find(dataset.class_names.begin(), dataset.class_names.end(), name);
-          if (c == dataset.class_names.end()) {
-            return bad(g.key, "label '" + name + "' is not one of the class names" +
-                                  (named_classes ? " in " + classes_file.string() : " (no classes.txt)"));
-          }
-          label = c - dataset.class_names.begin();
-        } else {
-          return bad(g.key,
-                     "field '" + options.label_field + "' of '" + js->name + "' is neither an integer nor a string");
-        }
-      } else if (options.require_labels) {
-        return bad(g.key, "no label (no .json member)");
-      }
-      if (label < -1 || label > INT32_MAX - 1 ||
-          (named_classes && label >= static_cast<std::int64_t>(dataset.class_names.size()))) {
-        return bad(g.key, "label " + std::to_string(label) +
-                              (named_classes ? " is not below the " + std::to_string(dataset.class_names.size()) +
-                                                   " classes of " + classes_file.string()
-                                             : " is out of range"));
-      }
-      if (label < 0 && options.require_labels) return bad(g.key, "label " + std::to_string(label) + " is negative");
-      max_label = std::max(max_label, label);
-      Sample s;
-      s.path = shard;
-      s.label = static_cast<std::int32_t>(label);
-      s.range = ByteRange{image->offset, image->size};
-      s.member = image->name;
-      dataset.samples.push_back(std::move(s));
-    };
-
-    Group group;
-    std::string key, ext;
-    for (const auto& m : index.members) {
-      if (!split_member_name(m.name, key, ext)) continue;  // WebDataset passes over names without a dot
-      if (key != group.key) {
-        finish(group);
-        group = Group{key, {}, {}};
-      }
-      for (const auto& [e, other] : group.members) {
-        if (e == ext && group.duplicate.empty()) group.duplicate = m.name;
-      }
-      group.members.emplace_back(ext, &m);
+      index_changed = true;
+    } else {
+      ++rep.shards_from_index;
     }
-    finish(group);
+    const ShardSamples& part = index.at(shard).samples;
+    ++rep.shards;
+    rep.members += part.members;
+    rep.skipped.insert(rep.skipped.end(), part.skipped.begin(), part.skipped.end());
+    max_label = std::max(max_label, part.max_label);
+    dataset.samples.insert(dataset.samples.end(), part.samples.begin(), part.samples.end());
+  }
+  if (!options.index_file.empty() && index_changed) {
+    for (auto it = index.begin(); it != index.end();) {  // shards no longer in the set
+      it = std::find(shards.begin(), shards.end(), it->first) == shards.end() ? index.erase(it) : std::next(it);
+    }
+    write_shard_index(options.index_file, identity, shards, index);
   }
   if (!named_classes) {
     for (std::int64_t c = 0; c <= max_label; ++c) dataset.class_names.push_back(std::to_string(c));

@@ -112,6 +112,51 @@ TEST_F(GpuFeedTest, BatchesEqualTheCpuLoaders) {
   }
 }
 
+// state() counts the batches the consumer got (the loader runs ahead), and a feed resumed from it,
+// after every position of an epoch, delivers what the uninterrupted feed delivers next.
+TEST_F(GpuFeedTest, ResumesWhereTheConsumerStopped) {
+  const Dataset ds = make_dataset(29);
+  LoaderOptions lo = loader_options(4, 24);
+  lo.shuffle = true;
+  const Stream consumer;
+  auto ids_after = [&](GpuFeed& feed, std::vector<std::vector<std::int64_t>>& out) {
+    while (auto b = feed.next()) {
+      b->wait_on(consumer.get());
+      consumer.synchronize();
+      out.emplace_back(b->sample_ids().begin(), b->sample_ids().end());
+    }
+  };
+  GpuFeed whole(ds, lo, {.depth = 2});
+  whole.begin_epoch(3);
+  std::vector<std::vector<std::int64_t>> reference;
+  ids_after(whole, reference);
+  ASSERT_EQ(reference.size(), 8u);
+  for (std::size_t stop = 0; stop <= reference.size(); ++stop) {
+    LoaderState state;
+    {
+      GpuFeed first(ds, lo, {.depth = 2});
+      first.begin_epoch(3);
+      for (std::size_t i = 0; i < stop; ++i) ASSERT_TRUE(first.next().has_value());
+      state = first.state();
+    }
+    EXPECT_EQ(state.epoch, 3u);
+    EXPECT_EQ(state.next_batch, static_cast<std::int64_t>(stop)) << "counted at the consumer, not the loader";
+    LoaderOptions other = lo;
+    other.threads = 1;  // another thread count: the same batches
+    GpuFeed resumed(ds, other, {.depth = 3});
+    resumed.resume(state);
+    std::vector<std::vector<std::int64_t>> rest;
+    ids_after(resumed, rest);
+    EXPECT_EQ(rest, std::vector<std::vector<std::int64_t>>(reference.begin() + static_cast<std::ptrdiff_t>(stop),
+                                                           reference.end()))
+        << "stopped after " << stop;
+  }
+  LoaderOptions reseeded = lo;
+  reseeded.seed = 12;
+  GpuFeed stranger(ds, reseeded, {.depth = 2});
+  EXPECT_THROW(stranger.resume(whole.state()), InvalidArgument);
+}
+
 TEST_F(GpuFeedTest, ConvertStageMatchesHostReference) {
   const Dataset ds = make_dataset(20);
   const LoaderOptions lo = loader_options(6, 40);

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 #include "stoker/pipeline/tar.hpp"
@@ -394,6 +395,74 @@ TEST(WebDataset, CachesKeepMembersApartAndAChangedShardInvalidatesThem) {
     EXPECT_EQ(stale.stats().cache_hits, tar.size() - in_changed);
     EXPECT_EQ(stale.stats().cache_misses, in_changed);
   }
+}
+
+// The shard index file: a second open reads every unchanged shard from it and lists the same samples;
+// a rewritten shard, other options or a damaged file make it scan again, and skips are kept.
+TEST(WebDataset, ShardIndexFileSkipsTheScanOfUnchangedShards) {
+  ShardFixture f;
+  const std::vector<std::string>& shards = f.written.shards;
+  WebDatasetOptions o;
+  o.index_file = f.dir / "shards.index";
+  WebDatasetReport first, second;
+  const Dataset scanned = dataset_from_webdataset(shards, o, &first);
+  EXPECT_EQ(first.shards_from_index, 0u);
+  ASSERT_TRUE(fs::exists(o.index_file));
+  const Dataset indexed = dataset_from_webdataset(shards, o, &second);
+  EXPECT_EQ(second.shards_from_index, shards.size());
+  EXPECT_EQ(second.members, first.members);
+  ASSERT_EQ(indexed.size(), scanned.size());
+  EXPECT_EQ(indexed.class_names, scanned.class_names);
+  for (std::size_t i = 0; i < scanned.size(); ++i) {
+    EXPECT_EQ(indexed.samples[i].path, scanned.samples[i].path);
+    EXPECT_EQ(indexed.samples[i].member, scanned.samples[i].member);
+    EXPECT_EQ(indexed.samples[i].label, scanned.samples[i].label);
+    EXPECT_EQ(indexed.samples[i].range, scanned.samples[i].range);
+  }
+  // The same pixels through a loader.
+  Loader a(scanned, options(1)), b(indexed, options(2));
+  EXPECT_EQ(epoch(a, 0), epoch(b, 0));
+
+  // A shard rewritten (another mtime, here also another size) is scanned again; the others are not.
+  {
+    const std::string bytes = read_whole_file(shards.back());
+    std::ofstream(shards.back(), std::ios::binary | std::ios::trunc) << bytes << std::string(512 * 2, '\0');
+  }
+  WebDatasetReport third;
+  EXPECT_EQ(dataset_from_webdataset(shards, o, &third).size(), scanned.size());
+  EXPECT_EQ(third.shards_from_index, shards.size() - 1);
+
+  // Other options are another index; a damaged index file is rebuilt without an error.
+  WebDatasetOptions skipping = o;
+  skipping.skip_bad_samples = true;
+  WebDatasetReport fourth;
+  dataset_from_webdataset(shards, skipping, &fourth);
+  EXPECT_EQ(fourth.shards_from_index, 0u);
+  for (const std::size_t keep : {std::size_t{0}, std::size_t{20}, fs::file_size(o.index_file) - 3}) {
+    const std::string bytes = read_whole_file(o.index_file);
+    std::ofstream(o.index_file, std::ios::binary | std::ios::trunc) << bytes.substr(0, keep);
+    WebDatasetReport again;
+    EXPECT_EQ(dataset_from_webdataset(shards, skipping, &again).size(), scanned.size()) << keep;
+    EXPECT_EQ(again.shards_from_index, 0u) << "a cut index is not trusted: " << keep;
+  }
+}
+
+// A shard's skipped samples are reported again when the shard comes from the index.
+TEST(WebDataset, ShardIndexKeepsTheSkippedSamples) {
+  TempDir dir;
+  const std::string shard = (dir / "nolabel.tar").string();
+  fs::copy_file(vectors() / "nolabel.tar", shard);
+  WebDatasetOptions o;
+  o.skip_bad_samples = true;
+  o.index_file = dir / "index";
+  WebDatasetReport first, second;
+  dataset_from_webdataset(std::vector<std::string>{shard}, o, &first);
+  const Dataset ds = dataset_from_webdataset(std::vector<std::string>{shard}, o, &second);
+  EXPECT_EQ(second.shards_from_index, 1u);
+  ASSERT_EQ(ds.size(), 2u);
+  ASSERT_EQ(second.skipped.size(), 1u);
+  EXPECT_EQ(second.skipped[0].key, "s008");
+  EXPECT_EQ(second.skipped[0].reason, first.skipped[0].reason);
 }
 
 TEST(WebDataset, UndecodableMemberIsADecodeErrorNamingShardAndMember) {

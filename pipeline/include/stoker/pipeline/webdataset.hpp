@@ -44,6 +44,11 @@ struct WebDatasetOptions {
   // header checksum): an error (false), or skipped and reported (true).
   bool skip_bad_samples = false;
   Split split;
+  // Where to keep the shards' index: a later call reads each unchanged shard's samples from it
+  // (same path, size and modification time, same options above) instead of scanning the archive,
+  // and rewrites it (atomically) when a shard was scanned. Empty: scan every time. A missing,
+  // damaged or foreign file is rebuilt, never an error.
+  std::filesystem::path index_file;
 };
 
 struct ShardProblem {
@@ -55,6 +60,7 @@ struct ShardProblem {
 struct WebDatasetReport {
   std::size_t shards = 0;
   std::size_t members = 0;
+  std::size_t shards_from_index = 0;  // read from WebDatasetOptions::index_file, not scanned
   std::vector<ShardProblem> skipped;  // with skip_bad_samples: what was left out, and why
 };
 
