@@ -175,9 +175,10 @@ class TrainLog final : public training::TrainObserver {
     gpu_ = s.device.cuda ? std::optional<int>(s.device.index) : std::nullopt;
     std::printf("train: %zu images, validation: %zu images, classes:", s.train_images, s.validation_images);
     for (const auto& n : s.class_names) std::printf(" %s", n.c_str());
-    std::printf("\nbackbone: %s%s%s, %zu parameters, %d features; device %s\n", c_.model.c_str(),
-                c_.cut_at.empty() ? "" : " cut at ", c_.cut_at.c_str(), s.backbone_parameters, s.features,
-                s.device.description.c_str());
+    std::printf("\nbackbone: %s%s%s%s, %zu parameters, %d features; device %s\n", c_.model.c_str(),
+                s.cut_at.empty() ? "" : " cut at ", s.cut_at.c_str(),
+                c_.cut_at.empty() && !s.cut_at.empty() ? " (its last global pooling, as Keras' include_top=False)" : "",
+                s.backbone_parameters, s.features, s.device.description.c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
     if (!c_.augments()) std::printf("no augmentation: computing each image's features once\n");

@@ -10,7 +10,8 @@
    runs one epoch (cold), then three epochs and keeps the last two (warm).
 3. Opening a large shard set: --open-samples samples (the folder's photos repeated through
    symlinks, sharded at 64 MiB): the time to index it (`shards: ... indexed in T ms`) cold and warm,
-   against listing the same samples as a folder (`folder: ... listed in T ms`).
+   by a scan and from the shard index file, against listing the same samples as a folder
+   (`folder: ... listed in T ms`).
 
 Prints a table of medians and the ratios shards / loose files. Needs build/apps/stoker.
 """
@@ -51,9 +52,9 @@ def drop_page_cache(paths):
                     pass
 
 
-def load(data, threads, epochs):
+def load(data, threads, epochs, *extra):
     out = subprocess.run([STOKER, "load", "--data", data, "--epochs", str(epochs), "--image-size", "224",
-                          "--batch-size", "64", "--threads", str(threads)],
+                          "--batch-size", "64", "--threads", str(threads), *extra],
                          check=True, capture_output=True, text=True).stdout
     return out, [int(m.group(3)) for m in EPOCH.finditer(out)]
 
@@ -105,6 +106,8 @@ def open_time(args, scratch):
         os.symlink(os.path.abspath(src), os.path.join(folder, cls, f"{i:06d}.jpg"))
     listing, count, summary = shard(folder, os.path.join(scratch, "many-shards", "train-%06d.tar"), "64MiB")
     print(f"\nstoker shard: {summary}")
+    index_file = os.path.join(scratch, "many-shards", "index")
+    load(listing, 1, 0, "--shard-index", index_file)  # written once
     rows = []
     for state in ("cold", "warm"):
         for _ in range(args.repeat):
@@ -113,14 +116,21 @@ def open_time(args, scratch):
             out, _ = load(listing, 1, 0)
             rows.append((state, "shards", float(INDEXED.search(out).group(1))))
             if state == "cold":
+                drop_page_cache([os.path.dirname(listing)])
+            out, _ = load(listing, 1, 0, "--shard-index", index_file)
+            assert "from the shard index" in out, out
+            rows.append((state, "index", float(INDEXED.search(out).group(1))))
+            if state == "cold":
                 drop_page_cache([folder])
             out, _ = load(folder, 1, 0)
             rows.append((state, "folder", float(LISTED.search(out).group(1))))
     print(f"opening {args.open_samples} samples ({count} shards), ms, median of {args.repeat}:")
     for state in ("cold", "warm"):
-        for kind in ("shards", "folder"):
+        for kind in ("shards", "index", "folder"):
             v = statistics.median(r[2] for r in rows if r[0] == state and r[1] == kind)
-            what = "the index scan: every member header" if kind == "shards" else "the listing: every file's name"
+            what = {"shards": "the scan: every member's header, every label member",
+                    "index": "from the shard index file (--shard-index)",
+                    "folder": "listing the same samples as loose files"}[kind]
             print(f"  {state} {kind:<7} {v:8.1f}   ({what})")
 
 

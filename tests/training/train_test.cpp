@@ -156,6 +156,22 @@ TEST_F(TrainRun, OnTheGpuWhenThereIsOne) {
   EXPECT_EQ(p.predicted[0].class_index, 1);
 }
 
+// Without a cut, a classifier is cut where Keras' include_top=False, pooling='avg' would end it
+// (its last global pooling), not trained on its old head's class scores.
+TEST_F(TrainRun, WithoutACutTheFeaturesComeFromTheLastGlobalPooling) {
+  TrainOptions o = small_run(dir / "nocut");
+  o.backbone.cut_at.clear();
+  o.epochs = 1;
+  struct Setup final : TrainObserver {
+    TrainSetup seen;
+    void on_setup(const TrainSetup& s) override { seen = s; }
+  } setup;
+  train(training_data((dir / "data").string(), 0.25), o, &setup);
+  EXPECT_EQ(setup.seen.cut_at, "global_average_pooling2d_GlobalAveragePooling2D3");
+  EXPECT_EQ(setup.seen.features, 1280) << "the 3-class model's last Dense gives 3";
+  EXPECT_EQ(load_trained_model(dir / "nocut").info.backbone.cut_at, setup.seen.cut_at) << "recorded for predict";
+}
+
 TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   EXPECT_THROW(training_data((dir / "data" / "red").string(), 0.25), DatasetError);  // no class folders
   EXPECT_THROW(training_data((dir / "data").string(), 0.0), InvalidArgument);

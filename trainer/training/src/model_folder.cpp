@@ -32,11 +32,29 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
   return s;
 }
 
-trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_size) {
+std::string feature_layer(const trainer::Model& model) {
+  std::string last;
+  for (const trainer::LayerInfo& l : model.layers()) {
+    if (l.keras_class == "GlobalAveragePooling2D" || l.keras_class == "GlobalMaxPooling2D") last = l.name;
+  }
+  return last;
+}
+
+trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_size, std::string* cut_used) {
   trainer::LoadOptions lo;
   lo.input_hw = {image_size, image_size};
   trainer::Model backbone = trainer::load_model(ref.model, lo);
-  if (!ref.cut_at.empty()) backbone = backbone.cut_at(ref.cut_at);
+  std::string cut = ref.cut_at;
+  if (cut.empty()) {
+    cut = feature_layer(backbone);
+    if (cut.empty() && backbone.output_shape().size() == 1) {
+      throw InvalidArgument(ref.model +
+                            ": no global pooling layer to take the features from (where Keras' "
+                            "include_top=False, pooling='avg' ends); give --cut-at LAYER");
+    }
+  }
+  if (!cut.empty()) backbone = backbone.cut_at(cut);
+  if (cut_used) *cut_used = cut;
   const std::vector<int> in = backbone.input_shape(), out = backbone.output_shape();
   if (in != std::vector<int>{image_size, image_size, 3}) {
     throw InvalidArgument(ref.model + ": the backbone takes " + std::to_string(in.at(0)) + "x" +

@@ -264,7 +264,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   trainer::BackboneRef ref = o.backbone;
   ref.model = fs::absolute(ref.model).string();
   ref.preprocess = o.prepare.preprocess;
-  trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size);
+  trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);
   const int dim = backbone.output_shape()[0];
   const int classes = static_cast<int>(data.train.class_names.size());
   std::shared_ptr<trainer::CudnnBackend> gpu = place_backbone(backbone, device, o.loader.batch_size);
@@ -272,8 +272,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
 
   Sources sources(data, o, backbone);
   sources.make(gpu);
-  observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(), dim,
-                     device, sources.cache_status(), sources.train().describe()});
+  observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
+                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe()});
 
   const fs::path checkpoint_file = o.out / kCheckpointFile;
   std::optional<Checkpoint> resumed;

@@ -36,9 +36,15 @@ struct ImagePreparation {
 AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random = {}, bool training = false);
 
 // The one place a backbone is loaded and cut: `ref.model` (Keras .h5 or TF.js model.json) at
-// image_size, cut at ref.cut_at (empty: the whole model). Throws InvalidArgument unless it takes
-// image_size x image_size x 3 inputs and yields a feature vector per image.
-trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_size);
+// image_size, cut at ref.cut_at — or, when that is empty, where Keras' include_top=False,
+// pooling='avg' would end it: the last global pooling layer (feature_layer; none: the whole model,
+// when its output is not a vector). `cut_used` receives the layer cut at (empty: none). Throws
+// InvalidArgument unless it takes image_size x image_size x 3 inputs and yields a feature vector
+// per image, and for a vector-output model without global pooling and without ref.cut_at (a
+// classifier whose class scores would otherwise become the features).
+trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_size, std::string* cut_used = nullptr);
+// The last global pooling layer (average or max) of `model`, or empty.
+std::string feature_layer(const trainer::Model& model);
 
 struct ModelInfo {
   trainer::BackboneRef backbone;  // the model path is stored absolute

@@ -76,6 +76,7 @@ struct TrainSetup {
   std::size_t validation_images = 0;
   std::vector<std::string> class_names;
   std::size_t backbone_parameters = 0;
+  std::string cut_at;  // the layer the features come from (chosen by load_feature_backbone when not given)
   int features = 0;
   DeviceChoice device;
   std::string cache_status;  // the training loader's cache, when it has one
