@@ -21,7 +21,9 @@ if [[ "${STOKER_PY_FRAMEWORKS:-1}" != 0 ]]; then
   extras+=(tensorflow-cpu tf-keras "jax[cpu]")
 fi
 $py -m pip install -q "$wheel" "${extras[@]}"
-# From python/tests, not the repository root: the tests import the installed package.
+# From python/tests, not the repository root: the tests import the installed package. The
+# command's tests (its model.h5 in tf_keras) run the Release build's stoker when there is one.
+[[ -x build/apps/stoker ]] && export STOKER_CLI=$PWD/build/apps/stoker
 (cd python/tests && ../../$py -m pytest -q -p no:cacheprovider .)
 
 # Device batches through DLPack on the emulated CUDA device (STOKER_CUDA_EMULATION: no GPU here).

@@ -68,6 +68,37 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
   EXPECT_THROW(model.forward(x.data.data(), x.batch()), InvalidArgument);
 }
 
+// save_keras_h5 -> load_model: every layer of the written model computes what Keras computed. A
+// layer the writer splits in two (a fused capped ReLU) is compared at its second part, a nested
+// model (written flat) at its output layer.
+TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
+  const auto dir = vectors_dir() / "layers";
+  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested"}) {
+    SCOPED_TRACE(name);
+    test::TempDir out;
+    const Model original = load_model(dir / (name + ".h5"));
+    save_keras_h5(original.graph(), out / "written.h5");
+    const Model written = load_model(out / "written.h5");
+    VectorFile ref(dir / (name + ".json"));
+    const Tensor x = ref.tensor(ref.meta.at("input"));
+    int checked = 0;
+    for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
+      SCOPED_TRACE("layer " + layer);
+      // A nested model is written flat: it is compared at its output layer.
+      const auto nested = original.graph().model_outputs.find(layer);
+      const std::string node = nested != original.graph().model_outputs.end()
+                                   ? original.graph().nodes.at(static_cast<std::size_t>(nested->second)).name
+                                   : layer;
+      const std::string at = written.graph().find(node + "_activation") >= 0 ? node + "_activation" : node;
+      const Tensor y = written.cut_at(at).forward(x.data.data(), x.batch());
+      const double err = max_rel_error(y.data, ref.tensor(entry).data);
+      EXPECT_LE(err, 1e-5) << "relative error " << err;
+      ++checked;
+    }
+    EXPECT_GE(checked, 3);
+  }
+}
+
 TEST(KerasLayers, NestedModelNamesAreCutPoints) {
   Model model = load_model(vectors_dir() / "layers" / "nested.h5");
   EXPECT_EQ(model.cut_at("backbone").output_shape(), (std::vector<int>{4}));

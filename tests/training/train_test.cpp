@@ -172,6 +172,29 @@ TEST_F(TrainRun, WithoutACutTheFeaturesComeFromTheLastGlobalPooling) {
   EXPECT_EQ(load_trained_model(dir / "nocut").info.backbone.cut_at, setup.seen.cut_at) << "recorded for predict";
 }
 
+// The model folder holds the whole classifier (model.h5): it predicts the same once the backbone
+// file it was trained from is gone.
+TEST_F(TrainRun, TheModelFolderNeedsNotTheOriginalBackboneFile) {
+  fs::copy_file(test::source_dir() / "data/models/mobilenet_v2_0.35_224_3class.h5", dir / "backbone.h5");
+  TrainOptions o = small_run(dir / "model");
+  o.backbone.model = (dir / "backbone.h5").string();
+  o.epochs = 2;
+  train(training_data((dir / "data").string(), 0.25), o);
+  ASSERT_TRUE(fs::exists(dir / "model" / kClassifierFile));
+  const std::vector<std::string> images = {(dir / "unseen" / "red" / "img0.jpg").string(),
+                                           (dir / "unseen" / "blue" / "img1.jpg").string()};
+  const TrainedModel before = load_trained_model(dir / "model");
+  EXPECT_TRUE(before.preprocessing_in_backbone);
+  const Predictions p = predict(before, images);
+  fs::remove(dir / "backbone.h5");
+  const Predictions q = predict(load_trained_model(dir / "model"), images);
+  ASSERT_EQ(p.predicted.size(), 2u);
+  ASSERT_EQ(q.predicted.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(q.predicted[i].probabilities, p.predicted[i].probabilities);
+  EXPECT_EQ(q.predicted[0].class_index, 1);
+  EXPECT_EQ(q.predicted[1].class_index, 0);
+}
+
 TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   EXPECT_THROW(training_data((dir / "data" / "red").string(), 0.25), DatasetError);  // no class folders
   EXPECT_THROW(training_data((dir / "data").string(), 0.0), InvalidArgument);

@@ -225,13 +225,23 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.filters = int_at(cfg, "units", name);
     n.use_bias = cfg.value("use_bias", true);
     n.activation = activation_of(cfg, name);
+  } else if (cls == "Rescaling") {
+    n.kind = LayerKind::Rescaling;
+    for (const char* key : {"scale", "offset"}) {
+      if (cfg.contains(key) && !cfg[key].is_number())
+        fail(name, std::string("Rescaling with a per-channel ") + key + " " + cfg[key].dump().substr(0, 60) +
+                       " is not supported (only a number)");
+    }
+    n.multiplier = cfg.contains("scale") ? cfg["scale"].get<float>() : 1.0f;
+    n.offset = cfg.contains("offset") ? cfg["offset"].get<float>() : 0.0f;
   } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
     n.kind = LayerKind::Dropout;  // identity at inference
+    n.rate = cfg.contains("rate") && cfg["rate"].is_number() ? cfg["rate"].get<float>() : 0.0f;
   } else {
     fail(name, "layer class '" + cls +
                    "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
                    "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
-                   "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, CustomScaleLayer)");
+                   "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, Rescaling, CustomScaleLayer)");
   }
   return n;
 }

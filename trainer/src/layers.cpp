@@ -261,8 +261,8 @@ void fold_into(const BatchNormAffine& bn, std::vector<float>& weights, std::vect
   for (std::size_t j = 0; j < c; ++j) bias[j] = static_cast<float>(bias[j] * bn.scale[j] + bn.shift[j]);
 }
 
-void lower_batch_norm(Lowering& lw, int id) {
-  const BatchNormAffine bn = batch_norm_affine(lw.node(id), static_cast<std::size_t>(lw.input_shape(id).back()));
+// x * scale + shift per channel: folded into the conv/dense that produces x when it can be.
+void lower_channel_affine(Lowering& lw, int id, const BatchNormAffine& bn) {
   const int in = lw.input_slot(id, 0);
   LoweredOp* p = lw.options().fold_batch_norm ? lw.fusable_producer(in) : nullptr;
   if (p && fusions(p->kind).batch_norm && p->residual < 0) {
@@ -273,6 +273,16 @@ void lower_batch_norm(Lowering& lw, int id) {
   LoweredOp& op = lw.emit(OpKind::Affine, id);
   op.scale.assign(bn.scale.begin(), bn.scale.end());
   op.bias.assign(bn.shift.begin(), bn.shift.end());
+}
+
+void lower_batch_norm(Lowering& lw, int id) {
+  lower_channel_affine(lw, id, batch_norm_affine(lw.node(id), static_cast<std::size_t>(lw.input_shape(id).back())));
+}
+
+void lower_rescaling(Lowering& lw, int id) {
+  const auto channels = static_cast<std::size_t>(lw.input_shape(id).back());
+  const LayerNode& n = lw.node(id);
+  lower_channel_affine(lw, id, {std::vector<double>(channels, n.multiplier), std::vector<double>(channels, n.offset)});
 }
 
 void lower_activation(Lowering& lw, int id) {
@@ -360,6 +370,7 @@ constexpr LayerRule kRules[] = {
     {LayerKind::Flatten, "Flatten", infer_flatten, no_weights, lower_alias},
     {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
     {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
+    {LayerKind::Rescaling, "Rescaling", infer_same, no_weights, lower_rescaling},
 };
 
 constexpr bool in_enum_order() {

@@ -68,6 +68,69 @@ trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_
   return backbone;
 }
 
+trainer::Graph classifier_graph(const trainer::Graph& backbone, const trainer::Head& head,
+                                const ImagePreparation& prep) {
+  using trainer::LayerKind;
+  if (backbone.inputs.size() != 1 || backbone.outputs.size() != 1)
+    throw InvalidArgument("classifier_graph: the backbone needs one input and one output");
+  auto weight = [](std::vector<int> shape, std::vector<float> values) {
+    return trainer::Weight{std::move(shape), std::make_shared<const std::vector<float>>(std::move(values))};
+  };
+  trainer::Graph g;
+  g.name = "stoker_classifier";
+  const int input = backbone.inputs[0];
+  g.nodes.push_back(backbone.nodes.at(static_cast<std::size_t>(input)));
+  g.inputs = {0};
+  int feed = 0;
+  // The preprocessing the loader applies, as a 1x1 convolution: out[c] = (x[from(c)] - mean[c]) / std[c].
+  const std::optional<ChannelNormalization> norm = image_spec(prep).normalization;
+  if (norm) {
+    const int channels = g.nodes[0].out_shape.back();
+    std::vector<float> kernel(static_cast<std::size_t>(channels * channels), 0.0f), bias(channels);
+    for (int c = 0; c < channels; ++c) {
+      const int from = norm->bgr && channels == 3 ? 2 - c : c;
+      kernel[static_cast<std::size_t>(from * channels + c)] = 1.0f / norm->std[c];
+      bias[static_cast<std::size_t>(c)] = -norm->mean[c] / norm->std[c];
+    }
+    trainer::LayerNode p;
+    p.name = "preprocess_" + prep.preprocess;
+    p.keras_class = "Conv2D";
+    p.kind = LayerKind::Conv2D;
+    p.inputs = {0};
+    p.filters = channels;
+    p.use_bias = true;
+    p.weights["kernel"] = weight({1, 1, channels, channels}, std::move(kernel));
+    p.weights["bias"] = weight({channels}, std::move(bias));
+    g.nodes.push_back(std::move(p));
+    feed = 1;
+  }
+  std::vector<int> index(backbone.nodes.size(), -1);
+  index[static_cast<std::size_t>(input)] = feed;
+  for (std::size_t i = 0; i < backbone.nodes.size(); ++i) {
+    if (static_cast<int>(i) == input) continue;
+    trainer::LayerNode n = backbone.nodes[i];
+    for (int& in : n.inputs) in = index.at(static_cast<std::size_t>(in));
+    index[i] = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+  }
+  trainer::LayerNode d;
+  d.name = "classifier";
+  while (g.find(d.name) >= 0) d.name += "_";
+  d.keras_class = "Dense";
+  d.kind = LayerKind::Dense;
+  d.inputs = {index.at(static_cast<std::size_t>(backbone.outputs[0]))};
+  d.filters = head.units();
+  d.use_bias = true;
+  d.activation.kind =
+      head.activation() == trainer::HeadActivation::Sigmoid ? trainer::ActKind::Sigmoid : trainer::ActKind::Softmax;
+  d.weights["kernel"] = weight({head.input_dim(), head.units()}, head.kernel());
+  d.weights["bias"] = weight({head.units()}, head.bias());
+  g.nodes.push_back(std::move(d));
+  g.outputs = {static_cast<int>(g.nodes.size()) - 1};
+  trainer::infer_shapes_and_check(g);
+  return g;
+}
+
 void write_model_info(const fs::path& dir, const ModelInfo& info) {
   nlohmann::json j;
   j["format"] = "stoker model folder 1";
@@ -112,7 +175,20 @@ TrainedModel load_trained_model(const fs::path& dir) {
   }
   info.backbone.preprocess = info.prepare.preprocess;
   m.head = trainer::Head::load(dir / "head.stkh");
-  m.backbone = load_feature_backbone(info.backbone, info.prepare.image_size);
+  if (fs::exists(dir / kClassifierFile)) {
+    // The exported classifier up to its head: the folder needs no other file.
+    trainer::LoadOptions lo;
+    lo.input_hw = {info.prepare.image_size, info.prepare.image_size};
+    const trainer::Model whole = trainer::load_model(dir / kClassifierFile, lo);
+    const trainer::Graph& g = whole.graph();
+    const trainer::LayerNode& head = g.nodes.at(static_cast<std::size_t>(g.outputs.at(0)));
+    if (head.kind != trainer::LayerKind::Dense || head.inputs.size() != 1)
+      throw IoError((dir / kClassifierFile).string() + ": does not end in the Dense head stoker train writes");
+    m.backbone = whole.cut_at(g.nodes.at(static_cast<std::size_t>(head.inputs[0])).name);
+    m.preprocessing_in_backbone = true;
+  } else {
+    m.backbone = load_feature_backbone(info.backbone, info.prepare.image_size);
+  }
   return m;
 }
 
@@ -124,7 +200,9 @@ LoaderOptions use_loader(const TrainedModel& m, const UseOptions& o, LabelMode l
   l.threads = o.threads;
   l.shuffle = false;
   l.label_mode = labels;
-  l.transform = std::make_shared<Augmenter>(image_spec(m.info.prepare));
+  ImagePreparation prep = m.info.prepare;
+  if (m.preprocessing_in_backbone) prep.preprocess = "none";
+  l.transform = std::make_shared<Augmenter>(image_spec(prep));
   return l;
 }
 

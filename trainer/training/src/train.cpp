@@ -364,6 +364,9 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
     observer.on_epoch_end(e);
   }
   result.best_epoch = best.epoch();
+  if (best.head()) {  // the whole classifier, for Keras and for predict without the original backbone file
+    trainer::save_keras_h5(classifier_graph(backbone.graph(), *best.head(), o.prepare), o.out / kClassifierFile);
+  }
   return result;
 }
 

@@ -28,6 +28,7 @@ enum class LayerKind {
   Flatten,
   Dense,
   Dropout,
+  Rescaling,  // y = x * multiplier + offset (Keras' Rescaling with scalar scale and offset)
 };
 const char* to_string(LayerKind kind);
 
@@ -73,13 +74,15 @@ struct LayerNode {
   Padding padding = Padding::Valid;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
   int depth_multiplier = 1;
-  bool use_bias = false;        // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
-  bool scale = true;            // BatchNormalization `scale` (gamma)
-  bool keepdims = false;        // GlobalAveragePooling2D
-  float epsilon = 1e-3f;        // BatchNormalization
-  int axis = -1;                // Concatenate, BatchNormalization
-  float residual_scale = 1.0f;  // ScaledAdd
-  ActivationSpec activation;    // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
+  bool use_bias = false;                   // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
+  bool scale = true;                       // BatchNormalization `scale` (gamma)
+  bool keepdims = false;                   // GlobalAveragePooling2D
+  float epsilon = 1e-3f;                   // BatchNormalization
+  int axis = -1;                           // Concatenate, BatchNormalization
+  float residual_scale = 1.0f;             // ScaledAdd
+  float rate = 0.0f;                       // Dropout (kept for export; inference ignores it)
+  float multiplier = 1.0f, offset = 0.0f;  // Rescaling
+  ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 
   // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
   std::map<std::string, Weight> weights;

@@ -75,6 +75,12 @@ class Model {
 // InvalidArgument for unsupported layers or weights with a wrong shape (naming the layer).
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options = {});
+// Writes `graph` (one input) as a Keras 2 HDF5 full model — a Functional topology in
+// `model_config` and the weights in Keras' layout — that tf_keras.models.load_model opens and that
+// load_keras_h5 reads back. Layers Keras has no name for are written as equivalent standard
+// layers (a capped or shifted ReLU as a ReLU layer, ScaledAdd as Rescaling + Add). The file is
+// written under a temporary name and renamed. IoError when it cannot be written.
+void save_keras_h5(const Graph& graph, const std::filesystem::path& file);
 Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& options = {});
 
 }  // namespace stoker::trainer

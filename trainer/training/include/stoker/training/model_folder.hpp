@@ -1,4 +1,6 @@
 // The model folder a training run writes and evaluate / predict read:
+//   model.h5           the whole classifier (preprocessing, backbone, head of the best epoch) as a
+//                      Keras 2 HDF5 model that tf_keras.models.load_model opens
 //   head.stkh          the trained head (best epoch) with a reference to its backbone
 //   stoker_model.json  how to prepare new images the same way (size, interpolation, preprocessing)
 //                      and the class names
@@ -46,6 +48,12 @@ trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_
 // The last global pooling layer (average or max) of `model`, or empty.
 std::string feature_layer(const trainer::Model& model);
 
+// The whole classifier as one graph: the image input, the preprocessing `prep` names (as a 1x1
+// convolution, exact per channel: scale, offset, RGB->BGR), the backbone, and the head as a Dense
+// layer named "classifier" with its sigmoid or softmax. What `train` exports as model.h5.
+trainer::Graph classifier_graph(const trainer::Graph& backbone, const trainer::Head& head,
+                                const ImagePreparation& prep);
+
 struct ModelInfo {
   trainer::BackboneRef backbone;  // the model path is stored absolute
   ImagePreparation prepare;
@@ -54,10 +62,15 @@ struct ModelInfo {
 // Writes stoker_model.json into `dir` (which must exist); IoError when it cannot.
 void write_model_info(const std::filesystem::path& dir, const ModelInfo& info);
 
+inline constexpr const char* kClassifierFile = "model.h5";
+
 struct TrainedModel {
   std::filesystem::path dir;
   ModelInfo info;
-  trainer::Model backbone;                         // on the CPU backend until placed elsewhere (device.hpp)
+  // On the CPU backend until placed elsewhere (device.hpp). From the folder's model.h5 when it has
+  // one (then the preprocessing is its first layer), else from info.backbone.
+  trainer::Model backbone;
+  bool preprocessing_in_backbone = false;
   trainer::Head head = trainer::Head::sigmoid(1);  // replaced by the loaded head
 };
 // Reads a model folder. IoError naming the file for a missing or malformed one.

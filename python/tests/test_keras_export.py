@@ -1,0 +1,51 @@
+"""`stoker train` writes model.h5, the whole classifier, which tf_keras itself loads and which
+predicts what `stoker predict` predicts. Runs the command named by $STOKER_CLI
+(scripts/test_python.sh sets it to build/apps/stoker)."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from support import make_folder
+
+MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "data", "models", "mobilenet_v2_0.35_224_3class.h5")
+
+
+def stoker_cli():
+    cli = os.environ.get("STOKER_CLI", "")
+    if not cli or not os.access(cli, os.X_OK):
+        pytest.skip("STOKER_CLI does not name the stoker command")
+    return cli
+
+
+@pytest.mark.parametrize("preprocess", ["tf", "caffe", "torch"])
+def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, preprocess):
+    keras = pytest.importorskip("tf_keras")
+    from PIL import Image
+
+    cli = stoker_cli()
+    data = make_folder(tmp_path / "data", per_class=10, size=64)
+    out = tmp_path / "model"
+    subprocess.run([cli, "train", "--data", data, "--model", MODEL, "--image-size", "64", "--epochs", "5", "--learning-rate", "0.01",
+                    "--batch-size", "8", "--device", "cpu", "--preprocess", preprocess, "--horizontal-flip",
+                    "--out", str(out)], check=True, capture_output=True)
+    assert (out / "model.h5").exists()
+    # Images at the model's size: stoker's resize is then the identity and both see the same pixels.
+    images = sorted(str(p) for p in (tmp_path / "data").rglob("*.jpg"))[::3]
+    shown = subprocess.run([cli, "predict", "--model-dir", str(out), "--json", *images],
+                           check=True, capture_output=True, text=True).stdout
+    rows = json.loads(shown[shown.index("["):])
+    stoker_p = np.array([r["probabilities"]["red"] for r in rows])
+
+    model = keras.models.load_model(str(out / "model.h5"), compile=False)
+    assert model.layers[1].name == f"preprocess_{preprocess}"
+    assert model.layers[-1].name == "classifier" and model.output_shape == (None, 1)
+    x = np.stack([np.asarray(Image.open(p).convert("RGB"), np.float32) for p in images])
+    keras_p = model.predict(x, verbose=0)[:, 0]
+    np.testing.assert_allclose(keras_p, stoker_p, atol=1e-4)
+    # The head learned the two colours: the file holds the trained weights, not the initial ones.
+    labels = np.array(["red" in os.path.basename(os.path.dirname(p)) for p in images])
+    assert ((keras_p > 0.5) == labels).mean() >= 0.8
