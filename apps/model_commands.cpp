@@ -1,6 +1,9 @@
 // `stoker evaluate`, `stoker predict` and `stoker inspect`: using a trained model folder, and
 // looking inside a backbone file.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -19,6 +22,9 @@ namespace {
 struct UseArgs {
   std::string device = "auto";
   std::string model_dir;
+  // predict with a whole classifier file instead of a model folder
+  std::string model_file, labels, preprocess = "tf", interpolation = "bilinear";
+  int image_size = 0;
   std::string data;
   std::vector<std::string> images;
   int batch_size = 32;
@@ -28,7 +34,12 @@ struct UseArgs {
 
 // The trained model, its backbone on the requested device.
 training::TrainedModel load_for_use(const UseArgs& a) {
-  training::TrainedModel m = training::load_trained_model(a.model_dir);
+  if (a.model_dir.empty() == a.model_file.empty()) throw InvalidArgument("give --model-dir DIR or --model FILE");
+  training::TrainedModel m =
+      !a.model_dir.empty()
+          ? training::load_trained_model(a.model_dir)
+          : training::load_classifier(
+                a.model_file, {a.image_size, parse_interpolation(a.interpolation), false, a.preprocess}, a.labels);
   training::DeviceChoice device = training::choose_device(a.device);
   training::place_backbone(m.backbone, device, a.batch_size);
   if (!device.fallback_reason.empty()) {
@@ -55,10 +66,36 @@ void run_evaluate(const UseArgs& a) {
   }
 }
 
-// Returns the number of images that could not be read.
-int run_predict(const UseArgs& a) {
+// The images named: files as given, folders as every image file below them (sorted).
+std::vector<std::string> image_paths(const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
+  const DirectoryOptions images;  // its extensions: those a folder dataset takes
+  std::vector<std::string> paths;
+  for (const std::string& a : args) {
+    if (!fs::is_directory(a)) {
+      paths.push_back(a);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& e : fs::recursive_directory_iterator(a, fs::directory_options::follow_directory_symlink)) {
+      std::string ext = e.path().extension().string();
+      for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (e.is_regular_file() && !ext.empty() &&
+          std::find(images.extensions.begin(), images.extensions.end(), ext.substr(1)) != images.extensions.end())
+        found.push_back(e.path().string());
+    }
+    if (found.empty()) throw DatasetError(a + ": holds no images");
+    std::sort(found.begin(), found.end());
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
+  return paths;
+}
+
+// Throws Error (a non-zero exit) when some images could not be read, after predicting the others.
+void run_predict(const UseArgs& a) {
   const training::TrainedModel m = load_for_use(a);
-  const training::Predictions p = training::predict(m, a.images, {a.batch_size, a.threads});
+  const std::vector<std::string> paths = image_paths(a.images);
+  const training::Predictions p = training::predict(m, paths, {a.batch_size, a.threads});
   const std::vector<std::string>& names = m.info.class_names;
   nlohmann::json out = nlohmann::json::array();
   for (const training::Prediction& r : p.predicted) {
@@ -73,7 +110,10 @@ int run_predict(const UseArgs& a) {
     std::fprintf(stderr, "stoker: error: %s: %s\n", s.path.c_str(), s.reason.c_str());
   }
   if (a.json) std::printf("%s\n", out.dump(2).c_str());
-  return static_cast<int>(p.failed.size());
+  if (!p.failed.empty()) {
+    std::fflush(stdout);
+    throw Error(std::to_string(p.failed.size()) + " of " + std::to_string(paths.size()) + " images could not be read");
+  }
 }
 
 struct InspectArgs {
@@ -109,21 +149,23 @@ void add_model_commands(CLI::App& app) {
 
   auto pred = std::make_shared<UseArgs>();
   CLI::App* p = app.add_subcommand("predict", "class and probability for each image");
-  p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  p->add_option("images", pred->images, "image files")
+  p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")->check(CLI::ExistingDirectory);
+  p->add_option("--model", pred->model_file, "or any whole classifier: Keras .h5 or TF.js model.json")
+      ->check(CLI::ExistingFile);
+  p->add_option("--labels", pred->labels, "with --model: class names, one per line (default 0..K-1)")
+      ->check(CLI::ExistingFile);
+  p->add_option("--preprocess", pred->preprocess, "with --model: tf | caffe | torch | rescale (x/255) | none")
+      ->capture_default_str();
+  p->add_option("--image-size", pred->image_size, "with --model: input size (default: the model's)");
+  p->add_option("--interpolation", pred->interpolation, "with --model: nearest | bilinear")->capture_default_str();
+  p->add_option("images", pred->images, "image files or folders of them")
       ->required()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   p->add_option("--batch-size", pred->batch_size)->capture_default_str();
   p->add_option("--threads", pred->threads, "decode threads (0 = all cores)");
   p->add_flag("--json", pred->json, "machine-readable output");
   p->add_option("--device", pred->device, "auto | cpu | cuda[:N]")->capture_default_str();
-  p->callback([pred] {
-    if (const int failed = run_predict(*pred); failed > 0) {
-      throw Error(std::to_string(failed) + " of " + std::to_string(pred->images.size()) + " images could not be read");
-    }
-  });
+  p->callback([pred] { run_predict(*pred); });
 
   auto ins = std::make_shared<InspectArgs>();
   CLI::App* i = app.add_subcommand("inspect", "print a model's layer graph and parameter counts");

@@ -131,7 +131,7 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
       {train_args("--device gpu"), "--device must be auto, cpu, cuda or cuda:N"},
       {train_args("--cut-at no_such_layer"), "no_such_layer"},
       {train_args("--validation-split 1.5"), "validation_split must be in [0, 1)"},
-      {train_args("--preprocess yolo"), "preprocess must be tf, caffe, torch or none, received 'yolo'"},
+      {train_args("--preprocess yolo"), "preprocess must be tf, caffe, torch, rescale or none, received 'yolo'"},
       {"predict --model-dir " + dir.path().string() + " x.jpg", "stoker_model.json"},
       {"inspect /no/such/model.h5", "/no/such/model.h5"},
       {"frobnicate", "frobnicate"},
@@ -210,6 +210,34 @@ TEST_F(Cli, TrainKilledMidEpochResumesToTheSameHead) {
   const CommandResult no_data = stoker("train --model " + kModel + " --out " + (dir / "o").string());
   EXPECT_NE(no_data.exit_code, 0);
   EXPECT_NE(no_data.out.find("--data is required"), std::string::npos) << no_data.out;
+}
+
+// predict --model takes any whole classifier: the shared Darknet-tiny ImageNet model (TF.js, logits
+// out: softmax applied) with its labels, on a folder, gives the reference classes and probabilities.
+TEST_F(Cli, PredictWithAnyClassifierOnAFolder) {
+  const auto shared = stoker::test::shared_data_dir();
+  if (!shared) GTEST_SKIP() << "no ../shared/data";
+  const fs::path darknet = *shared / "models" / "tfjs" / "darknet_tiny_imagenet";
+  const CommandResult r = stoker("predict --json --model " + (darknet / "model.json").string() + " --labels " +
+                                 (darknet / "darknet_imagenet1k_shortnames.txt").string() + " --preprocess rescale " +
+                                 (*shared / "images").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(rows.size(), 2u) << "bird.png and sunflower.png; the .rgb files are not images: " << r.out;
+  EXPECT_EQ(rows[0]["class"], "chickadee");
+  EXPECT_NEAR(rows[0]["probability"].get<double>(), 0.924, 0.002);  // the data README's reference
+  EXPECT_EQ(rows[1]["class"], "daisy");
+  EXPECT_NEAR(rows[1]["probability"].get<double>(), 0.330, 0.002);
+
+  const CommandResult both = stoker("predict --model " + (darknet / "model.json").string() + " --model-dir " +
+                                    dir.path().string() + " " + (*shared / "images").string());
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.out.find("give --model-dir DIR or --model FILE"), std::string::npos) << both.out;
+  const CommandResult labels =
+      stoker("predict --model " + (darknet / "model.json").string() + " --labels " +
+             (darknet / "LICENSE.ml5-data-and-models").string() + " " + (*shared / "images").string());
+  EXPECT_NE(labels.exit_code, 0);
+  EXPECT_NE(labels.out.find("labels for 1000 classes"), std::string::npos) << labels.out;
 }
 
 // Without a GPU: a one-line reason and a non-zero exit. With one: the GPU path trains, reports its

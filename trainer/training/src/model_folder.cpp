@@ -1,6 +1,7 @@
 #include "stoker/training/model_folder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 
@@ -26,8 +27,11 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
   if (prep.preprocess == "tf") s.normalization = ChannelNormalization::minus_one_to_one();
   else if (prep.preprocess == "caffe") s.normalization = ChannelNormalization::caffe();
   else if (prep.preprocess == "torch") s.normalization = ChannelNormalization::torch();
+  else if (prep.preprocess == "rescale")
+    s.normalization = ChannelNormalization{{0, 0, 0, 0}, {255, 255, 255, 255}, false};
   else if (prep.preprocess == "none") s.normalization = {};
-  else throw InvalidArgument("preprocess must be tf, caffe, torch or none, received '" + prep.preprocess + "'");
+  else
+    throw InvalidArgument("preprocess must be tf, caffe, torch, rescale or none, received '" + prep.preprocess + "'");
   s.training = training;
   return s;
 }
@@ -175,6 +179,7 @@ TrainedModel load_trained_model(const fs::path& dir) {
   }
   info.backbone.preprocess = info.prepare.preprocess;
   m.head = trainer::Head::load(dir / "head.stkh");
+  m.output = ClassifierOutput::Probabilities;
   if (fs::exists(dir / kClassifierFile)) {
     // The exported classifier up to its head: the folder needs no other file.
     trainer::LoadOptions lo;
@@ -188,6 +193,46 @@ TrainedModel load_trained_model(const fs::path& dir) {
     m.preprocessing_in_backbone = true;
   } else {
     m.backbone = load_feature_backbone(info.backbone, info.prepare.image_size);
+  }
+  return m;
+}
+
+TrainedModel load_classifier(const fs::path& file, const ImagePreparation& prep, const fs::path& labels) {
+  TrainedModel m;
+  m.info.backbone.model = file.string();
+  m.info.prepare = prep;
+  image_spec(prep);  // an unknown preprocessing fails before the model loads
+  trainer::LoadOptions lo;
+  if (prep.image_size > 0) lo.input_hw = {prep.image_size, prep.image_size};
+  m.backbone = trainer::load_model(file, lo);
+  const std::vector<int> in = m.backbone.input_shape(), out = m.backbone.output_shape();
+  m.info.prepare.image_size = in.at(0);
+  if (in.size() != 3 || in[0] != in[1] || in[2] != 3) {
+    throw InvalidArgument(file.string() + ": takes " + std::to_string(in.at(0)) + "x" + std::to_string(in.at(1)) +
+                          " inputs with " + std::to_string(in.back()) + " channels; predict needs square RGB inputs");
+  }
+  if (out.size() != 1)
+    throw InvalidArgument(file.string() + ": its output is not one vector of class scores per image");
+  const trainer::Graph& g = m.backbone.graph();
+  const trainer::ActKind last = g.nodes.at(static_cast<std::size_t>(g.outputs.at(0))).activation.kind;
+  m.output = last == trainer::ActKind::Softmax   ? ClassifierOutput::Probabilities
+             : last == trainer::ActKind::Sigmoid ? ClassifierOutput::SigmoidProbability
+                                                 : ClassifierOutput::Logits;
+  if (m.output == ClassifierOutput::SigmoidProbability && out[0] != 1)
+    m.output = ClassifierOutput::Probabilities;  // independent sigmoids: reported as they are
+  const int classes = m.output == ClassifierOutput::SigmoidProbability ? 2 : out[0];
+  if (!labels.empty()) {
+    std::ifstream in_labels(labels);
+    if (!in_labels) throw IoError(labels.string() + ": cannot open");
+    for (std::string line; std::getline(in_labels, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) m.info.class_names.push_back(line);
+    }
+    if (static_cast<int>(m.info.class_names.size()) != classes)
+      throw InvalidArgument(labels.string() + ": " + std::to_string(m.info.class_names.size()) + " labels for " +
+                            std::to_string(classes) + " classes of " + file.string());
+  } else {
+    for (int c = 0; c < classes; ++c) m.info.class_names.push_back(std::to_string(c));
   }
   return m;
 }
@@ -219,8 +264,17 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
   Predictions out;
   while (auto b = loader.next()) {
     const trainer::Tensor f = m.backbone.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
-    const trainer::Tensor p = m.head.predict(f.data.data(), b->size());
+    trainer::Tensor p = m.head ? m.head->predict(f.data.data(), b->size()) : f;
     const std::size_t width = p.data.size() / static_cast<std::size_t>(b->size());
+    if (!m.head && m.output == ClassifierOutput::Logits) {  // softmax of each row
+      for (std::size_t i = 0; i < p.data.size(); i += width) {
+        float* row = p.data.data() + i;
+        const float top = *std::max_element(row, row + width);
+        double sum = 0;
+        for (std::size_t k = 0; k < width; ++k) sum += row[k] = std::exp(row[k] - top);
+        for (std::size_t k = 0; k < width; ++k) row[k] = static_cast<float>(row[k] / sum);
+      }
+    }
     for (std::size_t i = 0; i < static_cast<std::size_t>(b->size()); ++i) {
       Prediction r;
       r.path = samples[static_cast<std::size_t>(b->sample_ids()[i])].path;
@@ -242,11 +296,12 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
 
 trainer::EpochStats evaluate(const TrainedModel& m, const std::string& folder, const UseOptions& options,
                              const ProgressFn& progress) {
+  if (!m.head) throw InvalidArgument("evaluate takes a model folder written by stoker train, with its head");
   DirectoryOptions d;
   d.classes = m.info.class_names;
   Loader loader(dataset_from_directory(folder, d), use_loader(m, options, LabelMode::Sparse));
   const Features f = collect_features(*cpu_feature_source(loader, m.backbone), 0, progress);
-  return m.head.evaluate(f.x.data(), f.y.data(), f.n);
+  return m.head->evaluate(f.x.data(), f.y.data(), f.n);
 }
 
 }  // namespace stoker::training

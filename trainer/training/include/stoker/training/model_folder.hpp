@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ struct ImagePreparation {
   int image_size = 224;                                   // square, in pixels
   Interpolation interpolation = Interpolation::Bilinear;  // nearest | bilinear
   bool keep_aspect_ratio = false;                         // centre-crop to a square before resizing
-  std::string preprocess = "tf";                          // the backbone's preprocess_input: tf | caffe | torch | none
+  std::string preprocess = "tf";  // the backbone's preprocess_input: tf | caffe | torch | rescale (x/255) | none
 };
 
 // What the loader runs: the random transformations of `random` (rotation, shifts, flips... as
@@ -64,6 +65,8 @@ void write_model_info(const std::filesystem::path& dir, const ModelInfo& info);
 
 inline constexpr const char* kClassifierFile = "model.h5";
 
+enum class ClassifierOutput { Probabilities, SigmoidProbability, Logits };
+
 struct TrainedModel {
   std::filesystem::path dir;
   ModelInfo info;
@@ -71,10 +74,18 @@ struct TrainedModel {
   // one (then the preprocessing is its first layer), else from info.backbone.
   trainer::Model backbone;
   bool preprocessing_in_backbone = false;
-  trainer::Head head = trainer::Head::sigmoid(1);  // replaced by the loaded head
+  std::optional<trainer::Head> head;                          // a model folder's head; none for a whole classifier file
+  ClassifierOutput output = ClassifierOutput::Probabilities;  // what the last layer gives (without a head)
 };
 // Reads a model folder. IoError naming the file for a missing or malformed one.
 TrainedModel load_trained_model(const std::filesystem::path& dir);
+// Any whole classifier (Keras .h5, TF.js model.json) for predict: images prepared by `prep` (its
+// image_size 0: the model's own input size), class names from `labels` (one per line) or
+// "0".."K-1". A last layer without softmax or sigmoid gives logits: predict applies a softmax.
+// InvalidArgument for a model that does not take square RGB images and yield one score vector,
+// or a label count that is not the class count.
+TrainedModel load_classifier(const std::filesystem::path& file, const ImagePreparation& prep,
+                             const std::filesystem::path& labels = {});
 
 struct UseOptions {
   int batch_size = 32;
