@@ -6,7 +6,7 @@ packages=(
   build-essential cmake pkg-config
   libopencv-dev libturbojpeg0-dev libtbb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhdf5-dev nlohmann-json3-dev libcli11-dev
+  libhdf5-dev libzip-dev nlohmann-json3-dev libcli11-dev
   clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)
   python3-dev python3-venv  # the Python package (scripts/test_python.sh builds it with pip)
   python3-torch python3-torchvision  # its PyTorch tests (PyPI's torch wheels carry CUDA: gigabytes)

@@ -3,6 +3,8 @@
 // and run on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
@@ -96,6 +98,34 @@ TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
       ++checked;
     }
     EXPECT_GE(checked, 3);
+  }
+}
+
+// Keras 3 `.keras` files (scripts/keras3_reference.py): every layer against Keras 3's outputs, and
+// a Sequential holding a Functional backbone, cut at the backbone as with .h5 files.
+TEST(KerasLayers, Keras3FilesMatchKeras) {
+  const auto dir = vectors_dir() / "keras3";
+  for (const std::string name : {"functional", "nested"}) {
+    SCOPED_TRACE(name);
+    const Model model = load_model(dir / (name + ".keras"));
+    VectorFile ref(dir / (name + ".json"));
+    const Tensor x = ref.tensor(ref.meta.at("input"));
+    for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
+      SCOPED_TRACE("layer " + layer);
+      const Tensor y = model.cut_at(layer).forward(x.data.data(), x.batch());
+      const double err = max_rel_error(y.data, ref.tensor(entry).data);
+      EXPECT_LE(err, 1e-5) << "relative error " << err;
+    }
+  }
+  EXPECT_EQ(load_model(dir / "nested.keras").cut_at("backbone").output_shape(), (std::vector<int>{5}));
+  // Not a zip, or a zip without the members: IoError naming the file.
+  test::TempDir tmp;
+  std::ofstream(tmp / "fake.keras") << "not a zip";
+  try {
+    load_model(tmp / "fake.keras");
+    FAIL() << "a text file loaded as .keras";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("fake.keras"), std::string::npos) << e.what();
   }
 }
 

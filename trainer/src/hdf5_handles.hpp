@@ -1,7 +1,12 @@
-// RAII for HDF5's C API, shared by the Keras .h5 reader and writer.
+// HDF5's C API for the Keras file formats: RAII handles and the readers the .h5 and .keras loaders share.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <hdf5.h>
+
+#include "import.hpp"
 
 namespace stoker::trainer::detail {
 
@@ -36,5 +41,11 @@ class QuietHdf5 {
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };
+
+// A string attribute (scalar or list, fixed or variable length); empty when absent. IoError naming
+// `where` when it cannot be read.
+std::vector<std::string> read_string_attribute(hid_t obj, const char* name, const std::string& where);
+// A numeric dataset as float32 with its shape.
+RawWeight read_dataset(hid_t group, const std::string& name, const std::string& where);
 
 }  // namespace stoker::trainer::detail

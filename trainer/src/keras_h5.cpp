@@ -13,10 +13,7 @@
 #include "import.hpp"
 
 namespace stoker::trainer {
-namespace {
-
-using detail::Hid;
-using detail::QuietHdf5;
+namespace detail {
 
 std::vector<std::string> read_string_attribute(hid_t obj, const char* name, const std::string& where) {
   if (H5Aexists(obj, name) <= 0) return {};
@@ -76,7 +73,12 @@ detail::RawWeight read_dataset(hid_t group, const std::string& name, const std::
   return w;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::Hid;
+using detail::QuietHdf5;
+using detail::read_dataset;
+using detail::read_string_attribute;
 
 Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options) {
   const std::string where = path.string();

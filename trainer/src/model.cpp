@@ -130,6 +130,9 @@ Model load_model(const std::filesystem::path& path, const LoadOptions& options) 
   char sig[8] = {};
   in.read(sig, 8);
   if (in.gcount() == 8 && sig[0] == '{') return load_tfjs(path, options);
+  if (path.extension() == ".keras" ||
+      (in.gcount() >= 4 && sig[0] == 'P' && sig[1] == 'K' && sig[2] == 3 && sig[3] == 4))
+    return load_keras3(path, options);  // a zip archive
   return load_keras_h5(path, options);
 }
 

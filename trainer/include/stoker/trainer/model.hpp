@@ -75,6 +75,8 @@ class Model {
 // InvalidArgument for unsupported layers or weights with a wrong shape (naming the layer).
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options = {});
+// A Keras 3 `.keras` file (zip: config.json + model.weights.h5).
+Model load_keras3(const std::filesystem::path& path, const LoadOptions& options = {});
 // Writes `graph` (one input) as a Keras 2 HDF5 full model — a Functional topology in
 // `model_config` and the weights in Keras' layout — that tf_keras.models.load_model opens and that
 // load_keras_h5 reads back. Layers Keras has no name for are written as equivalent standard
