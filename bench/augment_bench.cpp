@@ -1,6 +1,9 @@
 // Augmentation throughput per core: the seed's Keras augmentation (rotation 30, shifts 0.4,
 // shear 0.4, zoom 0.25, horizontal flip, brightness [0.5, 1.5]) at 299x299 from decoded photos
-// (catsdogs, decoded in memory), next to a plain resize and a few variants. Prints a table.
+// (catsdogs, decoded in memory), next to a plain resize and a few variants, and at 224x224; the
+// seed rows with the scalar warp loop and with the vector kernel chosen at run time (warp.hpp),
+// one core and all cores. Prints a table; "x resize" is against cv::resize's bilinear at the same
+// size and thread count.
 //
 //   augment_bench [--data DIR] [--images N] [--seconds S]
 //
@@ -22,6 +25,7 @@
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/transform.hpp"
+#include "warp.hpp"
 
 #ifndef STOKER_BENCH_SOURCE_DIR
 #define STOKER_BENCH_SOURCE_DIR "."  // the repository root; set by bench/CMakeLists.txt
@@ -89,29 +93,34 @@ int main(int argc, char** argv) {
     picked.push_back(files[i]);
   }
 
-  stoker::ImageDecoder decoder;
+  // The photos decoded (DCT-scaled to >= size) once per output size.
+  auto decode_all = [&](int size, std::vector<Decoded>& out, std::vector<std::vector<std::uint8_t>>* encoded) {
+    stoker::ImageDecoder decoder;
+    double pixels = 0;
+    for (const fs::path& f : picked) {
+      std::vector<std::uint8_t> bytes;
+      stoker::read_file(f.string(), bytes);
+      const stoker::ImageView v = decoder.decode(bytes, f.string(), size, size);
+      Decoded d;
+      d.pixels.assign(v.data, v.data + v.row_stride * static_cast<std::size_t>(v.height));
+      d.view = v;
+      pixels += static_cast<double>(v.width) * v.height;
+      out.push_back(std::move(d));
+      if (encoded) encoded->push_back(std::move(bytes));
+    }
+    for (Decoded& d : out) d.view.data = d.pixels.data();
+    return pixels / static_cast<double>(out.size());
+  };
   std::vector<std::vector<std::uint8_t>> encoded;
-  std::vector<Decoded> images;
-  double pixels = 0;
-  for (const fs::path& f : picked) {
-    std::vector<std::uint8_t> bytes;
-    stoker::read_file(f.string(), bytes);
-    const stoker::ImageView v = decoder.decode(bytes, f.string(), 299, 299);
-    Decoded d;
-    d.pixels.resize(v.row_stride * static_cast<std::size_t>(v.height));
-    std::copy(v.data, v.data + d.pixels.size(), d.pixels.begin());
-    d.view = v;
-    d.view.data = d.pixels.data();
-    pixels += static_cast<double>(v.width) * v.height;
-    images.push_back(std::move(d));
-    encoded.push_back(std::move(bytes));
-  }
-  for (Decoded& d : images) d.view.data = d.pixels.data();
+  std::vector<Decoded> images, images224;
+  const double mean299 = decode_all(299, images, &encoded);
+  const double mean224 = decode_all(224, images224, nullptr);
   const std::size_t n_images = images.size();
+  const int threads = tbb::this_task_arena::max_concurrency();
   std::printf(
-      "augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= 299, mean %.0f px), "
-      "output 299x299x3, %.1f s per row\n\n",
-      n_images, pixels / n_images, seconds);
+      "augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= the output, mean %.0f px for 299, "
+      "%.0f px for 224), %.1f s per row; vector warp: %s; %d cores\n\n",
+      n_images, mean299, mean224, seconds, stoker::augment::warp_isa_name(stoker::augment::warp_isa()), threads);
 
   const stoker::ResizeTransform resize(299, 299, stoker::Interpolation::Bilinear);
   const stoker::Augmenter seed(seed_spec());
@@ -131,34 +140,85 @@ int main(int argc, char** argv) {
   rrc.random_resized_crop = stoker::RandomResizedCrop{};
   rrc.horizontal_flip = true;
   const stoker::Augmenter crop_flip(rrc);
+  // The plain resize: cv::resize's bilinear (what the augmenter's own resize path runs), and
+  // Pillow's antialiased bilinear (ResizeTransform's Bilinear, several times slower).
+  const stoker::ResizeTransform cv_resize(299, 299, stoker::Interpolation::OpenCvLinear);
+  const stoker::ResizeTransform cv_resize224(224, 224, stoker::Interpolation::OpenCvLinear);
+  const stoker::ResizeTransform resize224(224, 224, stoker::Interpolation::Bilinear);
+  const stoker::Augmenter seed224(stoker::keras_example_augmentation(224, 224));
 
   std::vector<std::byte> out(seed_f32.output_shape().bytes());
-  auto run_transform = [&](const stoker::SampleTransform& t) {
-    return [&, tp = &t](std::size_t i) {
-      tp->apply(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+  auto run_transform = [&](const stoker::SampleTransform& t, const std::vector<Decoded>& from) {
+    return [&, tp = &t, src = &from](std::size_t i) {
+      tp->apply((*src)[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
     };
   };
+  // All cores of this machine through oneTBB, as the loader runs it.
+  std::vector<std::vector<std::byte>> outs(static_cast<std::size_t>(threads), std::vector<std::byte>(out.size()));
+  auto all_cores = [&](const stoker::SampleTransform& t, const std::vector<Decoded>& from) {
+    const std::size_t chunk = 64;
+    return chunk * rate(seconds, 4, [&](std::size_t b) {
+             tbb::parallel_for(std::size_t{0}, chunk, [&](std::size_t k) {
+               const std::size_t i = b * chunk + k;
+               const int slot = tbb::this_task_arena::current_thread_index();
+               t.apply(from[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
+                       outs[static_cast<std::size_t>(slot)].data());
+             });
+           });
+  };
+  // The scalar loop (the warp before the vector kernels) and the kernel chosen at run time.
+  const stoker::augment::WarpIsa vector_isa = stoker::augment::warp_isa();
+  auto with_warp = [&](stoker::augment::WarpIsa isa, auto&& measure) {
+    stoker::augment::set_warp_isa(isa);
+    const double r = measure();
+    stoker::augment::set_warp_isa(vector_isa);
+    return r;
+  };
+  const auto scalar = stoker::augment::WarpIsa::Scalar;
 
   struct Row {
     std::string name;
     double per_s;
     int threads;
+    double base;  // the plain resize of the same size and thread count
   };
   std::vector<Row> rows;
-  rows.push_back({"plain resize (ResizeTransform, bilinear, u8)", rate(seconds, n_images, run_transform(resize)), 1});
+  for (const int size : {299, 224}) {
+    const stoker::ResizeTransform& rs = size == 299 ? cv_resize : cv_resize224;
+    const stoker::ResizeTransform& pil = size == 299 ? resize : resize224;
+    const stoker::Augmenter& sd = size == 299 ? seed : seed224;
+    const std::vector<Decoded>& from = size == 299 ? images : images224;
+    const std::string at = " " + std::to_string(size);
+    const double base1 = rate(seconds, n_images, run_transform(rs, from));
+    rows.push_back({"plain resize (cv::resize bilinear, u8)" + at, base1, 1, base1});
+    rows.push_back({"plain resize (Pillow bilinear, antialiased, u8)" + at,
+                    rate(seconds, n_images, run_transform(pil, from)), 1, base1});
+    rows.push_back({"seed augmentation u8, scalar warp (before)" + at,
+                    with_warp(scalar, [&] { return rate(seconds, n_images, run_transform(sd, from)); }), 1, base1});
+    rows.push_back(
+        {"seed augmentation u8, vector warp" + at, rate(seconds, n_images, run_transform(sd, from)), 1, base1});
+    const double base_all = all_cores(rs, from);
+    rows.push_back({"plain resize, all cores" + at, base_all, threads, base_all});
+    rows.push_back({"seed augmentation u8, scalar warp, all cores" + at,
+                    with_warp(scalar, [&] { return all_cores(sd, from); }), threads, base_all});
+    rows.push_back({"seed augmentation u8, vector warp, all cores" + at, all_cores(sd, from), threads, base_all});
+  }
+  const double base = rows[0].per_s;
+  rows.push_back({"validation mode (deterministic part: resize)",
+                  rate(seconds, n_images, run_transform(validation, images)), 1, base});
   rows.push_back(
-      {"validation mode (deterministic part: resize)", rate(seconds, n_images, run_transform(validation)), 1});
-  rows.push_back({"seed augmentation, u8 NHWC", rate(seconds, n_images, run_transform(seed)), 1});
-  rows.push_back({"seed augmentation, f32 NCHW [-1,1]", rate(seconds, n_images, run_transform(seed_f32)), 1});
-  rows.push_back({"seed + contrast/saturation/hue, f32 NCHW", rate(seconds, n_images, run_transform(seed_jitter)), 1});
-  rows.push_back({"random-resized-crop + flip, u8", rate(seconds, n_images, run_transform(crop_flip)), 1});
+      {"seed augmentation, f32 NCHW [-1,1]", rate(seconds, n_images, run_transform(seed_f32, images)), 1, base});
+  rows.push_back({"seed + contrast/saturation/hue, f32 NCHW",
+                  rate(seconds, n_images, run_transform(seed_jitter, images)), 1, base});
+  rows.push_back(
+      {"random-resized-crop + flip, u8", rate(seconds, n_images, run_transform(crop_flip, images)), 1, base});
   rows.push_back({"seed augmentation, slow reference executor",
                   rate(seconds / 2, 16,
                        [&](std::size_t i) {
                          seed.apply_reference(images[i % n_images].view,
                                               stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
                        }),
-                  1});
+                  1, base});
   {
     stoker::ImageDecoder dec;
     rows.push_back({"JPEG decode (DCT-scaled) + seed augmentation, u8",
@@ -168,29 +228,13 @@ int main(int argc, char** argv) {
                            const stoker::ImageView v = dec.decode(bytes, "bench", 299, 299);
                            seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
                          }),
-                    1});
-  }
-  {
-    // All cores of this machine through oneTBB, as the loader runs it.
-    const int threads = tbb::this_task_arena::max_concurrency();
-    std::vector<std::vector<std::byte>> outs(static_cast<std::size_t>(threads), std::vector<std::byte>(out.size()));
-    const std::size_t chunk = 64;
-    const double batches = rate(seconds, 4, [&](std::size_t b) {
-      tbb::parallel_for(std::size_t{0}, chunk, [&](std::size_t k) {
-        const std::size_t i = b * chunk + k;
-        const int slot = tbb::this_task_arena::current_thread_index();
-        seed.apply(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
-                   outs[static_cast<std::size_t>(slot)].data());
-      });
-    });
-    rows.push_back({"seed augmentation, u8, all cores (oneTBB)", batches * chunk, threads});
+                    1, base});
   }
 
-  const double base = rows[0].per_s;
-  std::printf("%-52s %8s %10s %10s %9s\n", "configuration", "threads", "img/s", "us/img", "x resize");
+  std::printf("%-56s %8s %10s %10s %9s\n", "configuration", "threads", "img/s", "us/img", "x resize");
   for (const Row& r : rows) {
-    std::printf("%-52s %8d %10.0f %10.1f %9.2f\n", r.name.c_str(), r.threads, r.per_s, 1e6 * r.threads / r.per_s,
-                r.per_s / base);
+    std::printf("%-56s %8d %10.0f %10.1f %9.2f\n", r.name.c_str(), r.threads, r.per_s, 1e6 * r.threads / r.per_s,
+                r.per_s / r.base);
   }
   return 0;
 }
