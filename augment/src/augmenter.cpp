@@ -149,28 +149,49 @@ STOKER_ROW_CLONES void photometric_row(const augment::rows::PhotometricConstants
                                        const std::uint8_t* warped, int y, float* const* plane) {
   augment::rows::process_row(k, t, warped, y, plane);
 }
+STOKER_ROW_CLONES void values_output_row(const augment::rows::RowTarget& t, const std::uint8_t* values, int y,
+                                         float* const* plane) {
+  augment::rows::values_row(t, values, y, plane);
+}
+
+// The row target of the output (through oa into dst) or of the photometric values (values), and
+// the scratch rows it goes through.
+struct RowPass {
+  augment::rows::RowTarget target;
+  float* plane[augment::kMaxChannels];
+
+  RowPass(const AugmentPlan& p, const augment::OutputAffine* oa, std::byte* dst, float* values) {
+    const int cn = p.channels, w = p.out_width;
+    target.oa = oa;
+    target.dst = dst;
+    target.values = values;
+    target.width = w;
+    target.height = p.out_height;
+    target.channels = cn;
+    target.float_output = p.float_output;
+    target.nchw = p.nchw;
+    std::vector<float>& buf = scratch().planes;
+    buf.resize(static_cast<std::size_t>(cn) * w);
+    for (int c = 0; c < cn; ++c) plane[c] = buf.data() + static_cast<std::size_t>(c) * w;
+  }
+};
 
 // The per-pixel photometric steps (those that are not a function of the single value:
 // saturation, hue), row by row: bit-identical to photometric() on every pixel. Either writes the
 // output through oa (dst) or, when values is set, the photometric results as interleaved floats.
 void photometric_rows(const AugmentPlan& p, const SampleParams& s, const augment::WarpStats& st, float cmean,
                       const std::uint8_t* warped, const augment::OutputAffine* oa, std::byte* dst, float* values) {
-  const int cn = p.channels, w = p.out_width;
-  const augment::rows::PhotometricConstants k = augment::rows::photometric_constants(s, st, cmean, cn);
-  augment::rows::RowTarget t;
-  t.oa = oa;
-  t.dst = dst;
-  t.values = values;
-  t.width = w;
-  t.height = p.out_height;
-  t.channels = cn;
-  t.float_output = p.float_output;
-  t.nchw = p.nchw;
-  std::vector<float>& buf = scratch().planes;
-  buf.resize(static_cast<std::size_t>(cn) * w);
-  float* plane[augment::kMaxChannels];
-  for (int c = 0; c < cn; ++c) plane[c] = buf.data() + static_cast<std::size_t>(c) * w;
-  for (int y = 0; y < p.out_height; ++y) photometric_row(k, t, warped, y, plane);
+  const augment::rows::PhotometricConstants k = augment::rows::photometric_constants(s, st, cmean, p.channels);
+  RowPass pass(p, oa, dst, values);
+  for (int y = 0; y < p.out_height; ++y) photometric_row(k, pass.target, warped, y, pass.plane);
+}
+
+// Warped values that are already the photometric results (the warp applied their table) through
+// the output affine into dst: the same float operations as finish()'s per-value tables.
+void write_values(const AugmentPlan& p, const std::uint8_t* values, std::byte* dst) {
+  const augment::OutputAffine oa = augment::output_affine(p, p.channels, 0.0f, 1.0f);
+  RowPass pass(p, &oa, dst, nullptr);
+  for (int y = 0; y < p.out_height; ++y) values_output_row(pass.target, values, y, pass.plane);
 }
 
 }  // namespace
@@ -236,27 +257,39 @@ void Augmenter::apply_with(const ImageView& src, const SampleParams& s, const Sa
   check_box(s, src);
   const bool per_value = !s.has_saturation && !s.has_hue && !spec_.preprocessing_function && !plan_.samplewise_center &&
                          !plan_.samplewise_std;
-  if (!plan_.float_output && !plan_.nchw && per_value) {
-    // uint8 NHWC: warp straight into the slot. Photometric steps that need no image statistics
-    // (brightness) are a table applied as rows are written; the others one in-place pass after.
-    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
-    if (s.photometric() && !s.has_channel_shift && !s.has_contrast) {
-      // Brightness is the same function of the value on every channel: one table.
-      std::uint8_t lut[256];
+  Scratch& sc = scratch();
+  const std::size_t warped_bytes = static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels;
+  const bool u8_nhwc = !plan_.float_output && !plan_.nchw;
+  if (per_value && !s.has_channel_shift && !s.has_contrast) {
+    // Photometric steps that need no image statistics (brightness: integers, the same function
+    // of the value on every channel) are one table that the warp applies as it stores rows.
+    std::uint8_t lut[256];
+    if (s.photometric()) {
       for (int v = 0; v < 256; ++v) {
         float x = static_cast<float>(v);
         augment::photometric(s, augment::WarpStats{}, 0.0f, 1, &x);
         lut[v] = augment::hd::to_u8(x);
       }
-      run_geometry(plan_, s, src, out, lut);
+    }
+    const std::uint8_t* table = s.photometric() ? lut : nullptr;
+    if (u8_nhwc) {
+      // Straight into the slot.
+      run_geometry(plan_, s, src, reinterpret_cast<std::uint8_t*>(dst), table);
       return;
     }
-    run_geometry(plan_, s, src, out);
-    if (s.photometric()) finish(out, s, ctx, dst, false);
+    sc.warped.resize(warped_bytes);
+    run_geometry(plan_, s, src, sc.warped.data(), table);
+    write_values(plan_, sc.warped.data(), dst);
     return;
   }
-  Scratch& sc = scratch();
-  sc.warped.resize(static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels);
+  if (u8_nhwc && per_value) {
+    // The other per-value steps: one in-place pass after the warp.
+    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
+    run_geometry(plan_, s, src, out);
+    finish(out, s, ctx, dst, false);
+    return;
+  }
+  sc.warped.resize(warped_bytes);
   run_geometry(plan_, s, src, sc.warped.data());
   finish(sc.warped.data(), s, ctx, dst, false);
 }
