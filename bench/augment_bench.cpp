@@ -197,6 +197,12 @@ int main(int argc, char** argv) {
                     with_warp(scalar, [&] { return rate(seconds, n_images, run_transform(sd, from)); }), 1, base1});
     rows.push_back(
         {"seed augmentation u8, vector warp" + at, rate(seconds, n_images, run_transform(sd, from)), 1, base1});
+    if (vector_isa == stoker::augment::WarpIsa::Avx512) {
+      rows.push_back(
+          {"seed augmentation u8, AVX2 warp" + at,
+           with_warp(stoker::augment::WarpIsa::Avx2, [&] { return rate(seconds, n_images, run_transform(sd, from)); }),
+           1, base1});
+    }
     const double base_all = all_cores(rs, from);
     rows.push_back({"plain resize, all cores" + at, base_all, threads, base_all});
     rows.push_back({"seed augmentation u8, scalar warp, all cores" + at,
