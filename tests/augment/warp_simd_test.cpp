@@ -91,7 +91,9 @@ std::vector<Affine> exact_affines(int src_h, int src_w) {
   add(1, 0, 0, 0, 1, -2.0 * src_h - 7.0);       // above it
   add(0, 0, -1e6, 0, 0, 1e6);                   // one point far outside
   add(1e-9, 0, src_w - 1, 0, 1e-9, src_h - 1);  // just inside the last pixel
-  add(2e4, 0, 0, 0, -2e4, 0);                   // huge steps (rows out of the kernels' 32-bit range)
+  add(2e4, 0, 0, 0, -2e4, 0);                   // large steps that still fit the kernels' 32-bit lanes
+  add(2e6, 0, 0, 0, 1, 0);                      // rows that do not (the scalar loop's)
+  add(1, 0, 0, 3e6, 0, 0);
   return out;
 }
 
