@@ -8,9 +8,10 @@
 // 2^24), which is fill_mode='nearest' and keeps every gather inside the image for the others.
 //
 // Taps. A bilinear pixel reads two horizontal neighbours at once (one 64-bit gather per row for 3
-// and 4 channels, 32-bit for 1). Near the end of the image that read is moved back to end in the
-// image and the bytes shifted into place; where the right tap does not exist (x = n - 1) its
-// weight is 0, so whatever was read there does not count.
+// and 4 channels, 32-bit for 1). Near the end of the image that read is moved back so that it
+// ends inside the image, and the bytes are shifted into place; where the right tap does not exist
+// (the last column, reached only by clamping) its weight is 0, so what was read there does not
+// count.
 //
 // Arithmetic. top = (a << 8) + (b - a) fx is computed in 16-bit lanes (exact: the wrapped result
 // is the true one, which lies in [0, 65280]); (top (256 - fy) + bot fy + bias) >> 16 with
