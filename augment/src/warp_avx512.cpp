@@ -8,7 +8,9 @@
 
 // GCC 12's AVX-512 headers start results from _mm512_undefined_epi32() (a self-initialised
 // variable), which -Wmaybe-uninitialized reports at every inlined use.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstddef>
