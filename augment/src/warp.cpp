@@ -122,9 +122,13 @@ void warp_rows_scalar(const WarpJob& job, int y_begin, int y_end, int x_begin, i
   }
 }
 
-void load_source_into_cache(const PixelSource& src) {
+void load_source_into_cache(const WarpJob& job) {
   constexpr std::size_t kLine = 64;
+  const PixelSource& src = job.src;
   const std::size_t row_bytes = static_cast<std::size_t>(src.width) * src.channels;
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(job.plan->out_height) * job.plan->out_width * job.plan->channels;
+  if (row_bytes * static_cast<std::size_t>(src.height) > 4 * out_bytes) return;
   unsigned sum = 0;
   for (int y = 0; y < src.height; ++y) {
     const std::uint8_t* row = src.data + static_cast<std::size_t>(y) * src.row_stride;

@@ -51,8 +51,8 @@ void warp_rows_scalar(const WarpJob& job, int y_begin, int y_end, int x_begin, i
 // source that is not in the cache (decoded a while ago, or by another core) would arrive one miss
 // at a time. In order it streams at the memory's bandwidth (562 KB: ~25 us on the benchmark VM,
 // where it halves the time of a warp from a cold source; software prefetches alone did half as
-// well).
-void load_source_into_cache(const PixelSource& src);
+// well). Skipped for a source over 4x the output's bytes, of which the warp reads only a part.
+void load_source_into_cache(const WarpJob& job);
 
 // The table over n values.
 void apply_lut_row(const std::uint8_t* lut, std::uint8_t* values, int n);

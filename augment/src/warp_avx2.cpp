@@ -228,7 +228,7 @@ __attribute__((target("avx2"))) void warp_image_avx2(const WarpJob& job) {
   const __m256i rounding = _mm256_set1_epi32(job.truncate ? 0 : 1 << (2 * kWeightBits - 1));
   const int padded = (width + 7) & ~7;
   constexpr int kShift = kCoordBits - kWeightBits;
-  if (image_fits) load_source_into_cache(ps);
+  if (image_fits) load_source_into_cache(job);
   for (int y = 0; y < p.out_height; ++y) {
     const FixedRow r = fixed_row(job.affine, y);
     std::uint8_t* row = job.out + static_cast<std::size_t>(y) * width * CN;

@@ -203,7 +203,7 @@ __attribute__((STOKER_AVX512_TARGET)) void warp_image_avx512(const WarpJob& job)
   const __m512i rounding = _mm512_set1_epi32(job.truncate ? 0 : 1 << (2 * kWeightBits - 1));
   const int padded = (width + 15) & ~15;
   constexpr int kShift = kCoordBits - kWeightBits;
-  if (image_fits) load_source_into_cache(ps);
+  if (image_fits) load_source_into_cache(job);
   for (int y = 0; y < p.out_height; ++y) {
     const FixedRow r = fixed_row(job.affine, y);
     std::uint8_t* row = job.out + static_cast<std::size_t>(y) * width * CN;
