@@ -21,7 +21,7 @@
 namespace stoker::augment {
 namespace {
 
-// bytes of image data whose last byte is followed by a PROT_NONE page.
+// An image whose last byte is followed by a PROT_NONE page (rows padded to stride but the last).
 class GuardedImage {
  public:
   GuardedImage(int height, int width, int channels, std::size_t stride, std::mt19937& rng)
