@@ -1,6 +1,9 @@
 // Augmentation throughput per core: the seed's Keras augmentation (rotation 30, shifts 0.4,
 // shear 0.4, zoom 0.25, horizontal flip, brightness [0.5, 1.5]) at 299x299 from decoded photos
-// (catsdogs, decoded in memory), next to a plain resize and a few variants. Prints a table.
+// (catsdogs, decoded in memory), next to a plain resize and a few variants, and at 224x224; the
+// seed rows with the scalar warp loop and with the vector kernel chosen at run time (warp.hpp),
+// one core and all cores. Prints a table; "x resize" is against cv::resize's bilinear at the same
+// size and thread count, measured in turns with the rows it is compared to (see rates()).
 //
 //   augment_bench [--data DIR] [--images N] [--seconds S]
 //
@@ -22,6 +25,7 @@
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/transform.hpp"
+#include "warp.hpp"
 
 #ifndef STOKER_BENCH_SOURCE_DIR
 #define STOKER_BENCH_SOURCE_DIR "."  // the repository root; set by bench/CMakeLists.txt
@@ -39,17 +43,32 @@ struct Decoded {
 
 stoker::AugmentSpec seed_spec() { return stoker::keras_example_augmentation(299, 299); }
 
-// Runs body(i) for sample i = 0, 1, ... until `seconds` have passed (at least `min_items`).
-double rate(double seconds, std::size_t min_items, const std::function<void(std::size_t)>& body) {
-  for (std::size_t i = 0; i < 8; ++i) body(i);  // warm-up: thread-local scratch, caches
-  const auto start = Clock::now();
-  std::size_t n = 0;
-  double elapsed = 0;
-  while (n < min_items || elapsed < seconds) {
-    for (int k = 0; k < 16; ++k) body(n++);
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+using Body = std::function<void(std::size_t)>;
+
+// Rates (calls per second) of several bodies, body(i) for i = 0, 1, ... each, measured in turns
+// of `batch` calls, round robin, until every body has run `seconds` (and `min_items` calls): a
+// change in the machine's load (other users of a shared machine) falls on all of them alike, so
+// their ratios hold even when the absolute figures move.
+std::vector<double> rates(double seconds, std::size_t min_items, const std::vector<Body>& bodies,
+                          std::size_t batch = 16) {
+  std::vector<std::size_t> calls(bodies.size(), 0);
+  std::vector<double> elapsed(bodies.size(), 0.0);
+  for (const Body& b : bodies)
+    for (std::size_t i = 0; i < 8; ++i) b(i);  // warm-up: thread-local scratch, caches
+  bool more = true;
+  while (more) {
+    more = false;
+    for (std::size_t k = 0; k < bodies.size(); ++k) {
+      if (calls[k] >= min_items && elapsed[k] >= seconds) continue;
+      const auto start = Clock::now();
+      for (std::size_t j = 0; j < batch; ++j) bodies[k](calls[k]++);
+      elapsed[k] += std::chrono::duration<double>(Clock::now() - start).count();
+      more = true;
+    }
   }
-  return static_cast<double>(n) / elapsed;
+  std::vector<double> out(bodies.size());
+  for (std::size_t k = 0; k < bodies.size(); ++k) out[k] = static_cast<double>(calls[k]) / elapsed[k];
+  return out;
 }
 
 }  // namespace
@@ -89,29 +108,34 @@ int main(int argc, char** argv) {
     picked.push_back(files[i]);
   }
 
-  stoker::ImageDecoder decoder;
+  // The photos decoded (DCT-scaled to >= size) once per output size.
+  auto decode_all = [&](int size, std::vector<Decoded>& out, std::vector<std::vector<std::uint8_t>>* encoded) {
+    stoker::ImageDecoder decoder;
+    double pixels = 0;
+    for (const fs::path& f : picked) {
+      std::vector<std::uint8_t> bytes;
+      stoker::read_file(f.string(), bytes);
+      const stoker::ImageView v = decoder.decode(bytes, f.string(), size, size);
+      Decoded d;
+      d.pixels.assign(v.data, v.data + v.row_stride * static_cast<std::size_t>(v.height));
+      d.view = v;
+      pixels += static_cast<double>(v.width) * v.height;
+      out.push_back(std::move(d));
+      if (encoded) encoded->push_back(std::move(bytes));
+    }
+    for (Decoded& d : out) d.view.data = d.pixels.data();
+    return pixels / static_cast<double>(out.size());
+  };
   std::vector<std::vector<std::uint8_t>> encoded;
-  std::vector<Decoded> images;
-  double pixels = 0;
-  for (const fs::path& f : picked) {
-    std::vector<std::uint8_t> bytes;
-    stoker::read_file(f.string(), bytes);
-    const stoker::ImageView v = decoder.decode(bytes, f.string(), 299, 299);
-    Decoded d;
-    d.pixels.resize(v.row_stride * static_cast<std::size_t>(v.height));
-    std::copy(v.data, v.data + d.pixels.size(), d.pixels.begin());
-    d.view = v;
-    d.view.data = d.pixels.data();
-    pixels += static_cast<double>(v.width) * v.height;
-    images.push_back(std::move(d));
-    encoded.push_back(std::move(bytes));
-  }
-  for (Decoded& d : images) d.view.data = d.pixels.data();
+  std::vector<Decoded> images, images224;
+  const double mean299 = decode_all(299, images, &encoded);
+  const double mean224 = decode_all(224, images224, nullptr);
   const std::size_t n_images = images.size();
+  const int threads = tbb::this_task_arena::max_concurrency();
   std::printf(
-      "augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= 299, mean %.0f px), "
-      "output 299x299x3, %.1f s per row\n\n",
-      n_images, pixels / n_images, seconds);
+      "augment_bench: %zu catsdogs photos decoded in memory (DCT-scaled to >= the output, mean %.0f px for 299, "
+      "%.0f px for 224), %.1f s per row; vector warp: %s; %d cores\n\n",
+      n_images, mean299, mean224, seconds, stoker::augment::warp_isa_name(stoker::augment::warp_isa()), threads);
 
   const stoker::ResizeTransform resize(299, 299, stoker::Interpolation::Bilinear);
   const stoker::Augmenter seed(seed_spec());
@@ -131,66 +155,104 @@ int main(int argc, char** argv) {
   rrc.random_resized_crop = stoker::RandomResizedCrop{};
   rrc.horizontal_flip = true;
   const stoker::Augmenter crop_flip(rrc);
+  // The plain resize: cv::resize's bilinear (what the augmenter's own resize path runs), and
+  // Pillow's antialiased bilinear (ResizeTransform's Bilinear, several times slower).
+  const stoker::ResizeTransform cv_resize(299, 299, stoker::Interpolation::OpenCvLinear);
+  const stoker::ResizeTransform cv_resize224(224, 224, stoker::Interpolation::OpenCvLinear);
+  const stoker::ResizeTransform resize224(224, 224, stoker::Interpolation::Bilinear);
+  const stoker::Augmenter seed224(stoker::keras_example_augmentation(224, 224));
 
   std::vector<std::byte> out(seed_f32.output_shape().bytes());
-  auto run_transform = [&](const stoker::SampleTransform& t) {
-    return [&, tp = &t](std::size_t i) {
-      tp->apply(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+  auto run_transform = [&](const stoker::SampleTransform& t, const std::vector<Decoded>& from) {
+    return [&, tp = &t, src = &from](std::size_t i) {
+      tp->apply((*src)[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
     };
   };
+  // All cores of this machine through oneTBB, as the loader runs it: one call is 64 images.
+  constexpr std::size_t kChunk = 64;
+  std::vector<std::vector<std::byte>> outs(static_cast<std::size_t>(threads), std::vector<std::byte>(out.size()));
+  auto all_cores = [&](const stoker::SampleTransform& t, const std::vector<Decoded>& from) -> Body {
+    return [&, tp = &t, src = &from](std::size_t b) {
+      tbb::parallel_for(std::size_t{0}, kChunk, [&](std::size_t k) {
+        const std::size_t i = b * kChunk + k;
+        const int slot = tbb::this_task_arena::current_thread_index();
+        tp->apply((*src)[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
+                  outs[static_cast<std::size_t>(slot)].data());
+      });
+    };
+  };
+  // The scalar loop (the warp before the vector kernels), the kernel chosen at run time, and the
+  // AVX2 one where AVX-512 is the choice: each body sets its warp before it runs.
+  const stoker::augment::WarpIsa vector_isa = stoker::augment::warp_isa();
+  auto with_warp = [](stoker::augment::WarpIsa isa, Body body) -> Body {
+    return [isa, body](std::size_t i) {
+      stoker::augment::set_warp_isa(isa);
+      body(i);
+    };
+  };
+  const auto scalar = stoker::augment::WarpIsa::Scalar;
+  const bool avx2_row = vector_isa == stoker::augment::WarpIsa::Avx512;
 
   struct Row {
     std::string name;
     double per_s;
     int threads;
+    double base;  // cv::resize at the same size and thread count, measured in the same turns
   };
   std::vector<Row> rows;
-  rows.push_back({"plain resize (ResizeTransform, bilinear, u8)", rate(seconds, n_images, run_transform(resize)), 1});
-  rows.push_back(
-      {"validation mode (deterministic part: resize)", rate(seconds, n_images, run_transform(validation)), 1});
-  rows.push_back({"seed augmentation, u8 NHWC", rate(seconds, n_images, run_transform(seed)), 1});
-  rows.push_back({"seed augmentation, f32 NCHW [-1,1]", rate(seconds, n_images, run_transform(seed_f32)), 1});
-  rows.push_back({"seed + contrast/saturation/hue, f32 NCHW", rate(seconds, n_images, run_transform(seed_jitter)), 1});
-  rows.push_back({"random-resized-crop + flip, u8", rate(seconds, n_images, run_transform(crop_flip)), 1});
-  rows.push_back({"seed augmentation, slow reference executor",
-                  rate(seconds / 2, 16,
-                       [&](std::size_t i) {
-                         seed.apply_reference(images[i % n_images].view,
-                                              stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
-                       }),
-                  1});
-  {
-    stoker::ImageDecoder dec;
-    rows.push_back({"JPEG decode (DCT-scaled) + seed augmentation, u8",
-                    rate(seconds, n_images,
-                         [&](std::size_t i) {
-                           const auto& bytes = encoded[i % n_images];
-                           const stoker::ImageView v = dec.decode(bytes, "bench", 299, 299);
-                           seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
-                         }),
-                    1});
+  for (const int size : {299, 224}) {
+    const stoker::ResizeTransform& rs = size == 299 ? cv_resize : cv_resize224;
+    const stoker::ResizeTransform& pil = size == 299 ? resize : resize224;
+    const stoker::Augmenter& sd = size == 299 ? seed : seed224;
+    const std::vector<Decoded>& from = size == 299 ? images : images224;
+    const std::string at = " " + std::to_string(size);
+    std::vector<Body> one = {run_transform(rs, from), run_transform(pil, from),
+                             with_warp(scalar, run_transform(sd, from)),
+                             with_warp(vector_isa, run_transform(sd, from))};
+    if (avx2_row) one.push_back(with_warp(stoker::augment::WarpIsa::Avx2, run_transform(sd, from)));
+    const std::vector<double> r1 = rates(seconds, n_images, one);
+    rows.push_back({"plain resize (cv::resize bilinear, u8)" + at, r1[0], 1, r1[0]});
+    rows.push_back({"plain resize (Pillow bilinear, antialiased, u8)" + at, r1[1], 1, r1[0]});
+    rows.push_back({"seed augmentation u8, scalar warp (before)" + at, r1[2], 1, r1[0]});
+    rows.push_back({std::string("seed augmentation u8, ") + stoker::augment::warp_isa_name(vector_isa) + " warp" + at,
+                    r1[3], 1, r1[0]});
+    if (avx2_row) rows.push_back({"seed augmentation u8, avx2 warp" + at, r1[4], 1, r1[0]});
+    const std::vector<double> rn = rates(
+        seconds, 4,
+        {all_cores(rs, from), with_warp(scalar, all_cores(sd, from)), with_warp(vector_isa, all_cores(sd, from))}, 1);
+    rows.push_back({"plain resize, all cores" + at, rn[0] * kChunk, threads, rn[0] * kChunk});
+    rows.push_back({"seed augmentation u8, scalar warp, all cores" + at, rn[1] * kChunk, threads, rn[0] * kChunk});
+    rows.push_back(
+        {std::string("seed augmentation u8, ") + stoker::augment::warp_isa_name(vector_isa) + " warp, all cores" + at,
+         rn[2] * kChunk, threads, rn[0] * kChunk});
   }
-  {
-    // All cores of this machine through oneTBB, as the loader runs it.
-    const int threads = tbb::this_task_arena::max_concurrency();
-    std::vector<std::vector<std::byte>> outs(static_cast<std::size_t>(threads), std::vector<std::byte>(out.size()));
-    const std::size_t chunk = 64;
-    const double batches = rate(seconds, 4, [&](std::size_t b) {
-      tbb::parallel_for(std::size_t{0}, chunk, [&](std::size_t k) {
-        const std::size_t i = b * chunk + k;
-        const int slot = tbb::this_task_arena::current_thread_index();
-        seed.apply(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
-                   outs[static_cast<std::size_t>(slot)].data());
-      });
-    });
-    rows.push_back({"seed augmentation, u8, all cores (oneTBB)", batches * chunk, threads});
-  }
+  stoker::augment::set_warp_isa(vector_isa);
+  stoker::ImageDecoder dec;
+  const std::vector<double> r =
+      rates(seconds, n_images,
+            {run_transform(cv_resize, images), run_transform(validation, images), run_transform(seed_f32, images),
+             run_transform(seed_jitter, images), run_transform(crop_flip, images),
+             [&](std::size_t i) {
+               seed.apply_reference(images[i % n_images].view,
+                                    stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+             },
+             [&](std::size_t i) {
+               const stoker::ImageView v = dec.decode(encoded[i % n_images], "bench", 299, 299);
+               seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+             }});
+  const char* names[] = {"plain resize (cv::resize bilinear, u8) 299",
+                         "validation mode (deterministic part: resize)",
+                         "seed augmentation, f32 NCHW [-1,1]",
+                         "seed + contrast/saturation/hue, f32 NCHW",
+                         "random-resized-crop + flip, u8",
+                         "seed augmentation, slow reference executor",
+                         "JPEG decode (DCT-scaled) + seed augmentation, u8"};
+  for (std::size_t k = 0; k < r.size(); ++k) rows.push_back({names[k], r[k], 1, r[0]});
 
-  const double base = rows[0].per_s;
-  std::printf("%-52s %8s %10s %10s %9s\n", "configuration", "threads", "img/s", "us/img", "x resize");
+  std::printf("%-56s %8s %10s %10s %9s\n", "configuration", "threads", "img/s", "us/img", "x resize");
   for (const Row& r : rows) {
-    std::printf("%-52s %8d %10.0f %10.1f %9.2f\n", r.name.c_str(), r.threads, r.per_s, 1e6 * r.threads / r.per_s,
-                r.per_s / base);
+    std::printf("%-56s %8d %10.0f %10.1f %9.2f\n", r.name.c_str(), r.threads, r.per_s, 1e6 * r.threads / r.per_s,
+                r.per_s / r.base);
   }
   return 0;
 }

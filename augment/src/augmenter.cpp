@@ -1,5 +1,5 @@
-// The CPU executor: one warp per image (a fixed-point bilinear loop; cv::resize when the geometry
-// is only crop + resize + flips), then one pass that applies the
+// The CPU executor: one warp per image (warp.hpp: the fixed-point loop, vectorised where the CPU
+// allows; cv::resize when the geometry is only crop + resize + flips), then one pass that applies the
 // photometric steps, the standardisation and the output conversion.
 #include "stoker/augment/augmenter.hpp"
 
@@ -18,6 +18,7 @@
 #include "photometric_rows.hpp"
 #include "pixel.hpp"
 #include "stoker/core/error.hpp"
+#include "warp.hpp"
 
 namespace stoker {
 namespace {
@@ -50,71 +51,8 @@ Scratch& scratch() {
   return s;
 }
 
-// One warp: steps through the shared fixed-point coordinates (pixel.hpp) row by row; pixels whose
-// four taps lie inside the source take the inline path, the others (borders, fill modes, nearest
-// interpolation) the shared per-pixel function. Bit-identical to the reference executor.
-// lut (optional, [CN][256]): a per-value photometric table applied as each pixel is stored.
-template <int CN>
-void warp_rows(const AugmentPlan& p, const augment::PixelSource& ps, const augment::Affine& a, bool truncate,
-               const std::uint8_t* lut, std::uint8_t* out) {
-  using augment::kCoordBits;
-  using augment::kWeightBits;
-  constexpr int kOne = augment::kWeightOne;
-  const long long xlim = static_cast<long long>(ps.width - 1) << kCoordBits;
-  const long long ylim = static_cast<long long>(ps.height - 1) << kCoordBits;
-  const int bias = truncate ? 0 : (1 << (2 * kWeightBits - 1));
-  const bool bilinear = p.interpolation_order == 1;
-  const augment::FillMode mode = p.fill_mode;
-  const std::uint8_t cval = augment::cval_u8(p);
-  for (int y = 0; y < p.out_height; ++y) {
-    const augment::FixedRow r = augment::fixed_row(a, y);
-    long long X = r.x0, Y = r.y0;
-    std::uint8_t* o = out + static_cast<std::size_t>(y) * p.out_width * CN;
-    for (int x = 0; x < p.out_width; ++x, X += r.dx, Y += r.dy, o += CN) {
-      if (!bilinear) {
-        augment::sample_fixed(ps, p, X, Y, truncate, o);
-        continue;
-      }
-      long long xc = X, yc = Y;
-      if (!(X >= 0 && X < xlim && Y >= 0 && Y < ylim)) {
-        // Borders: nearest and constant inline (the same arithmetic as sample_fixed), the
-        // others through the shared function.
-        if (mode == augment::FillMode::Nearest) {
-          xc = X < 0 ? 0 : (X > xlim ? xlim : X);
-          yc = Y < 0 ? 0 : (Y > ylim ? ylim : Y);
-        } else if (mode == augment::FillMode::Constant) {
-          if (X < 0 || X > xlim || Y < 0 || Y > ylim) {
-            for (int c = 0; c < CN; ++c) o[c] = cval;
-            continue;
-          }
-        } else {
-          augment::sample_fixed(ps, p, X, Y, truncate, o);
-          continue;
-        }
-      }
-      const long long sx = xc >> kCoordBits, sy = yc >> kCoordBits;
-      const int fx = static_cast<int>((xc >> (kCoordBits - kWeightBits)) & (kOne - 1));
-      const int fy = static_cast<int>((yc >> (kCoordBits - kWeightBits)) & (kOne - 1));
-      const std::uint8_t* p0 =
-          ps.data + static_cast<std::size_t>(sy) * ps.row_stride + static_cast<std::size_t>(sx) * CN;
-      const std::size_t right = sx + 1 < ps.width ? CN : 0;
-      const std::uint8_t* p1 = sy + 1 < ps.height ? p0 + ps.row_stride : p0;
-      for (int c = 0; c < CN; ++c) {
-        // a * (1 - f) + b * f == (a << 8) + (b - a) * f: the same integers, half the multiplies.
-        const int top = (p0[c] << kWeightBits) + (p0[c + right] - p0[c]) * fx;
-        const int bot = (p1[c] << kWeightBits) + (p1[c + right] - p1[c]) * fx;
-        o[c] = static_cast<std::uint8_t>(((top << kWeightBits) + (bot - top) * fy + bias) >> (2 * kWeightBits));
-      }
-    }
-    if (lut) {
-      std::uint8_t* row = out + static_cast<std::size_t>(y) * p.out_width * CN;
-      for (int i = 0; i < p.out_width * CN; i += CN)
-        for (int c = 0; c < CN; ++c) row[i + c] = lut[c * 256 + row[i + c]];
-    }
-  }
-}
-
-// The geometric part: src -> out (uint8, out_height x out_width, interleaved).
+// The geometric part: src -> out (uint8, out_height x out_width, interleaved); lut: 256 entries
+// applied to every value.
 void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& src, std::uint8_t* out_data,
                   const std::uint8_t* lut = nullptr) {
   const int cn = p.channels;
@@ -151,19 +89,19 @@ void run_geometry(const AugmentPlan& p, const SampleParams& s, const ImageView& 
       }
     }
     if (lut) {
-      const std::size_t n = static_cast<std::size_t>(p.out_height) * p.out_width * cn;
-      for (std::size_t i = 0; i < n; i += cn)
-        for (int c = 0; c < cn; ++c) out_data[i + c] = lut[c * 256 + out_data[i + c]];
+      const std::size_t row = static_cast<std::size_t>(p.out_width) * cn;
+      for (int y = 0; y < p.out_height; ++y) augment::apply_lut_row(lut, out_data + y * row, static_cast<int>(row));
     }
     return;
   }
-  const augment::Affine a = augment::build_affine(p, s);
-  const augment::PixelSource ps = pixel_source(src);
-  switch (cn) {
-    case 1: warp_rows<1>(p, ps, a, s.has_brightness, lut, out_data); break;
-    case 3: warp_rows<3>(p, ps, a, s.has_brightness, lut, out_data); break;
-    default: warp_rows<4>(p, ps, a, s.has_brightness, lut, out_data); break;
-  }
+  augment::WarpJob job;
+  job.plan = &p;
+  job.src = pixel_source(src);
+  job.affine = augment::build_affine(p, s);
+  job.truncate = s.has_brightness;
+  job.lut = lut;
+  job.out = out_data;
+  augment::warp(job);
 }
 
 augment::WarpStats warp_stats(const AugmentPlan& p, const SampleParams& s, const std::uint8_t* w) {
@@ -211,28 +149,49 @@ STOKER_ROW_CLONES void photometric_row(const augment::rows::PhotometricConstants
                                        const std::uint8_t* warped, int y, float* const* plane) {
   augment::rows::process_row(k, t, warped, y, plane);
 }
+STOKER_ROW_CLONES void values_output_row(const augment::rows::RowTarget& t, const std::uint8_t* values, int y,
+                                         float* const* plane) {
+  augment::rows::values_row(t, values, y, plane);
+}
+
+// The row target of the output (through oa into dst) or of the photometric values (values), and
+// the scratch rows it goes through.
+struct RowPass {
+  augment::rows::RowTarget target;
+  float* plane[augment::kMaxChannels];
+
+  RowPass(const AugmentPlan& p, const augment::OutputAffine* oa, std::byte* dst, float* values) {
+    const int cn = p.channels, w = p.out_width;
+    target.oa = oa;
+    target.dst = dst;
+    target.values = values;
+    target.width = w;
+    target.height = p.out_height;
+    target.channels = cn;
+    target.float_output = p.float_output;
+    target.nchw = p.nchw;
+    std::vector<float>& buf = scratch().planes;
+    buf.resize(static_cast<std::size_t>(cn) * w);
+    for (int c = 0; c < cn; ++c) plane[c] = buf.data() + static_cast<std::size_t>(c) * w;
+  }
+};
 
 // The per-pixel photometric steps (those that are not a function of the single value:
 // saturation, hue), row by row: bit-identical to photometric() on every pixel. Either writes the
 // output through oa (dst) or, when values is set, the photometric results as interleaved floats.
 void photometric_rows(const AugmentPlan& p, const SampleParams& s, const augment::WarpStats& st, float cmean,
                       const std::uint8_t* warped, const augment::OutputAffine* oa, std::byte* dst, float* values) {
-  const int cn = p.channels, w = p.out_width;
-  const augment::rows::PhotometricConstants k = augment::rows::photometric_constants(s, st, cmean, cn);
-  augment::rows::RowTarget t;
-  t.oa = oa;
-  t.dst = dst;
-  t.values = values;
-  t.width = w;
-  t.height = p.out_height;
-  t.channels = cn;
-  t.float_output = p.float_output;
-  t.nchw = p.nchw;
-  std::vector<float>& buf = scratch().planes;
-  buf.resize(static_cast<std::size_t>(cn) * w);
-  float* plane[augment::kMaxChannels];
-  for (int c = 0; c < cn; ++c) plane[c] = buf.data() + static_cast<std::size_t>(c) * w;
-  for (int y = 0; y < p.out_height; ++y) photometric_row(k, t, warped, y, plane);
+  const augment::rows::PhotometricConstants k = augment::rows::photometric_constants(s, st, cmean, p.channels);
+  RowPass pass(p, oa, dst, values);
+  for (int y = 0; y < p.out_height; ++y) photometric_row(k, pass.target, warped, y, pass.plane);
+}
+
+// Warped values that are already the photometric results (the warp applied their table) through
+// the output affine into dst: the same float operations as finish()'s per-value tables.
+void write_values(const AugmentPlan& p, const std::uint8_t* values, std::byte* dst) {
+  const augment::OutputAffine oa = augment::output_affine(p, p.channels, 0.0f, 1.0f);
+  RowPass pass(p, &oa, dst, nullptr);
+  for (int y = 0; y < p.out_height; ++y) values_output_row(pass.target, values, y, pass.plane);
 }
 
 }  // namespace
@@ -298,26 +257,39 @@ void Augmenter::apply_with(const ImageView& src, const SampleParams& s, const Sa
   check_box(s, src);
   const bool per_value = !s.has_saturation && !s.has_hue && !spec_.preprocessing_function && !plan_.samplewise_center &&
                          !plan_.samplewise_std;
-  if (!plan_.float_output && !plan_.nchw && per_value) {
-    // uint8 NHWC: warp straight into the slot. Photometric steps that need no image statistics
-    // (brightness) are a table applied as rows are written; the others one in-place pass after.
-    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
-    if (s.photometric() && !s.has_channel_shift && !s.has_contrast) {
-      std::uint8_t lut[augment::kMaxChannels * 256];
+  Scratch& sc = scratch();
+  const std::size_t warped_bytes = static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels;
+  const bool u8_nhwc = !plan_.float_output && !plan_.nchw;
+  if (per_value && !s.has_channel_shift && !s.has_contrast) {
+    // Photometric steps that need no image statistics (brightness: integers, the same function
+    // of the value on every channel) are one table that the warp applies as it stores rows.
+    std::uint8_t lut[256];
+    if (s.photometric()) {
       for (int v = 0; v < 256; ++v) {
         float x = static_cast<float>(v);
         augment::photometric(s, augment::WarpStats{}, 0.0f, 1, &x);
-        for (int c = 0; c < plan_.channels; ++c) lut[c * 256 + v] = augment::hd::to_u8(x);
+        lut[v] = augment::hd::to_u8(x);
       }
-      run_geometry(plan_, s, src, out, lut);
+    }
+    const std::uint8_t* table = s.photometric() ? lut : nullptr;
+    if (u8_nhwc) {
+      // Straight into the slot.
+      run_geometry(plan_, s, src, reinterpret_cast<std::uint8_t*>(dst), table);
       return;
     }
-    run_geometry(plan_, s, src, out);
-    if (s.photometric()) finish(out, s, ctx, dst, false);
+    sc.warped.resize(warped_bytes);
+    run_geometry(plan_, s, src, sc.warped.data(), table);
+    write_values(plan_, sc.warped.data(), dst);
     return;
   }
-  Scratch& sc = scratch();
-  sc.warped.resize(static_cast<std::size_t>(plan_.out_height) * plan_.out_width * plan_.channels);
+  if (u8_nhwc && per_value) {
+    // The other per-value steps: one in-place pass after the warp.
+    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(dst);
+    run_geometry(plan_, s, src, out);
+    finish(out, s, ctx, dst, false);
+    return;
+  }
+  sc.warped.resize(warped_bytes);
   run_geometry(plan_, s, src, sc.warped.data());
   finish(sc.warped.data(), s, ctx, dst, false);
 }

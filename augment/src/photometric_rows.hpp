@@ -172,13 +172,10 @@ struct RowTarget {
   bool float_output = false, nchw = false;
 };
 
-// photometric() on output row y of the warped uint8 image (interleaved), then stored; plane:
-// `channels` scratch arrays of `width` floats.
-inline void process_row(const PhotometricConstants& k, const RowTarget& t, const std::uint8_t* warped, int y,
-                        float* const* plane) {
+// Row y of the planes (one float array per channel) into the target.
+inline void store_row(const RowTarget& t, int y, float* const* plane) {
   const int cn = t.channels, w = t.width;
   const std::size_t row = static_cast<std::size_t>(y) * w;
-  photometric_row(k, warped + row * cn, w, cn, plane);
   if (t.values) {
     float* v = t.values + row * cn;
     for (int x = 0; x < w; ++x)
@@ -205,6 +202,33 @@ inline void process_row(const PhotometricConstants& k, const RowTarget& t, const
       }
     }
   }
+}
+
+// photometric() on output row y of the warped uint8 image (interleaved), then stored; plane:
+// `channels` scratch arrays of `width` floats.
+inline void process_row(const PhotometricConstants& k, const RowTarget& t, const std::uint8_t* warped, int y,
+                        float* const* plane) {
+  const std::size_t row = static_cast<std::size_t>(y) * t.width;
+  photometric_row(k, warped + row * t.channels, t.width, t.channels, plane);
+  store_row(t, y, plane);
+}
+
+// Row y of uint8 values that are already the photometric results (the warp applied the table)
+// into the target: the float of each value, as photometric() would have returned it.
+inline void values_row(const RowTarget& t, const std::uint8_t* values, int y, float* const* plane) {
+  const int cn = t.channels, w = t.width;
+  const std::uint8_t* in = values + static_cast<std::size_t>(y) * w * cn;
+  if (cn == 3) {
+    for (int x = 0; x < w; ++x) {
+      plane[0][x] = in[3 * x];
+      plane[1][x] = in[3 * x + 1];
+      plane[2][x] = in[3 * x + 2];
+    }
+  } else {
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < cn; ++c) plane[c][x] = in[cn * x + c];
+  }
+  store_row(t, y, plane);
 }
 
 }  // namespace stoker::augment::rows
