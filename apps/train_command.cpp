@@ -304,8 +304,9 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
               c.monitor.c_str(), b.validation.accuracy, b.validation.loss);
-  std::printf("wrote %s (model.h5, head.stkh, stoker_model.json, history.json, metrics.png, throughput.png; %s to resume)\n",
-              c.out.c_str(), training::kCheckpointFile);
+  std::printf(
+      "wrote %s (model.h5, head.stkh, stoker_model.json, history.json, metrics.png, throughput.png; %s to resume)\n",
+      c.out.c_str(), training::kCheckpointFile);
 }
 
 }  // namespace
