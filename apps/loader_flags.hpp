@@ -48,6 +48,11 @@ struct LoaderFlags {
     return is_shard_spec(where) && !std::filesystem::is_directory(where);
   }
   bool shards() const { return names_shards(data); }
+  // The CLI11 check of --data: empty when `where` is a folder or names tar shards, else why not.
+  static std::string check_data(const std::string& where) {
+    if (std::filesystem::is_directory(where) || is_shard_spec(where)) return {};
+    return "Directory does not exist: " + where + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
+  }
 
   // The dataset --data names; for shards, what was skipped (--on-bad-sample skip) goes to `report`.
   Dataset dataset(WebDatasetReport* report = nullptr) const { return dataset_at(data, report); }
@@ -66,10 +71,7 @@ struct LoaderFlags {
                    "folder with one sub-folder per class, or WebDataset tar shards: a brace pattern "
                    "('shards/train-{000000..000127}.tar') or a .txt list of shard paths")
         ->required()
-        ->check([](const std::string& d) {
-          if (std::filesystem::is_directory(d) || is_shard_spec(d)) return std::string();
-          return "Directory does not exist: " + d + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
-        });
+        ->check(check_data);
     cmd.add_option("--label-field", label_field, "tar shards: take the label from this field of the json member");
     cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
     cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();

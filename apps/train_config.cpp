@@ -1,5 +1,6 @@
 #include "train_config.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,23 @@ void TrainConfig::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--epochs", epochs, "epochs")->capture_default_str();
   cmd.add_option("--learning-rate", learning_rate, "Adam learning rate")->capture_default_str();
-  cmd.add_option("--monitor", monitor, "val_loss | val_accuracy: which epoch is kept")->capture_default_str();
+  cmd.add_option("--monitor", monitor,
+                 "val_loss | val_accuracy: which epoch is kept, and what early stopping and the plateau watch")
+      ->capture_default_str();
+  cmd.add_option("--class-weight", class_weight,
+                 "Keras' class_weight: auto (sklearn's 'balanced': n / (classes x count)) or class:weight,... for "
+                 "every class, by name or index (cat:1,dog:2.5)");
+  cmd.add_option("--label-smoothing", label_smoothing, "Keras' cross-entropy label_smoothing, in [0, 1)")
+      ->capture_default_str();
+  cmd.add_option("--early-stopping-patience", early_stopping_patience,
+                 "stop after N epochs without improvement of --monitor (Keras' EarlyStopping; the saved head is "
+                 "the best epoch's)");
+  cmd.add_option("--reduce-lr-on-plateau", reduce_lr_on_plateau,
+                 "FACTOR,PATIENCE: Keras' ReduceLROnPlateau on --monitor (min_delta 1e-4, cooldown 0)")
+      ->delimiter(',')
+      ->expected(2);
+  cmd.add_flag("--cosine-decay", cosine_decay,
+               "Keras' CosineDecay from --learning-rate to 0 over every step of the run (alpha 0)");
   cmd.add_option("--device", device, "auto | cpu | cuda[:N]")->capture_default_str();
   cmd.add_option("--out", out, "folder for the model, the JSON log, the plots and the checkpoint");
   cmd.add_option("--checkpoint-every", checkpoint_every,
@@ -76,6 +93,15 @@ training::TrainOptions TrainConfig::options() const {
   o.epochs = epochs;
   o.adam.learning_rate = static_cast<float>(learning_rate);
   o.monitor = trainer::parse_monitor(monitor);
+  o.loss.label_smoothing = label_smoothing;
+  o.early_stopping.patience = early_stopping_patience;
+  if (!reduce_lr_on_plateau.empty()) {
+    o.reduce_lr_on_plateau.factor = reduce_lr_on_plateau[0];
+    o.reduce_lr_on_plateau.patience = static_cast<int>(reduce_lr_on_plateau[1]);
+    if (reduce_lr_on_plateau[1] != o.reduce_lr_on_plateau.patience || !(reduce_lr_on_plateau[0] > 0))
+      throw InvalidArgument("--reduce-lr-on-plateau takes FACTOR,PATIENCE: a factor in (0, 1) and whole epochs");
+  }
+  o.cosine_decay = cosine_decay;
   o.device = device;
   o.out = out;
   o.checkpoint_every_batches = checkpoint_every;
@@ -83,15 +109,51 @@ training::TrainOptions TrainConfig::options() const {
   return o;
 }
 
+std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
+  if (class_weight.empty()) return {};
+  if (class_weight == "auto") return training::balanced_class_weight(train);
+  const std::vector<std::string>& names = train.class_names;
+  std::vector<double> weights(names.size(), -1);
+  const std::string why = "--class-weight " + class_weight + ": ";
+  std::size_t start = 0;
+  while (start <= class_weight.size()) {
+    const std::size_t end = std::min(class_weight.find(',', start), class_weight.size());
+    const std::string item = class_weight.substr(start, end - start);
+    const std::size_t colon = item.rfind(':');
+    if (colon == std::string::npos) throw InvalidArgument(why + "'" + item + "' is not class:weight");
+    const std::string key = item.substr(0, colon);
+    std::size_t c = std::find(names.begin(), names.end(), key) - names.begin();
+    if (c == names.size() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos)
+      c = std::stoul(key);  // an index, as Keras' dict keys
+    if (c >= names.size()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw InvalidArgument(why + "no class '" + key + "' (classes: " + known + ")");
+    }
+    try {
+      std::size_t used = 0;
+      weights[c] = std::stod(item.substr(colon + 1), &used);
+      if (used != item.size() - colon - 1) throw std::invalid_argument("trailing characters");
+    } catch (const std::exception&) {
+      throw InvalidArgument(why + "'" + item.substr(colon + 1) + "' is not a number");
+    }
+    start = end + 1;
+  }
+  for (std::size_t c = 0; c < names.size(); ++c)
+    if (weights[c] < 0) throw InvalidArgument(why + "give a weight >= 0 for every class; '" + names[c] + "' has none");
+  return weights;
+}
+
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, batch_size, threads, prefetch, seed,
                                                 interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
                                                 cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
                                                 label_field)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, loader, val, validation_split, model, cut_at, preprocess,
-                                                epochs, learning_rate, monitor, device, out, checkpoint_every,
-                                                rotation_range, width_shift_range, height_shift_range, shear_range,
-                                                zoom_range, horizontal_flip, vertical_flip, brightness_range,
-                                                channel_shift_range, fill_mode, cval)
+                                                epochs, learning_rate, monitor, class_weight, label_smoothing,
+                                                early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device,
+                                                out, checkpoint_every, rotation_range, width_shift_range,
+                                                height_shift_range, shear_range, zoom_range, horizontal_flip,
+                                                vertical_flip, brightness_range, channel_shift_range, fill_mode, cval)
 
 void save_run_settings(const TrainConfig& config) {
   namespace fs = std::filesystem;

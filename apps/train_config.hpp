@@ -22,7 +22,14 @@ struct TrainConfig {
   int epochs = 10;
   double learning_rate = 1e-3;
   std::string monitor = "val_loss";  // val_loss | val_accuracy
-  std::string device = "auto";       // auto | cpu | cuda[:N]
+  // Keras fit(): class_weight ("auto" = 'balanced', or "class:weight,..." by name or index) and
+  // the loss's label_smoothing; callbacks on the monitored metric.
+  std::string class_weight;
+  double label_smoothing = 0;
+  int early_stopping_patience = 0;           // 0: off
+  std::vector<double> reduce_lr_on_plateau;  // factor, patience; empty: off
+  bool cosine_decay = false;
+  std::string device = "auto";  // auto | cpu | cuda[:N]
   std::string out;
   int checkpoint_every = 0;  // batches between checkpoints of an augmenting epoch (0: epoch ends only)
   std::string resume;        // the --out of a killed run to continue
@@ -43,6 +50,8 @@ struct TrainConfig {
   void add_to(CLI::App& cmd);
   // What the training library runs (its loader options and augmentation from the flags).
   training::TrainOptions options() const;
+  // The class weights of --class-weight for `train`'s classes (empty without the flag).
+  std::vector<double> class_weights(const Dataset& train) const;
   bool augments() const;  // any random transformation configured
 };
 

@@ -61,6 +61,24 @@ void make_dataset(const fs::path& root, int per_class) {
   }
 }
 
+// Three files a decoder cannot read, named to sort before the good ones: with a validation split of
+// 0.2 the first two of the class are validation images, the third a training image.
+std::vector<fs::path> add_unreadable_files(const fs::path& folder) {
+  const fs::path text = folder / "bad0_text.jpg", truncated = folder / "bad1_truncated.jpg",
+                 empty = folder / "bad2_empty.jpg";
+  std::ofstream(text) << "this is not a JPEG\n";
+  stoker::test::write_jpeg(truncated, stoker::test::make_pattern_rgb(100, 100, 3));
+  fs::resize_file(truncated, 200);
+  std::ofstream{empty};
+  return {text, truncated, empty};
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override { make_dataset(dir / "data", 10); }
@@ -102,6 +120,94 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   const auto ev = nlohmann::json::parse(e.out.substr(e.out.rfind('{')));
   EXPECT_EQ(ev["images"], 20);
   EXPECT_GE(ev["accuracy"].get<double>(), 0.9);
+}
+
+// --on-bad-sample skip: the epochs say how many images were left out and each file is named once
+// with its reason; history.json has the counts and the list; evaluate and predict report them too.
+TEST_F(Cli, UnreadableFilesAreSkippedCountedAndNamed) {
+  const std::vector<fs::path> bad = add_unreadable_files(dir / "data" / "cat");
+  const CommandResult failing = stoker(train_args("--device cpu"));
+  EXPECT_EQ(failing.exit_code, 2) << failing.out;
+  EXPECT_NE(failing.out.find("bad0_text.jpg"), std::string::npos) << "fail (the default) names the file";
+
+  // Augmenting: every epoch decodes again and meets the bad training file again.
+  const CommandResult t = stoker(train_args("--device cpu --image-size 96 --horizontal-flip --on-bad-sample skip"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("validation: 2 unreadable images skipped"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("18 images trained, 1 unreadable skipped; 2 validated, 2 skipped"), std::string::npos) << t.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(t.out, "skipped " + f.string() + ": "), 1u) << f << t.out;
+  std::ifstream h(dir / "out" / "history.json");
+  const auto history = nlohmann::json::parse(h);
+  ASSERT_EQ(history["epochs"].size(), 2u);
+  for (const auto& e : history["epochs"]) {
+    EXPECT_EQ(e["images"], 18);
+    EXPECT_EQ(e["skipped"], 1);
+    EXPECT_EQ(e["val_images"], 2);
+    EXPECT_EQ(e["val_skipped"], 2);
+  }
+  ASSERT_EQ(history["skipped_files"].size(), 3u) << history["skipped_files"].dump();
+  for (const auto& f : history["skipped_files"]) EXPECT_FALSE(f["reason"].get<std::string>().empty());
+  EXPECT_EQ(history["skipped_files"][2]["path"], bad[2].string()) << "validation's first, then training's";
+
+  const std::string data = " --data " + (dir / "data").string();
+  const std::string model = " --model-dir " + (dir / "out").string();
+  const CommandResult stop = stoker("evaluate" + model + data);
+  EXPECT_EQ(stop.exit_code, 2) << stop.out;
+  EXPECT_NE(stop.out.find("bad0_text.jpg"), std::string::npos) << stop.out;
+  const CommandResult e = stoker("evaluate --json --on-bad-sample skip" + model + data);
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(e.out, "stoker: error: " + f.string() + ": "), 1u) << e.out;
+  const auto ev = nlohmann::json::parse(e.out.substr(e.out.find("{\"")));
+  EXPECT_EQ(ev["images"], 20);
+  EXPECT_EQ(ev["skipped"], 3);
+  EXPECT_EQ(ev["skipped_files"].size(), 3u);
+
+  const std::string good = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult p = stoker("predict --json" + model + " " + bad[1].string() + " " + good);
+  EXPECT_EQ(p.exit_code, 1) << "1: some images could not be read, the rest were predicted\n" << p.out;
+  EXPECT_NE(p.out.find("stoker: error: " + bad[1].string() + ": "), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("1 of 2 images could not be read"), std::string::npos) << p.out;
+  const auto rows = nlohmann::json::parse(p.out.substr(p.out.find('['), p.out.rfind(']') - p.out.find('[') + 1));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["path"], good);
+  EXPECT_EQ(rows[0]["class"], "dog");
+  EXPECT_EQ(rows[1]["path"], bad[1].string());
+  EXPECT_TRUE(rows[1].contains("error"));
+  const CommandResult pf = stoker("predict --on-bad-sample fail" + model + " " + bad[1].string() + " " + good);
+  EXPECT_EQ(pf.exit_code, 2) << pf.out;
+  EXPECT_NE(pf.out.find(bad[1].string()), std::string::npos) << pf.out;
+}
+
+// verify: every file decoded once; exit 0 when all are readable, 1 with each unreadable one named.
+TEST_F(Cli, VerifyListsTheUnreadableFiles) {
+  const std::string data = (dir / "data").string();
+  const CommandResult clean = stoker("verify --threads 2 --data " + data);
+  EXPECT_EQ(clean.exit_code, 0) << clean.out;
+  EXPECT_NE(clean.out.find("20 files, 20 readable, 0 unreadable"), std::string::npos) << clean.out;
+
+  const std::vector<fs::path> bad = add_unreadable_files(dir / "data" / "cat");
+  const CommandResult text = stoker("verify --threads 2 --data " + data);
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("23 files, 20 readable, 3 unreadable"), std::string::npos) << text.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(text.out, "  " + f.string() + ": "), 1u) << f << text.out;
+
+  const CommandResult json = stoker("verify --json --data " + data);
+  EXPECT_EQ(json.exit_code, 1) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["files"], 23);
+  EXPECT_EQ(j["readable"], 20);
+  ASSERT_EQ(j["unreadable"].size(), 3u);
+  EXPECT_EQ(j["unreadable"][0]["path"], bad[0].string());
+  EXPECT_NE(j["unreadable"][2]["reason"].get<std::string>().find("empty"), std::string::npos) << j.dump();
+
+  // Tar shards (which `stoker shard` writes only from files that are not empty): the members
+  // named shard:member.
+  fs::remove(bad[2]);
+  ASSERT_EQ(stoker("shard --data " + data + " --out " + (dir / "shards" / "s-%d.tar").string()).exit_code, 0);
+  const CommandResult tar = stoker("verify --data " + (dir / "shards" / "s-{0..0}.tar").string());
+  EXPECT_EQ(tar.exit_code, 1) << tar.out;
+  EXPECT_NE(tar.out.find("22 files, 20 readable, 2 unreadable"), std::string::npos) << tar.out;
+  EXPECT_NE(tar.out.find("s-0.tar:"), std::string::npos) << tar.out;
 }
 
 TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {
@@ -296,7 +402,7 @@ TEST_F(Cli, LoadCacheAndHelp) {
   const CommandResult info = stoker("cache info " + file);
   EXPECT_EQ(info.exit_code, 0) << info.out;
   EXPECT_NE(info.out.find("20 entries"), std::string::npos) << info.out;
-  for (const char* sub : {"", "train", "load", "bench", "cache", "predict", "evaluate", "inspect"}) {
+  for (const char* sub : {"", "train", "load", "bench", "cache", "predict", "evaluate", "inspect", "verify"}) {
     const CommandResult h = stoker(std::string(sub) + " --help");
     EXPECT_EQ(h.exit_code, 0) << sub;
     EXPECT_NE(h.out.find("Usage"), std::string::npos) << sub;

@@ -92,7 +92,7 @@ TEST_F(TrainRun, DataFolderToSavedModelToPredictions) {
   EXPECT_EQ(m.info.prepare.image_size, 64);
 
   // The saved head, on the validation images, scores what the run reported for its best epoch.
-  const trainer::EpochStats again = evaluate(m, (dir / "data").string());
+  const trainer::EpochStats again = evaluate(m, (dir / "data").string()).stats;
   EXPECT_EQ(again.samples, 24);
 
   std::vector<std::string> paths;
@@ -273,6 +273,49 @@ TEST_F(Resume, AfterAnEpochWithoutAugmentationReusesTheSavedFeatures) {
   // A finished run trains on when asked for more epochs.
   again.epochs = 6;
   EXPECT_EQ(train(data, again).history.size(), 6u);
+}
+
+// Unreadable files skipped: each epoch reports them, and a resumed run (mid-epoch, or reusing the
+// saved features) reports what the uninterrupted one reports.
+TEST_F(Resume, WithUnreadableFilesSkippedEqualsTheUninterruptedRun) {
+  std::ofstream(dir / "data" / "blue" / "img7.jpg", std::ios::trunc) << "not a JPEG";
+  std::ofstream(dir / "data" / "red" / "img9.jpg", std::ios::trunc);
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  auto skipping = [](TrainOptions o) {
+    o.loader.on_bad_sample = BadSamplePolicy::Skip;
+    return o;
+  };
+  for (const bool augmenting : {true, false}) {
+    SCOPED_TRACE(augmenting ? "augmenting" : "features reused");
+    const std::string name = augmenting ? "aug" : "plain";
+    auto options = [&](const fs::path& out) {
+      TrainOptions o = skipping(augmented(out));
+      if (!augmenting) o.augmentation.reset();
+      return o;
+    };
+    const TrainResult whole = train(data, options(dir / (name + "_whole")));
+    ASSERT_EQ(whole.history.size(), 2u);
+    for (const EpochReport& e : whole.history) {
+      ASSERT_EQ(e.skipped.size(), 2u);
+      EXPECT_EQ(e.train.samples, 16);
+      const std::string both = e.skipped[0].path + " " + e.skipped[1].path;  // in the epoch's shuffled order
+      EXPECT_NE(both.find("blue/img7.jpg"), std::string::npos) << both;
+      EXPECT_NE(both.find("red/img9.jpg"), std::string::npos) << both;
+      EXPECT_FALSE(e.skipped[0].reason.empty());
+    }
+    Stop stop;
+    if (augmenting) stop.after_batches = 5;  // epoch 1's second batch: its checkpoint is after the first
+    else stop.after_epochs = 1;
+    const fs::path out = dir / (name + "_stopped");
+    EXPECT_THROW(train(data, options(out), &stop), std::runtime_error);
+    TrainOptions again = options(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    expect_same_history(resumed.history, whole.history);
+    for (std::size_t i = 0; i < resumed.history.size(); ++i)
+      EXPECT_EQ(resumed.history[i].skipped.size(), whole.history[i].skipped.size()) << "epoch " << i;
+    EXPECT_EQ(head_bytes(out), head_bytes(dir / (name + "_whole")));
+  }
 }
 
 TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {

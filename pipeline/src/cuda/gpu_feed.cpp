@@ -607,6 +607,10 @@ std::string GpuFeed::describe() const {
   return s;
 }
 
+std::vector<SkippedSample> GpuFeed::skipped() const {
+  return core_->loader_ ? core_->loader_->skipped() : std::vector<SkippedSample>{};
+}
+
 GpuFeedStats GpuFeed::stats() const {
   GpuFeedStats s;
   {

@@ -106,6 +106,7 @@ LoaderOptions use_loader(const TrainedModel& m, const UseOptions& o, LabelMode l
   l.threads = o.threads;
   l.shuffle = false;
   l.label_mode = labels;
+  l.on_bad_sample = o.on_bad_sample;
   l.transform = std::make_shared<Augmenter>(image_spec(m.info.prepare));
   return l;
 }
@@ -117,7 +118,6 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
   samples.reserve(paths.size());
   for (const auto& p : paths) samples.push_back({p, -1});
   LoaderOptions lo = use_loader(m, options, LabelMode::None);
-  lo.on_bad_sample = BadSamplePolicy::Skip;  // report each unreadable image, predict the rest
   Loader loader(dataset_from_list(samples, m.info.class_names), lo);
   loader.begin_epoch(0);
   Predictions out;
@@ -144,13 +144,15 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
   return out;
 }
 
-trainer::EpochStats evaluate(const TrainedModel& m, const std::string& folder, const UseOptions& options,
-                             const ProgressFn& progress) {
+Evaluation evaluate(const TrainedModel& m, const std::string& folder, const UseOptions& options,
+                    const ProgressFn& progress) {
   DirectoryOptions d;
   d.classes = m.info.class_names;
   Loader loader(dataset_from_directory(folder, d), use_loader(m, options, LabelMode::Sparse));
   const Features f = collect_features(*cpu_feature_source(loader, m.backbone), 0, progress);
-  return m.head.evaluate(f.x.data(), f.y.data(), f.n);
+  if (f.n == 0)
+    throw DatasetError(folder + ": none of its " + std::to_string(f.skipped.size()) + " images could be read");
+  return {m.head.evaluate(f.x.data(), f.y.data(), f.n), f.skipped};
 }
 
 }  // namespace stoker::training

@@ -85,7 +85,7 @@ Features extract(FeatureSource& source, const std::string& what, TrainObserver& 
   Features f = collect_features(source, 0, [&](std::size_t batches, std::size_t, std::size_t images) {
     observer.on_features_progress(batches, images);
   });
-  observer.on_features_end();
+  observer.on_features_end(f.skipped);
   return f;
 }
 
@@ -97,7 +97,15 @@ struct RunState {
   trainer::Head& head;
   trainer::BestEpoch& best;
   std::vector<EpochReport>& history;
+  EarlyStopping early_stopping;
+  ReduceLrOnPlateau reduce_lr_on_plateau;
+  std::int64_t decay_steps = 0;  // of the cosine schedule; 0 without it
   bool features_saved = false;
+
+  // Before each optimizer step: the cosine schedule's rate for it.
+  void before_step(trainer::Head& h) const {
+    if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
+  }
 
   void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {}) const {
     Checkpoint c;
@@ -111,6 +119,8 @@ struct RunState {
     c.head = head;
     if (best.head()) c.best_head = *best.head();
     c.has_features = features_saved;
+    c.early_stopping = early_stopping;
+    c.reduce_lr_on_plateau = reduce_lr_on_plateau;
     save_checkpoint(options.out / kCheckpointFile, c);
   }
 };
@@ -125,10 +135,17 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& ru
   const std::size_t total = source.batches_per_epoch();
   const std::size_t images_before = sums.images;  // trained on by the process that was stopped
   const auto t0 = Clock::now();
+  // The unreadable samples of the whole epoch: those the stopped process met, then this one's.
+  auto skipped_so_far = [&] {
+    std::vector<SkippedSample> all = sums.skipped;
+    for (SkippedSample& s : source.skipped()) all.push_back(std::move(s));
+    return all;
+  };
   e.times = source.run_epoch(
       static_cast<std::uint64_t>(epoch),
-      [&](const float* x, const int* y, int n, int) {
-        const trainer::StepResult r = run.head.train_step(x, y, n);
+      [&](const float* x, const int* y, const std::int64_t*, int n, int) {
+        run.before_step(run.head);
+        const trainer::StepResult r = run.head.train_step(x, y, n, run.options.loss);
         sums.loss_sum += r.loss * r.samples;
         sums.correct += r.correct;
         sums.images += static_cast<std::size_t>(n);
@@ -136,11 +153,14 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& ru
         observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
                                 sums.correct / static_cast<double>(sums.images));
         if (every > 0 && sums.batches % static_cast<std::size_t>(every) == 0 && sums.batches < total) {
-          run.save(epoch, source.state(), sums);
+          EpochProgress progress = sums;
+          progress.skipped = skipped_so_far();
+          run.save(epoch, source.state(), progress);
         }
       },
       resume);
   e.seconds = since(t0);
+  e.skipped = skipped_so_far();
   const double seen = std::max<double>(1, static_cast<double>(sums.images));
   e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
   e.images_per_second = static_cast<double>(sums.images - images_before) / std::max(1e-9, e.seconds);
@@ -166,7 +186,7 @@ std::string augmentation_fingerprint(const Augmenter& augmenter) {
 
 // What a run's results depend on besides its data (the loader state's digest covers that).
 nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& backbone, const Augmenter& augmentation,
-                            const std::vector<std::string>& classes) {
+                            const std::vector<std::string>& classes, std::int64_t decay_steps) {
   return {{"backbone", backbone.model},
           {"cut_at", backbone.cut_at},
           {"preprocess", o.prepare.preprocess},
@@ -175,6 +195,11 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"keep_aspect_ratio", o.prepare.keep_aspect_ratio},
           {"augmentation", o.augmentation ? augmentation_fingerprint(augmentation) : std::string("none")},
           {"learning_rate", o.adam.learning_rate},
+          {"label_smoothing", o.loss.label_smoothing},
+          {"class_weight", o.loss.class_weight},
+          {"early_stopping_patience", o.early_stopping.patience},
+          {"reduce_lr_on_plateau", {o.reduce_lr_on_plateau.factor, o.reduce_lr_on_plateau.patience}},
+          {"cosine_decay_steps", decay_steps},
           {"beta_1", o.adam.beta_1},
           {"beta_2", o.adam.beta_2},
           {"epsilon", o.adam.epsilon},
@@ -207,6 +232,19 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
 }
 
 }  // namespace
+
+std::vector<double> balanced_class_weight(const Dataset& train) {
+  std::vector<std::size_t> count(train.class_names.size(), 0);
+  for (const Sample& s : train.samples)
+    if (s.label >= 0 && static_cast<std::size_t>(s.label) < count.size()) ++count[static_cast<std::size_t>(s.label)];
+  std::vector<double> weight;
+  for (std::size_t c = 0; c < count.size(); ++c) {
+    if (count[c] == 0)
+      throw DatasetError("balanced class weights: class '" + train.class_names[c] + "' has no training samples");
+    weight.push_back(static_cast<double>(train.size()) / (static_cast<double>(count.size()) * count[c]));
+  }
+  return weight;
+}
 
 TrainingData training_data(const std::string& folder, double validation_split, const std::string& validation_folder) {
   Dataset all = dataset_from_directory(folder);
@@ -247,6 +285,14 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
+  if (o.cosine_decay && o.reduce_lr_on_plateau.enabled())
+    throw InvalidArgument("the cosine decay and the plateau reduction both set the learning rate: choose one");
+  if (o.reduce_lr_on_plateau.enabled() && !(o.reduce_lr_on_plateau.factor < 1 && o.reduce_lr_on_plateau.patience >= 0))
+    throw InvalidArgument("the plateau reduction's factor must be in (0, 1), received " +
+                          std::to_string(o.reduce_lr_on_plateau.factor));
+  if (o.early_stopping.patience < 0)
+    throw InvalidArgument("early stopping's patience must be >= 0, received " +
+                          std::to_string(o.early_stopping.patience));
   // One process trains on all of the data: no gradients are exchanged between ranks (yet).
   const Sharding sharding = o.loader.sharding ? *o.loader.sharding : sharding_from_environment();
   if (sharding.world_size > 1) {
@@ -283,7 +329,13 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
                     " the --out of a stoker train run?)");
     resumed = load_checkpoint(checkpoint_file);
   }
-  const std::string settings = run_settings(o, ref, sources.train_augmenter(), data.train.class_names).dump();
+  // The cosine schedule spans the run's planned steps (an epoch whose files were all skipped in
+  // one batch has one step fewer).
+  const std::int64_t decay_steps = o.cosine_decay ? static_cast<std::int64_t>(o.epochs) *
+                                                        static_cast<std::int64_t>(sources.train().batches_per_epoch())
+                                                  : 0;
+  const std::string settings =
+      run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
   if (resumed) check_same_run(*resumed, nlohmann::json::parse(settings), sources.train().state(), checkpoint_file);
   if (resumed && resumed->epoch > o.epochs) {
     throw InvalidArgument(checkpoint_file.string() + ": the run has finished " + std::to_string(resumed->epoch) +
@@ -296,6 +348,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   write_model_info(o.out, {ref, o.prepare, data.train.class_names});
 
   Features validation = extract(sources.validation(), "validation features", observer);
+  if (validation.n == 0)
+    throw DatasetError("none of the " + std::to_string(data.validation.size()) + " validation images could be read");
   if (gpu) {
     const double error = sources.gpu_error(validation, o.loader.batch_size);
     if (!(error <= kGpuAgreementLimit)) {
@@ -314,16 +368,20 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   trainer::BestEpoch best(o.monitor, o.out / "head.stkh", ref);
   std::optional<Features> reused;  // without augmentation: the training features, computed in epoch 0
   int first_epoch = 0;
-  RunState run{o, settings, head, best, result.history};
+  RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   if (resumed) {
     result.history = resumed->history;
+    run.early_stopping = resumed->early_stopping;
+    run.reduce_lr_on_plateau = resumed->reduce_lr_on_plateau;
     if (resumed->best_head) best.restore(resumed->best_epoch, resumed->best_value, *resumed->best_head);
     if (resumed->has_features && !o.augmentation) {
       reused = load_features(o.out / kCheckpointFeaturesFile);
-      if (reused->n != static_cast<int>(data.train.size()) || reused->dim != dim)
+      const std::size_t listed = static_cast<std::size_t>(reused->n) + reused->skipped.size();
+      if (listed != data.train.size() || reused->dim != dim)
         throw IoError((o.out / kCheckpointFeaturesFile).string() + ": holds " + std::to_string(reused->n) + " x " +
-                      std::to_string(reused->dim) + " features, the run needs " + std::to_string(data.train.size()) +
-                      " x " + std::to_string(dim));
+                      std::to_string(reused->dim) + " features (and " + std::to_string(reused->skipped.size()) +
+                      " unreadable samples), the run needs " + std::to_string(data.train.size()) + " x " +
+                      std::to_string(dim));
       run.features_saved = true;
     }
     first_epoch = resumed->epoch;
@@ -331,7 +389,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   } else {
     run.save(0, sources.train().state());  // a run stopped before its first checkpoint resumes from the start
   }
-  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < o.epochs && !run.early_stopping.stopped; ++epoch) {
     observer.on_epoch_begin(epoch, o.augmentation ? sources.train().batches_per_epoch() : 0);
     EpochReport e;
     if (o.augmentation) {
@@ -344,18 +402,27 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
       e.features_cached = reused.has_value();
       if (!reused) {
         reused = extract(sources.train(), "training features", observer);
+        if (reused->n == 0)
+          throw DatasetError("none of the " + std::to_string(data.train.size()) + " training images could be read");
         e.times = reused->times;
         save_features(o.out / kCheckpointFeaturesFile, *reused);
         run.features_saved = true;
       }
       e.train = head.train_epoch(reused->x.data(), reused->y.data(), reused->n, o.loader.batch_size,
-                                 static_cast<std::uint64_t>(epoch), o.loader.seed);
+                                 static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
+                                 [&run](trainer::Head& h) { run.before_step(h); });
+      e.skipped = reused->skipped;
       e.seconds = since(t0);
       if (e.features_cached) e.times.compute_seconds = e.seconds;  // the head alone
       e.images_per_second = reused->n / std::max(1e-9, e.seconds);
     }
-    e.validation = head.evaluate(validation.x.data(), validation.y.data(), validation.n);
+    e.validation = head.evaluate(validation.x.data(), validation.y.data(), validation.n, {o.loss.label_smoothing, {}});
     e.improved = best.offer(epoch, e.validation, head);
+    e.learning_rate = head.adam().learning_rate;
+    // Keras' callbacks after the epoch, on the monitored value (lower is better, as BestEpoch).
+    const double monitored = o.monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
+    head.set_learning_rate(run.reduce_lr_on_plateau.on_epoch_end(monitored, head.adam().learning_rate));
+    e.stopped_early = run.early_stopping.on_epoch_end(epoch, monitored);
     result.history.push_back(e);
     LoaderState next = sources.train().state();
     next.epoch = static_cast<std::uint64_t>(epoch) + 1;

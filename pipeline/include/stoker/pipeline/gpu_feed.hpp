@@ -137,6 +137,9 @@ class GpuFeed {
   SampleShape output_shape() const noexcept;  // what next() delivers
   std::string describe() const;               // one line: depth, bytes, stage, device
   GpuFeedStats stats() const;
+  // The loader's skipped samples of the current epoch (Loader::skipped): it runs up to depth()
+  // batches ahead of next(), so the list is complete once next() has returned nullopt.
+  std::vector<SkippedSample> skipped() const;
 
  private:
   std::shared_ptr<detail::FeedCore> core_;

@@ -60,6 +60,9 @@ TrainedModel load_trained_model(const std::filesystem::path& dir);
 struct UseOptions {
   int batch_size = 32;
   int threads = 0;  // decode threads; 0 = all cores
+  // Fail: the first unreadable image stops evaluate / predict (DecodeError naming it). Skip: it is
+  // left out and reported (Evaluation::skipped, Predictions::failed).
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::Skip;
 };
 
 struct Prediction {
@@ -71,11 +74,17 @@ struct Predictions {
   std::vector<Prediction> predicted;  // in the order of the paths given, unreadable ones left out
   std::vector<SkippedSample> failed;  // the unreadable images and why
 };
-// Class probabilities for each image; an unreadable image is reported in `failed`, not thrown.
+// Class probabilities for each image; with on_bad_sample Skip an unreadable image is reported in
+// `failed`, not thrown.
 Predictions predict(const TrainedModel& model, const std::vector<std::string>& paths, const UseOptions& options = {});
 
+struct Evaluation {
+  trainer::EpochStats stats;           // over the images that could be read
+  std::vector<SkippedSample> skipped;  // the unreadable ones (on_bad_sample Skip) and why
+};
 // Loss and accuracy on a labelled folder (one sub-folder per class, the model's class names).
-trainer::EpochStats evaluate(const TrainedModel& model, const std::string& folder, const UseOptions& options = {},
-                             const ProgressFn& progress = {});
+// DatasetError when no image of it can be read.
+Evaluation evaluate(const TrainedModel& model, const std::string& folder, const UseOptions& options = {},
+                    const ProgressFn& progress = {});
 
 }  // namespace stoker::training
