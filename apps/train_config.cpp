@@ -113,7 +113,8 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
   if (class_weight.empty()) return {};
   if (class_weight == "auto") return training::balanced_class_weight(train);
   const std::vector<std::string>& names = train.class_names;
-  std::vector<double> weights(names.size(), -1);
+  std::vector<double> weights(names.size());
+  std::vector<bool> given(names.size(), false);
   const std::string why = "--class-weight " + class_weight + ": ";
   std::size_t start = 0;
   while (start <= class_weight.size()) {
@@ -133,6 +134,7 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
     try {
       std::size_t used = 0;
       weights[c] = std::stod(item.substr(colon + 1), &used);
+      given[c] = true;
       if (used != item.size() - colon - 1) throw std::invalid_argument("trailing characters");
     } catch (const std::exception&) {
       throw InvalidArgument(why + "'" + item.substr(colon + 1) + "' is not a number");
@@ -140,7 +142,7 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
     start = end + 1;
   }
   for (std::size_t c = 0; c < names.size(); ++c)
-    if (weights[c] < 0) throw InvalidArgument(why + "give a weight >= 0 for every class; '" + names[c] + "' has none");
+    if (!given[c]) throw InvalidArgument(why + "give a weight for every class; '" + names[c] + "' has none");
   return weights;
 }
 

@@ -6,8 +6,10 @@ weights, what tf-keras 2.x computes with Adam(learning_rate=0.01):
   steps:  train_on_batch(x, y, class_weight=...) twice: the loss it reports and the kernel/bias after
   fit:    one fit() epoch in batches of 4 (shuffle=False): history's loss and the weights after
   evaluate: model.evaluate() loss after the steps (class weights do not apply; smoothing does)
-Plain JSON numbers (float32 values printed as doubles). CI never runs this; the C++ test
-(tests/trainer/head_test.cpp, Head.*MatchKeras*) reads the committed file.
+and, for the callbacks, ReduceLROnPlateau's rate and EarlyStopping's stop on a fixed sequence of
+epoch metrics, and CosineDecay's rates per step.
+Plain JSON numbers (float32 values printed as doubles). CI never runs this; the C++ tests
+(Head.ClassWeightAndLabelSmoothingMatchKeras, Schedules.*) read the committed file.
 
   /work/main/.venv-dev/bin/python scripts/keras_reference_fit_options.py [--out FILE]
 """
@@ -75,7 +77,33 @@ for name, units, class_weight, smoothing in (
     print(f"{name}: keras step-1 loss {case['steps'][0]['loss']:.7f}; sum(w*l)/batch {np.sum(w * per) / n:.7f}; "
           f"sum(w*l)/sum(w) {np.sum(w * per) / np.sum(w):.7f}")
 
+# The callbacks on a made-up sequence of epoch metrics: the learning rate ReduceLROnPlateau(factor
+# 0.5, patience 2) leaves after each epoch, the epoch EarlyStopping(patience 3) stops at, for
+# val_loss ('min') and val_accuracy ('max'); and CosineDecay(0.01, 10) at steps 0..12.
+callbacks = []
+for monitor, values in (("val_loss", [1.0, 0.9, 0.95, 0.91, 0.92, 0.85, 0.84995, 0.86, 0.87, 0.88, 0.8, 0.81]),
+                        ("val_accuracy", [0.5, 0.6, 0.6, 0.65, 0.64, 0.63, 0.65005, 0.62, 0.7, 0.69, 0.68, 0.67])):
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01), loss="mse")
+    plateau = keras.callbacks.ReduceLROnPlateau(monitor=monitor, factor=0.5, patience=2)
+    stopping = keras.callbacks.EarlyStopping(monitor=monitor, patience=3)
+    for cb in (plateau, stopping):
+        cb.set_model(model)
+        cb.on_train_begin()
+    lrs, stopped = [], None
+    for epoch, v in enumerate(values):
+        plateau.on_epoch_end(epoch, {monitor: v})
+        lrs.append(float(keras.backend.get_value(model.optimizer.learning_rate)))
+        if stopped is None:
+            stopping.on_epoch_end(epoch, {monitor: v})
+            if model.stop_training:
+                stopped = epoch
+    callbacks.append({"monitor": monitor, "values": values, "learning_rate_after": lrs, "stopped_after": stopped})
+schedule = keras.optimizers.schedules.CosineDecay(0.01, 10)
+cosine = [float(schedule(step)) for step in range(13)]
+
 Path(args.out).write_text(json.dumps({"generator": "scripts/keras_reference_fit_options.py",
                                       "tf_keras": keras.__version__, "tensorflow": tf.__version__,
-                                      "cases": cases}, indent=1) + "\n")
+                                      "cases": cases, "callbacks": callbacks, "cosine_decay_0.01_10": cosine},
+                                     indent=1) + "\n")
 print("wrote", args.out)

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -208,6 +209,72 @@ TEST_F(Cli, VerifyListsTheUnreadableFiles) {
   EXPECT_EQ(tar.exit_code, 1) << tar.out;
   EXPECT_NE(tar.out.find("22 files, 20 readable, 2 unreadable"), std::string::npos) << tar.out;
   EXPECT_NE(tar.out.find("s-0.tar:"), std::string::npos) << tar.out;
+}
+
+// Keras' fit() options from the command line: the learning rate of each epoch in the epoch line
+// and history.json, the cosine schedule, the plateau, early stopping, class weights and label
+// smoothing; --label-mode, which train cannot honour, is refused.
+TEST_F(Cli, KerasFitOptions) {
+  auto history = [&] {
+    std::ifstream h(dir / "out" / "history.json");
+    return nlohmann::json::parse(h);
+  };
+  // 16 training images in batches of 8: 4 steps over 2 epochs; each epoch logs its last step's rate.
+  const CommandResult cosine = stoker(train_args("--device cpu --cosine-decay"));
+  ASSERT_EQ(cosine.exit_code, 0) << cosine.out;
+  EXPECT_NE(cosine.out.find("| lr 0.000854 |"), std::string::npos) << cosine.out;
+  auto h = history();
+  EXPECT_NEAR(h["epochs"][0]["learning_rate"].get<double>(), 1e-3 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-9);
+  EXPECT_NEAR(h["epochs"][1]["learning_rate"].get<double>(), 1e-3 * 0.5 * (1 + std::cos(3 * M_PI / 4)), 1e-9);
+
+  // val_accuracy on 4 images takes at most 5 values: it stalls within 8 epochs, and each stall
+  // halves the rate (patience 1) and, twice in a row, stops the run (patience 2).
+  const CommandResult plateau = stoker(
+      train_args("--device cpu --epochs 8 --learning-rate 0.3 --monitor val_accuracy --reduce-lr-on-plateau 0.5,1 "
+                 "--early-stopping-patience 2"));
+  ASSERT_EQ(plateau.exit_code, 0) << plateau.out;
+  EXPECT_NE(plateau.out.find("early stopping: val_accuracy has not improved for 2 epochs; stopped after epoch"),
+            std::string::npos)
+      << plateau.out;
+  h = history();
+  const auto& epochs = h["epochs"];
+  ASSERT_LT(epochs.size(), 8u) << epochs.dump();
+  EXPECT_TRUE(epochs.back()["stopped_early"].get<bool>());
+  for (std::size_t e = 0; e + 1 < epochs.size(); ++e) {
+    const float lr = epochs[e]["learning_rate"].get<float>(), next = epochs[e + 1]["learning_rate"].get<float>();
+    EXPECT_EQ(next, epochs[e]["improved"].get<bool>() ? lr : static_cast<float>(lr * 0.5)) << "after epoch " << e;
+  }
+  EXPECT_EQ(h["best_epoch"].get<int>() + 1 + 2, static_cast<int>(epochs.size())) << "two epochs after the best";
+
+  // Label smoothing 0.2 enters the validation loss too: no prediction gets it below the entropy of
+  // (0.9, 0.1), 0.325.
+  const CommandResult smooth = stoker(train_args("--device cpu --label-smoothing 0.2 --class-weight cat:1,dog:3"));
+  ASSERT_EQ(smooth.exit_code, 0) << smooth.out;
+  for (const auto& e : history()["epochs"]) EXPECT_GT(e["val_loss"].get<double>(), 0.325) << e.dump();
+  const CommandResult balanced = stoker(train_args("--device cpu --class-weight auto"));
+  EXPECT_EQ(balanced.exit_code, 0) << balanced.out;
+
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--class-weight cat:1", "give a weight for every class; 'dog' has none"},
+           {"--class-weight cat:1,dog:-2", "class weights must be finite and >= 0"},
+           {"--class-weight cat:1,bird:2", "no class 'bird' (classes: cat, dog)"},
+           {"--class-weight cat:1,dog:x", "'x' is not a number"},
+           {"--label-smoothing 1", "label smoothing must be in [0, 1)"},
+           {"--reduce-lr-on-plateau 2,1", "factor must be in (0, 1)"},
+           {"--cosine-decay --reduce-lr-on-plateau 0.5,2", "choose one"},
+           {"--label-mode categorical", "--label-mode does not apply to train"},
+       }) {
+    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+  }
+  // A resume keeps the schedule: changing it is refused by name.
+  const CommandResult changed = stoker("train --resume " + (dir / "out").string() + " --cosine-decay");
+  EXPECT_NE(changed.exit_code, 0);
+  EXPECT_NE(changed.out.find("--cosine-decay cannot change"), std::string::npos) << changed.out;
 }
 
 TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,83 @@ TEST_F(Resume, WithUnreadableFilesSkippedEqualsTheUninterruptedRun) {
     for (std::size_t i = 0; i < resumed.history.size(); ++i)
       EXPECT_EQ(resumed.history[i].skipped.size(), whole.history[i].skipped.size()) << "epoch " << i;
     EXPECT_EQ(head_bytes(out), head_bytes(dir / (name + "_whole")));
+  }
+}
+
+// Schedules and callbacks continue across a resume: the cosine rate (from the head's step count),
+// the plateau's and early stopping's counters (from the checkpoint), and an early stop stays one.
+TEST_F(Resume, WithScheduleAndCallbacksEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  struct Setup {
+    std::string name;
+    bool augmenting;
+    std::function<void(TrainOptions&)> set;
+    std::size_t stop_after_batches;
+    int stop_after_epochs;
+  };
+  const std::vector<Setup> setups = {
+      {"cosine", true, [](TrainOptions& o) { o.cosine_decay = true; }, 4, 0},
+      {"plateau and early stopping", false,
+       [](TrainOptions& o) {
+         o.epochs = 8;
+         o.adam.learning_rate = 0.5f;  // large steps: the validation loss stalls and the callbacks act
+         o.monitor = trainer::Monitor::ValAccuracy;
+         o.reduce_lr_on_plateau.factor = 0.5;
+         o.reduce_lr_on_plateau.patience = 1;
+         o.early_stopping.patience = 2;
+       },
+       0, 2},
+  };
+  for (const Setup& s : setups) {
+    SCOPED_TRACE(s.name);
+    auto options = [&](const fs::path& out) {
+      TrainOptions o = augmented(out);
+      if (!s.augmenting) o.augmentation.reset();
+      s.set(o);
+      return o;
+    };
+    const fs::path whole_dir = dir / (s.name + " whole"), out = dir / (s.name + " stopped");
+    const TrainResult whole = train(data, options(whole_dir));
+    Stop stop;
+    stop.after_batches = s.stop_after_batches;
+    stop.after_epochs = s.stop_after_epochs;
+    EXPECT_THROW(train(data, options(out), &stop), std::runtime_error);
+    TrainOptions again = options(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    expect_same_history(resumed.history, whole.history);
+    for (std::size_t i = 0; i < whole.history.size() && i < resumed.history.size(); ++i) {
+      EXPECT_EQ(resumed.history[i].learning_rate, whole.history[i].learning_rate) << "epoch " << i;
+      EXPECT_EQ(resumed.history[i].stopped_early, whole.history[i].stopped_early) << "epoch " << i;
+    }
+    EXPECT_TRUE(head_bytes(out) == head_bytes(whole_dir)) << "the last epoch's head";
+    EXPECT_TRUE(best_bytes(out) == best_bytes(whole_dir)) << "the best epoch's head";
+    if (s.augmenting) {  // 2 epochs of 3 batches: the rate of each epoch's last step, from 1e-2 to 0
+      ASSERT_EQ(whole.history.size(), 2u);
+      EXPECT_NEAR(whole.history[0].learning_rate, cosine_decay(1e-2f, 2, 6), 1e-9);
+      EXPECT_NEAR(whole.history[1].learning_rate, cosine_decay(1e-2f, 5, 6), 1e-9);
+    } else {
+      ASSERT_TRUE(whole.history.back().stopped_early) << "8 epochs on 6 validation images: accuracy must stall";
+      EXPECT_LT(whole.history.size(), 8u);
+      bool reduced = false;
+      for (std::size_t i = 1; i < whole.history.size(); ++i)
+        reduced = reduced || whole.history[i].learning_rate < whole.history[i - 1].learning_rate;
+      EXPECT_TRUE(reduced) << "the plateau halved the rate at least once";
+      // A stopped run stays stopped when resumed again.
+      EXPECT_EQ(train(data, again).history.size(), whole.history.size());
+    }
+    // A resume with another schedule is refused, naming it.
+    TrainOptions other = again;
+    if (s.augmenting) other.cosine_decay = false;
+    else other.reduce_lr_on_plateau.factor = 0.25;
+    try {
+      train(data, other);
+      FAIL() << "resumed with another schedule";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(s.augmenting ? "cosine_decay_steps" : "reduce_lr_on_plateau"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

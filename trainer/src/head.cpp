@@ -86,13 +86,13 @@ void Head::check_labels(const int* labels, int n) const {
                             " is outside [0, " + std::to_string(classes()) + ")");
 }
 
-void Head::check_loss(const LossOptions& loss) const {
-  if (!(loss.label_smoothing >= 0 && loss.label_smoothing < 1))
-    throw InvalidArgument("label smoothing must be in [0, 1), received " + std::to_string(loss.label_smoothing));
-  if (!loss.class_weight.empty() && loss.class_weight.size() != static_cast<std::size_t>(classes()))
-    throw InvalidArgument("class weights: " + std::to_string(loss.class_weight.size()) + " given for " +
-                          std::to_string(classes()) + " classes");
-  for (double w : loss.class_weight)
+void LossOptions::check(int classes) const {
+  if (!(label_smoothing >= 0 && label_smoothing < 1))
+    throw InvalidArgument("label smoothing must be in [0, 1), received " + std::to_string(label_smoothing));
+  if (!class_weight.empty() && class_weight.size() != static_cast<std::size_t>(classes))
+    throw InvalidArgument("class weights: " + std::to_string(class_weight.size()) + " given for " +
+                          std::to_string(classes) + " classes");
+  for (double w : class_weight)
     if (!(w >= 0 && std::isfinite(w)))
       throw InvalidArgument("class weights must be finite and >= 0, received " + std::to_string(w));
 }
@@ -111,7 +111,7 @@ void Head::set_learning_rate(float learning_rate) {
 StepResult Head::train_step(const float* x, const int* labels, int batch, const LossOptions& options) {
   if (batch <= 0) throw InvalidArgument("Head::train_step: batch must be > 0, received " + std::to_string(batch));
   check_labels(labels, batch);
-  check_loss(options);
+  options.check(classes());
   const int u = units_;
   std::vector<float> z(static_cast<std::size_t>(batch) * u);
   logits(x, batch, z.data());
@@ -216,7 +216,7 @@ EpochStats Head::evaluate(const float* x, const int* labels, int n, const LossOp
   EpochStats s;
   if (n <= 0) return s;
   check_labels(labels, n);
-  check_loss(options);
+  options.check(classes());
   std::vector<float> z(static_cast<std::size_t>(n) * units_);
   logits(x, n, z.data());
   double loss = 0;

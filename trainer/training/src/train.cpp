@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -285,6 +286,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
+  o.loss.check(static_cast<int>(data.train.class_names.size()));
   if (o.cosine_decay && o.reduce_lr_on_plateau.enabled())
     throw InvalidArgument("the cosine decay and the plateau reduction both set the learning rate: choose one");
   if (o.reduce_lr_on_plateau.enabled() && !(o.reduce_lr_on_plateau.factor < 1 && o.reduce_lr_on_plateau.patience >= 0))
@@ -371,8 +373,14 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   if (resumed) {
     result.history = resumed->history;
-    run.early_stopping = resumed->early_stopping;
-    run.reduce_lr_on_plateau = resumed->reduce_lr_on_plateau;
+    // The callbacks' counters where the checkpoint left them (their settings are this run's,
+    // which run_settings has found equal).
+    const EarlyStopping& es = resumed->early_stopping;
+    std::tie(run.early_stopping.best, run.early_stopping.wait, run.early_stopping.stopped) =
+        std::tuple{es.best, es.wait, es.stopped};
+    const ReduceLrOnPlateau& rp = resumed->reduce_lr_on_plateau;
+    std::tie(run.reduce_lr_on_plateau.best, run.reduce_lr_on_plateau.wait, run.reduce_lr_on_plateau.cooldown_counter) =
+        std::tuple{rp.best, rp.wait, rp.cooldown_counter};
     if (resumed->best_head) best.restore(resumed->best_epoch, resumed->best_value, *resumed->best_head);
     if (resumed->has_features && !o.augmentation) {
       reused = load_features(o.out / kCheckpointFeaturesFile);

@@ -46,6 +46,9 @@ struct BackboneRef {
 struct LossOptions {
   double label_smoothing = 0;        // in [0, 1)
   std::vector<double> class_weight;  // one per class, or empty: all 1
+
+  // InvalidArgument saying what is wrong for a head of `classes` classes.
+  void check(int classes) const;
 };
 
 struct StepResult {
@@ -120,7 +123,6 @@ class Head {
 
   void logits(const float* features, int n, float* out) const;
   void check_labels(const int* labels, int n) const;
-  void check_loss(const LossOptions& loss) const;
   // The (smoothed) target of class j for a sample of class `label`.
   double target(const LossOptions& loss, int label, int j) const;
 };

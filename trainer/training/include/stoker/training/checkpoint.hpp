@@ -44,7 +44,9 @@ struct Checkpoint {
   int best_epoch = -1;                           // -1: no epoch finished yet
   double best_value = 0;                         // the monitored value there (BestEpoch's convention: lower is better)
   std::optional<trainer::Head> head, best_head;  // the head's Adam settings hold the current learning rate
-  EarlyStopping early_stopping;                  // the callbacks' counters after `epoch` - 1
+  // The callbacks' counters after `epoch` - 1 (best, wait, stopped / cooldown): their settings
+  // are not stored, run_settings holds them.
+  EarlyStopping early_stopping;
   ReduceLrOnPlateau reduce_lr_on_plateau;
   bool has_features = false;  // the training features are in kCheckpointFeaturesFile
 };
