@@ -311,17 +311,19 @@ class TrainLog final : public training::TrainObserver {
 // The training and validation sets: class folders or tar shards (--data, --val), split as Keras'
 // validation_split when there is no --val.
 training::TrainingData training_data(const TrainConfig& c) {
-  if (!c.loader.shards() && !LoaderFlags::names_shards(c.val))
-    return training::training_data(c.loader.data, c.validation_split, c.val);
   const auto t0 = Clock::now();
   WebDatasetReport report;
   Dataset all = c.loader.dataset(&report);
   std::optional<Dataset> validation;
-  if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report);
+  if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report, all.class_names);
   if (report.shards > 0)
     print_shard_report(report, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  return validation ? training::training_data(std::move(all), std::move(*validation))
-                    : training::training_data(all, c.validation_split);
+  try {
+    return validation ? training::training_data(std::move(all), std::move(*validation))
+                      : training::training_data(all, c.validation_split);
+  } catch (const DatasetError& e) {
+    throw DatasetError(c.loader.source() + ": " + e.what());
+  }
 }
 
 // --resume OUT: the recorded settings, with the flags that may change taken from the command line.
@@ -344,7 +346,9 @@ TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
 
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
   const TrainConfig c = given.resume.empty() ? given : resumed_config(given, cmd);
-  for (const auto& [value, flag] : {std::pair{&c.loader.data, "--data"}, {&c.model, "--model"}, {&c.out, "--out"}}) {
+  if (c.loader.data.empty() && c.loader.data_csv.empty())
+    throw InvalidArgument("--data is required (or --data-csv FILE, or --resume OUT to continue a run)");
+  for (const auto& [value, flag] : {std::pair{&c.model, "--model"}, {&c.out, "--out"}}) {
     if (value->empty()) throw InvalidArgument(std::string(flag) + " is required (or --resume OUT to continue a run)");
   }
   if (cmd.count("--label-mode") > 0) {

@@ -20,8 +20,8 @@ void TrainConfig::add_to(CLI::App& cmd) {
       });
   cmd.add_option("--validation-split", validation_split, "fraction of each class held out for validation")
       ->capture_default_str();
-  // --data, --model and --out are required unless --resume brings them (run_train checks).
-  cmd.get_option("--data")->required(false);
+  // --data (or --data-csv), --model and --out are required unless --resume brings them (run_train
+  // checks).
   cmd.add_option("--model", model, "Keras .h5 or TF.js model.json of the backbone");
   cmd.add_option("--cut-at", cut_at, "layer (or nested model) whose output are the features");
   cmd.add_option("--preprocess", preprocess, "input normalisation: tf ([-1,1]) | caffe | torch | none")
@@ -149,7 +149,7 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, batch_size, threads, prefetch, seed,
                                                 interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
                                                 cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
-                                                label_field)
+                                                label_field, data_csv, x_col, y_col, directory, extensions)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, loader, val, validation_split, model, cut_at, preprocess,
                                                 epochs, learning_rate, monitor, class_weight, label_smoothing,
                                                 early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device,
@@ -164,6 +164,8 @@ void save_run_settings(const TrainConfig& config) {
     if (!path.empty()) path = fs::absolute(path).lexically_normal().string();
   };
   absolute(c.loader.data);
+  absolute(c.loader.data_csv);
+  absolute(c.loader.directory);
   absolute(c.loader.cache_file);
   absolute(c.val);
   absolute(c.model);

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
@@ -275,6 +276,46 @@ TEST_F(Cli, KerasFitOptions) {
   const CommandResult changed = stoker("train --resume " + (dir / "out").string() + " --cosine-decay");
   EXPECT_NE(changed.exit_code, 0);
   EXPECT_NE(changed.out.find("--cosine-decay cannot change"), std::string::npos) << changed.out;
+}
+
+// A CSV list instead of class folders (Keras' flow_from_dataframe), and the extensions a class
+// folder is read with: WebP among the defaults, --extensions to choose.
+TEST_F(Cli, TrainFromACsvAndChooseExtensions) {
+  {
+    std::ofstream csv(dir / "list.csv");
+    csv << "file,label\n";
+    for (const char* c : {"cat", "dog"})
+      for (int i = 0; i < 10; ++i) csv << c << "/img" << i << ".jpg," << c << "\n";
+  }
+  const std::string common =
+      " --model " + kModel +
+      " --cut-at sequential_9 --image-size 96 --epochs 1 --batch-size 8 --threads 2 --device cpu";
+  const CommandResult csv =
+      stoker("train --data-csv " + (dir / "list.csv").string() + " --directory " + (dir / "data").string() +
+             " --x-col file --y-col label" + common + " --out " + (dir / "csv").string());
+  ASSERT_EQ(csv.exit_code, 0) << csv.out;
+  EXPECT_NE(csv.out.find("train: 16 images, validation: 4 images, classes: cat dog"), std::string::npos) << csv.out;
+  const CommandResult folder =
+      stoker("train --data " + (dir / "data").string() + common + " --out " + (dir / "folder").string());
+  ASSERT_EQ(folder.exit_code, 0) << folder.out;
+  EXPECT_EQ(stoker::trainer::Head::load(dir / "csv" / "head.stkh").serialize(),
+            stoker::trainer::Head::load(dir / "folder" / "head.stkh").serialize())
+      << "the same files in the same order: the same head";
+  const CommandResult wrong_column = stoker("train --data-csv " + (dir / "list.csv").string() + " --directory " +
+                                            (dir / "data").string() + common + " --out " + (dir / "x").string());
+  EXPECT_EQ(wrong_column.exit_code, 2) << wrong_column.out;
+  EXPECT_NE(wrong_column.out.find("filename"), std::string::npos)
+      << "the missing x column is named: " << wrong_column.out;
+
+  // A WebP image: read by default, left out with --extensions jpg.
+  const fs::path webp = dir / "data" / "dog" / "extra.webp";
+  ASSERT_TRUE(cv::imwrite(webp.string(), stoker::test::make_pattern_rgb(64, 80, 1))) << "OpenCV without WebP";
+  const CommandResult with = stoker("verify --data " + (dir / "data").string());
+  EXPECT_EQ(with.exit_code, 0) << with.out;
+  EXPECT_NE(with.out.find("21 files, 21 readable"), std::string::npos) << with.out;
+  const CommandResult load = stoker("load --data " + (dir / "data").string() + " --extensions .JPG --epochs 1");
+  EXPECT_EQ(load.exit_code, 0) << load.out;
+  EXPECT_NE(load.out.find("dataset: 20 images"), std::string::npos) << load.out;
 }
 
 TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {
