@@ -228,6 +228,11 @@ class TrainLog final : public training::TrainObserver {
                 s.device.description.c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
+    if (s.featurewise) {
+      const FeaturewiseStats& f = *s.featurewise;
+      std::printf("featurewise statistics of the training images: mean %.4g %.4g %.4g, std %.4g %.4g %.4g\n", f.mean[0],
+                  f.mean[1], f.mean[2], f.std[0], f.std[1], f.std[2]);
+    }
     if (!c_.augments()) std::printf("no augmentation: computing each image's features once\n");
   }
   void on_resume(const std::vector<training::EpochReport>& history, int epoch, std::size_t next_batch) override {

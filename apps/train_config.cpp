@@ -56,37 +56,98 @@ void TrainConfig::add_to(CLI::App& cmd) {
   cmd.add_option("--width-shift-range", width_shift_range, "fraction of the width (< 1) or pixels");
   cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
   cmd.add_option("--shear-range", shear_range, "degrees");
-  cmd.add_option("--zoom-range", zoom_range, "z: zoom factors in [1-z, 1+z]");
+  cmd.add_option("--zoom-range", zoom_range, "z: zoom factors in [1-z, 1+z]; or two values: lower upper")
+      ->expected(1, 2);
   cmd.add_flag("--horizontal-flip", horizontal_flip);
   cmd.add_flag("--vertical-flip", vertical_flip);
   cmd.add_option("--brightness-range", brightness_range, "two factors, e.g. 0.5 1.5")->expected(2);
   cmd.add_option("--channel-shift-range", channel_shift_range);
   cmd.add_option("--fill-mode", fill_mode, "constant | nearest | reflect | wrap")->capture_default_str();
   cmd.add_option("--cval", cval, "fill value for --fill-mode constant");
+  cmd.add_option("--rescale", rescale, "multiply every pixel by this (Keras' rescale), e.g. 1/255");
+  cmd.add_flag("--samplewise-center", samplewise_center, "subtract each image's mean (Keras)");
+  cmd.add_flag("--samplewise-std-normalization", samplewise_std_normalization, "divide each image by its std (Keras)");
+  cmd.add_flag("--featurewise-center", featurewise_center,
+               "subtract the training set's per-channel mean (Keras; fitted on the training images)");
+  cmd.add_flag("--featurewise-std-normalization", featurewise_std_normalization,
+               "divide by the training set's per-channel std (Keras; fitted on the training images)");
+  cmd.add_option("--center-crop", center_crop,
+                 "keep this fraction of each side around the centre before resizing, for every image "
+                 "(torchvision's Resize + CenterCrop; with --keep-aspect-ratio of the centred square)")
+      ->capture_default_str();
+  cmd.add_option("--random-resized-crop", random_resized_crop,
+                 "torchvision's RandomResizedCrop when training: area scale LO,HI[,aspect RATIO_LO,RATIO_HI] "
+                 "(default ratio 3/4,4/3); validation and predict take the centre crop")
+      ->delimiter(',')
+      ->expected(2, 4);
+  cmd.add_option("--contrast", contrast, "random contrast factor in [1-c, 1+c]");
+  cmd.add_option("--saturation", saturation, "random saturation factor in [1-s, 1+s]");
+  cmd.add_option("--hue", hue, "random hue shift in [-h, h] turns (h <= 0.5)");
 }
 
 bool TrainConfig::augments() const {
   return rotation_range != 0 || width_shift_range != 0 || height_shift_range != 0 || shear_range != 0 ||
-         zoom_range != 0 || horizontal_flip || vertical_flip || !brightness_range.empty() || channel_shift_range != 0;
+         !zoom_range.empty() || horizontal_flip || vertical_flip || !brightness_range.empty() ||
+         channel_shift_range != 0 || !random_resized_crop.empty() || contrast != 0 || saturation != 0 || hue != 0;
 }
+
+namespace {
+
+// "0.5" or "1/255".
+double parse_fraction(const std::string& flag, const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const double a = std::stod(text, &used);
+    if (used == text.size()) return a;
+    if (text[used] == '/') {
+      std::size_t more = 0;
+      const double b = std::stod(text.substr(used + 1), &more);
+      if (used + 1 + more == text.size() && b != 0) return a / b;
+    }
+  } catch (const std::exception&) {}
+  throw InvalidArgument(flag + " takes a number or a fraction like 1/255, received '" + text + "'");
+}
+
+}  // namespace
 
 training::TrainOptions TrainConfig::options() const {
   training::TrainOptions o;
   o.backbone = {model, cut_at, {}};  // train() records `prepare`'s preprocessing in the head file
-  o.prepare = {loader.image_size, parse_interpolation(loader.interpolation), loader.keep_aspect_ratio, preprocess};
+  o.prepare.image_size = loader.image_size;
+  o.prepare.interpolation = parse_interpolation(loader.interpolation);
+  o.prepare.keep_aspect_ratio = loader.keep_aspect_ratio;
+  o.prepare.center_crop = center_crop;
+  o.prepare.preprocess = preprocess;
+  if (!rescale.empty()) o.prepare.rescale = parse_fraction("--rescale", rescale);
+  o.prepare.samplewise_center = samplewise_center;
+  o.prepare.samplewise_std_normalization = samplewise_std_normalization;
+  o.prepare.featurewise_center = featurewise_center;
+  o.prepare.featurewise_std_normalization = featurewise_std_normalization;
   if (augments()) {
     AugmentSpec s;
     s.rotation_range = rotation_range;
     if (width_shift_range != 0) s.width_shift_range = ShiftRange::uniform(width_shift_range);
     if (height_shift_range != 0) s.height_shift_range = ShiftRange::uniform(height_shift_range);
     s.shear_range = shear_range;
-    if (zoom_range != 0) s.zoom_range = AugmentSpec::zoom(zoom_range);
+    if (zoom_range.size() == 1) s.zoom_range = AugmentSpec::zoom(zoom_range[0]);
+    if (zoom_range.size() == 2) s.zoom_range = Range{zoom_range[0], zoom_range[1]};
     s.horizontal_flip = horizontal_flip;
     s.vertical_flip = vertical_flip;
     if (!brightness_range.empty()) s.brightness_range = Range{brightness_range[0], brightness_range[1]};
     s.channel_shift_range = channel_shift_range;
     s.fill_mode = fill_mode_from_string(fill_mode);
     s.cval = cval;
+    if (!random_resized_crop.empty()) {
+      if (random_resized_crop.size() == 3)
+        throw InvalidArgument("--random-resized-crop takes SCALE_LO,SCALE_HI or SCALE_LO,SCALE_HI,RATIO_LO,RATIO_HI");
+      RandomResizedCrop crop;
+      crop.scale = {random_resized_crop[0], random_resized_crop[1]};
+      if (random_resized_crop.size() == 4) crop.ratio = {random_resized_crop[2], random_resized_crop[3]};
+      s.random_resized_crop = crop;  // its centre crop for validation comes from the preparation
+    }
+    s.contrast = contrast;
+    s.saturation = saturation;
+    s.hue = hue;
     o.augmentation = s;
   }
   o.loader = loader.options();
@@ -150,12 +211,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, b
                                                 interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
                                                 cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
                                                 label_field, data_csv, x_col, y_col, directory, extensions)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, loader, val, validation_split, model, cut_at, preprocess,
-                                                epochs, learning_rate, monitor, class_weight, label_smoothing,
-                                                early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device,
-                                                out, checkpoint_every, rotation_range, width_shift_range,
-                                                height_shift_range, shear_range, zoom_range, horizontal_flip,
-                                                vertical_flip, brightness_range, channel_shift_range, fill_mode, cval)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
+    TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
+    label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
+    rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range, horizontal_flip, vertical_flip,
+    brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center, samplewise_std_normalization,
+    featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop, contrast, saturation, hue)
 
 void save_run_settings(const TrainConfig& config) {
   namespace fs = std::filesystem;

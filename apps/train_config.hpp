@@ -39,13 +39,25 @@ struct TrainConfig {
   double width_shift_range = 0;
   double height_shift_range = 0;
   double shear_range = 0;
-  double zoom_range = 0;
+  std::vector<double> zoom_range;  // z: [1 - z, 1 + z]; or lower, upper
   bool horizontal_flip = false;
   bool vertical_flip = false;
   std::vector<double> brightness_range;
   double channel_shift_range = 0;
   std::string fill_mode = "nearest";
   double cval = 0;
+  std::string rescale;  // e.g. 1/255; empty: none
+  bool samplewise_center = false;
+  bool samplewise_std_normalization = false;
+  bool featurewise_center = false;  // the statistics are fitted on the training set
+  bool featurewise_std_normalization = false;
+
+  // Beyond Keras (AugmentSpec): crops and colour jitter.
+  double center_crop = 1.0;                 // fraction of each side kept, for every image
+  std::vector<double> random_resized_crop;  // scale lo, hi[, ratio lo, hi]: torchvision's
+  double contrast = 0;
+  double saturation = 0;
+  double hue = 0;
 
   void add_to(CLI::App& cmd);
   // What the training library runs (its loader options and augmentation from the flags).

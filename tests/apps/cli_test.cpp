@@ -318,6 +318,49 @@ TEST_F(Cli, TrainFromACsvAndChooseExtensions) {
   EXPECT_NE(load.out.find("dataset: 20 images"), std::string::npos) << load.out;
 }
 
+// The AugmentSpec settings beyond the Keras basics: crops, colour jitter, a two-value zoom range,
+// rescale and Keras' standardisation (featurewise statistics fitted on the training images); the
+// deterministic ones are recorded in the model folder for predict and evaluate.
+TEST_F(Cli, TrainWithCropsColourJitterAndStandardisation) {
+  const CommandResult t = stoker(
+      train_args("--device cpu --image-size 96 --epochs 1 --zoom-range 0.8 1.1 --random-resized-crop 0.5,1,0.8,1.25 "
+                 "--contrast 0.2 --saturation 0.3 --hue 0.05 --center-crop 0.9 --rescale 1/255 --preprocess none "
+                 "--featurewise-center --featurewise-std-normalization --samplewise-center"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_EQ(t.out.find("computing each image's features once"), std::string::npos) << "the jitter augments";
+  EXPECT_NE(t.out.find("featurewise statistics of the training images: mean 0."), std::string::npos) << t.out;
+  std::ifstream settings_file(dir / "out" / "train_settings.json"), model_file(dir / "out" / "stoker_model.json");
+  const auto settings = nlohmann::json::parse(settings_file)["settings"];
+  EXPECT_EQ(settings["zoom_range"], nlohmann::json({0.8, 1.1}));
+  EXPECT_EQ(settings["random_resized_crop"], nlohmann::json({0.5, 1.0, 0.8, 1.25}));
+  const auto model = nlohmann::json::parse(model_file);
+  EXPECT_EQ(model["center_crop"], 0.9);
+  EXPECT_NEAR(model["rescale"].get<double>(), 1.0 / 255, 1e-15);
+  EXPECT_TRUE(model["featurewise_center"].get<bool>() && model["samplewise_center"].get<bool>());
+  ASSERT_EQ(model["featurewise"]["mean"].size(), 4u) << model.dump();
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_GT(model["featurewise"]["mean"][c].get<double>(), 0.05) << "on the rescaled 0..1 scale";
+    EXPECT_LT(model["featurewise"]["mean"][c].get<double>(), 1.0);
+  }
+  const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult p = stoker("predict --model-dir " + (dir / "out").string() + " " + img);
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--hue 0.7", "hue"},
+           {"--rescale 1/x", "--rescale takes a number or a fraction like 1/255, received '1/x'"},
+           {"--random-resized-crop 0.5,1,2", "--random-resized-crop takes SCALE_LO,SCALE_HI or"},
+           {"--center-crop 1.5", "center_crop"},
+       }) {
+    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+  }
+}
+
 TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {
   std::ofstream(dir / "train.toml")
       << "[train]\nepochs = 2\nrotation-range = 20\nhorizontal-flip = true\nbrightness-range = [0.8, 1.2]\n";

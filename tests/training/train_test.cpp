@@ -10,9 +10,11 @@
 
 #include <opencv2/core.hpp>
 
+#include "stoker/augment/augmenter.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/decode.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/model_folder.hpp"
@@ -183,6 +185,54 @@ TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
     EXPECT_NE(std::string(e.what()).find("stoker_model.json"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("yolo"), std::string::npos) << e.what();
   }
+}
+
+// Keras' standardisation and a centre crop: the featurewise statistics are fitted on the training
+// images (as ImageDataGenerator.fit(x_train)), recorded in the model folder with the rest, and
+// evaluate() prepares images exactly as the run's validation did.
+TEST_F(TrainRun, StandardisationAndCropsAreFittedRecordedAndReusedByEvaluate) {
+  const TrainingData data = training_data((dir / "data").string(), 0, (dir / "unseen").string());
+  TrainOptions o = small_run(dir / "model");
+  o.epochs = 2;
+  o.prepare.preprocess = "none";
+  o.prepare.rescale = 1.0 / 255;
+  o.prepare.center_crop = 0.8;
+  o.prepare.featurewise_center = o.prepare.featurewise_std_normalization = true;
+  const TrainResult r = train(data, o);
+
+  // The same statistics from fit_featurewise over every training image, decoded by hand.
+  ImageDecoder decoder;
+  std::vector<std::vector<std::uint8_t>> pixels;
+  std::vector<ImageView> views;
+  for (const Sample& sample : data.train.samples) {
+    std::vector<std::uint8_t> bytes;
+    read_file(sample.path, bytes);
+    const ImageView v = decoder.decode(bytes, sample.path);
+    pixels.emplace_back(v.data, v.data + v.row_stride * static_cast<std::size_t>(v.height));
+    views.push_back(v);
+  }
+  for (std::size_t i = 0; i < views.size(); ++i) views[i].data = pixels[i].data();
+  const FeaturewiseStats expected = fit_featurewise(image_spec(o.prepare), views);
+
+  const TrainedModel m = load_trained_model(dir / "model");
+  const ImagePreparation& p = m.info.prepare;
+  ASSERT_TRUE(p.featurewise.has_value()) << "the fitted statistics are in stoker_model.json";
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(p.featurewise->mean[c], expected.mean[c]) << "channel " << c;
+    EXPECT_EQ(p.featurewise->std[c], expected.std[c]) << "channel " << c;
+    EXPECT_GT(p.featurewise->std[c], 0.01f);
+  }
+  EXPECT_EQ(p.center_crop, 0.8);
+  ASSERT_TRUE(p.rescale.has_value());
+  EXPECT_DOUBLE_EQ(*p.rescale, 1.0 / 255);
+  EXPECT_TRUE(p.featurewise_center && p.featurewise_std_normalization);
+  EXPECT_FALSE(p.samplewise_center || p.samplewise_std_normalization);
+
+  const EpochReport& best = r.history.at(static_cast<std::size_t>(r.best_epoch));
+  const Evaluation again = evaluate(m, (dir / "unseen").string());
+  EXPECT_EQ(again.stats.samples, best.validation.samples);
+  EXPECT_NEAR(again.stats.loss, best.validation.loss, 1e-6) << "evaluate prepares images as validation did";
+  EXPECT_EQ(again.stats.accuracy, best.validation.accuracy);
 }
 
 // A run stopped anywhere and resumed from its checkpoint ends where the uninterrupted run ends:

@@ -22,7 +22,17 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
                           " is not available with training; use nearest or bilinear");
   }
   s.interpolation_order = prep.interpolation == Interpolation::Nearest ? 0 : 1;
-  if (prep.keep_aspect_ratio) s.center_crop = CenterCrop{1.0, true};
+  // Validation and prediction crop the centre as the model folder says; a random resized crop's
+  // validation mode does the same.
+  const CenterCrop centre{prep.center_crop, prep.keep_aspect_ratio};
+  if (s.random_resized_crop) s.random_resized_crop->center = centre;
+  else if (prep.keep_aspect_ratio || prep.center_crop != 1.0) s.center_crop = centre;
+  s.rescale = prep.rescale;
+  s.samplewise_center = prep.samplewise_center;
+  s.samplewise_std_normalization = prep.samplewise_std_normalization;
+  s.featurewise_center = prep.featurewise_center;
+  s.featurewise_std_normalization = prep.featurewise_std_normalization;
+  s.featurewise = prep.featurewise;
   if (prep.preprocess == "tf") s.normalization = ChannelNormalization::minus_one_to_one();
   else if (prep.preprocess == "caffe") s.normalization = ChannelNormalization::caffe();
   else if (prep.preprocess == "torch") s.normalization = ChannelNormalization::torch();
@@ -58,6 +68,14 @@ void write_model_info(const fs::path& dir, const ModelInfo& info) {
   j["interpolation"] = to_string(info.prepare.interpolation);
   j["keep_aspect_ratio"] = info.prepare.keep_aspect_ratio;
   j["preprocess"] = info.prepare.preprocess;
+  const ImagePreparation& p = info.prepare;
+  j["center_crop"] = p.center_crop;
+  j["rescale"] = p.rescale ? nlohmann::json(*p.rescale) : nlohmann::json(nullptr);
+  j["samplewise_center"] = p.samplewise_center;
+  j["samplewise_std_normalization"] = p.samplewise_std_normalization;
+  j["featurewise_center"] = p.featurewise_center;
+  j["featurewise_std_normalization"] = p.featurewise_std_normalization;
+  if (p.featurewise) j["featurewise"] = {{"mean", p.featurewise->mean}, {"std", p.featurewise->std}};
   j["class_names"] = info.class_names;
   std::ofstream out(dir / "stoker_model.json");
   out << j.dump(2) << "\n";
@@ -85,6 +103,18 @@ TrainedModel load_trained_model(const fs::path& dir) {
     info.prepare.interpolation = parse_interpolation(j.at("interpolation").get<std::string>());
     info.prepare.keep_aspect_ratio = j.at("keep_aspect_ratio").get<bool>();
     info.prepare.preprocess = j.at("preprocess").get<std::string>();
+    // Absent in model folders written before they were recorded: Keras' defaults.
+    ImagePreparation& p = info.prepare;
+    p.center_crop = j.value("center_crop", 1.0);
+    if (j.contains("rescale") && !j["rescale"].is_null()) p.rescale = j["rescale"].get<double>();
+    p.samplewise_center = j.value("samplewise_center", false);
+    p.samplewise_std_normalization = j.value("samplewise_std_normalization", false);
+    p.featurewise_center = j.value("featurewise_center", false);
+    p.featurewise_std_normalization = j.value("featurewise_std_normalization", false);
+    if (j.contains("featurewise")) {
+      p.featurewise = FeaturewiseStats{j["featurewise"].at("mean").get<std::array<float, 4>>(),
+                                       j["featurewise"].at("std").get<std::array<float, 4>>()};
+    }
     info.class_names = j.at("class_names").get<std::vector<std::string>>();
     image_spec(info.prepare);  // an unknown preprocessing or interpolation fails here, naming the file
   } catch (const nlohmann::json::exception& e) {

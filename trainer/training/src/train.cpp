@@ -194,6 +194,11 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"image_size", o.prepare.image_size},
           {"interpolation", to_string(o.prepare.interpolation)},
           {"keep_aspect_ratio", o.prepare.keep_aspect_ratio},
+          {"center_crop", o.prepare.center_crop},
+          {"rescale", o.prepare.rescale ? nlohmann::json(*o.prepare.rescale) : nlohmann::json(nullptr)},
+          {"standardisation",
+           {o.prepare.samplewise_center, o.prepare.samplewise_std_normalization, o.prepare.featurewise_center,
+            o.prepare.featurewise_std_normalization}},
           {"augmentation", o.augmentation ? augmentation_fingerprint(augmentation) : std::string("none")},
           {"learning_rate", o.adam.learning_rate},
           {"label_smoothing", o.loss.label_smoothing},
@@ -208,6 +213,37 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"seed", o.loader.seed},
           {"batch_size", o.loader.batch_size},
           {"classes", classes}};
+}
+
+// Keras' ImageDataGenerator.fit(x_train) for featurewise centring / normalisation: the statistics
+// of the training images after the deterministic crop and resize (unreadable ones skipped when the
+// run skips them), kept in the options and so in the model folder. Options without featurewise
+// steps, or with their statistics given, come back as they are.
+TrainOptions with_featurewise_statistics(const TrainOptions& given, const Dataset& train, TrainObserver& observer) {
+  TrainOptions o = given;
+  ImagePreparation& p = o.prepare;
+  if (!(p.featurewise_center || p.featurewise_std_normalization) || p.featurewise) return o;
+  const AugmentSpec spec = image_spec(p);
+  LoaderOptions lo = o.loader;
+  lo.shuffle = false;
+  lo.cache = {};
+  lo.label_mode = LabelMode::None;
+  lo.drop_last = false;
+  lo.transform = std::make_shared<const Augmenter>(FeaturewiseFit::input_spec(spec));
+  Loader loader(train, lo);
+  FeaturewiseFit fit(spec);
+  observer.on_features_begin("featurewise statistics", loader.batches_per_epoch());
+  loader.begin_epoch(0);
+  std::size_t batches = 0, images = 0;
+  while (auto b = loader.next()) {
+    fit.add(reinterpret_cast<const std::uint8_t*>(b->pixels()), static_cast<std::size_t>(b->size()));
+    images += static_cast<std::size_t>(b->size());
+    observer.on_features_progress(++batches, images);
+  }
+  observer.on_features_end(loader.skipped());
+  if (images == 0) throw DatasetError("featurewise statistics: none of the training images could be read");
+  p.featurewise = fit.result();
+  return o;
 }
 
 // Refuses a checkpoint from another run, naming the first setting that differs.
@@ -282,9 +318,10 @@ TrainingData training_data(Dataset train, Dataset validation) {
   return {std::move(train), std::move(validation)};
 }
 
-TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver* observer_or_null) {
+TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObserver* observer_or_null) {
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
+  const TrainOptions o = with_featurewise_statistics(given, data.train, observer);
   if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
   o.loss.check(static_cast<int>(data.train.class_names.size()));
   if (o.cosine_decay && o.reduce_lr_on_plateau.enabled())
@@ -321,7 +358,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   Sources sources(data, o, backbone);
   sources.make(gpu);
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(), dim,
-                     device, sources.cache_status(), sources.train().describe()});
+                     device, sources.cache_status(), sources.train().describe(), o.prepare.featurewise});
 
   const fs::path checkpoint_file = o.out / kCheckpointFile;
   std::optional<Checkpoint> resumed;

@@ -4,7 +4,9 @@
 // cv::warpAffine (cv::resize when the geometry is only crop + resize + flips).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -60,5 +62,24 @@ class Augmenter final : public SampleTransform {
 // augmentation), multiplies by spec.rescale and returns the per-channel mean and (population)
 // standard deviation. Put the result in spec.featurewise before building the Augmenter.
 FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images);
+
+// The same statistics over images that arrive a batch at a time (a Loader over a whole training
+// set, with an Augmenter of input_spec(spec) as its transform): add() takes them already brought
+// to the output size by input_spec (uint8 HWC), result() is what fit_featurewise returns for them.
+class FeaturewiseFit {
+ public:
+  explicit FeaturewiseFit(const AugmentSpec& spec);
+  // The deterministic part of `spec` (crop + resize) with uint8 HWC output: what add() takes.
+  static AugmentSpec input_spec(const AugmentSpec& spec);
+  void add(const std::uint8_t* images, std::size_t count);  // `count` images of input_spec's shape
+  FeaturewiseStats result() const;                          // InvalidArgument when nothing was added
+
+ private:
+  double rescale_;
+  int channels_;
+  std::size_t image_values_;
+  std::array<double, 4> sum_{}, squares_{};
+  double pixels_ = 0;
+};
 
 }  // namespace stoker

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,15 @@ struct ImagePreparation {
   int image_size = 224;                                   // square, in pixels
   Interpolation interpolation = Interpolation::Bilinear;  // nearest | bilinear
   bool keep_aspect_ratio = false;                         // centre-crop to a square before resizing
-  std::string preprocess = "tf";                          // the backbone's preprocess_input: tf | caffe | torch | none
+  double center_crop = 1.0;       // the fraction of each side kept around the centre before resizing
+  std::string preprocess = "tf";  // the backbone's preprocess_input: tf | caffe | torch | none
+  // Keras' ImageDataGenerator standardisation, before `preprocess` (AugmentSpec's fields).
+  std::optional<double> rescale;
+  bool samplewise_center = false;
+  bool samplewise_std_normalization = false;
+  bool featurewise_center = false;
+  bool featurewise_std_normalization = false;
+  std::optional<FeaturewiseStats> featurewise;  // train() fits them on the training set
 };
 
 // What the loader runs: the random transformations of `random` (rotation, shifts, flips... as

@@ -86,8 +86,9 @@ struct TrainSetup {
   std::size_t backbone_parameters = 0;
   int features = 0;
   DeviceChoice device;
-  std::string cache_status;  // the training loader's cache, when it has one
-  std::string batches;       // how training batches are made (the GPU feed's description), or empty
+  std::string cache_status;                     // the training loader's cache, when it has one
+  std::string batches;                          // how training batches are made (the GPU feed's description), or empty
+  std::optional<FeaturewiseStats> featurewise;  // fitted on the training set, when the run standardises so
 };
 
 struct EpochReport {
