@@ -78,6 +78,10 @@ nlohmann::json to_json(const Utilisation& u) {
                       {"cpu_percent_of_all_cores", u.cpu_percent_of_all_cores},
                       {"data_wait_share", u.data_wait_share},
                       {"compute_share", u.compute_share},
+                      {"loader_threads", u.loader_threads},
+                      {"read_share", u.read_share},
+                      {"decode_share", u.decode_share},
+                      {"transform_share", u.transform_share},
                       {"limited_by", limiting_stage(u)}};
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   j["gpu_run"] = u.gpu_run;
@@ -85,6 +89,7 @@ nlohmann::json to_json(const Utilisation& u) {
   j["gpu_busy_samples"] = u.gpu_busy_samples;
   j["gpu_memory_used_mib"] = opt(u.gpu_memory_used_mib);  // NVML, device-wide peak
   j["backbone_gpu_share"] = opt(u.backbone_gpu_share);    // CUDA events: the run's own GPU time / wall
+  j["transfer_share"] = opt(u.transfer_share);            // CUDA events: waiting for copy + GPU augmentation
   if (!u.gpu_note.empty()) j["gpu_note"] = u.gpu_note;
   return j;
 }
@@ -100,6 +105,11 @@ Utilisation utilisation_from(const nlohmann::json& j) {
   u.cpu_percent_of_all_cores = j.value("cpu_percent_of_all_cores", 0.0);
   u.data_wait_share = j.value("data_wait_share", 0.0);
   u.compute_share = j.value("compute_share", 0.0);
+  u.loader_threads = j.value("loader_threads", 0);
+  u.read_share = j.value("read_share", 0.0);
+  u.decode_share = j.value("decode_share", 0.0);
+  u.transform_share = j.value("transform_share", 0.0);
+  u.transfer_share = opt("transfer_share");
   u.gpu_run = j.value("gpu_run", false);
   u.gpu_busy_percent = opt("gpu_busy_percent");
   u.gpu_busy_samples = j.value("gpu_busy_samples", 0);
@@ -278,7 +288,7 @@ class TrainLog final : public training::TrainObserver {
   void on_epoch_end(const training::EpochReport& r) override {
     finish_progress();
     EpochLog e = epoch_log(r, val_skipped_);
-    e.utilisation = meter_->finish(r.times.data_wait_seconds, r.times.compute_seconds, r.times.gpu_seconds);
+    e.utilisation = meter_->finish(r.times);
     meter_.reset();
     print_epoch(c_, e);
     skipped_.add(r.skipped);

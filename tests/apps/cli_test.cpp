@@ -106,6 +106,12 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   const auto history = nlohmann::json::parse(h);
   ASSERT_EQ(history["epochs"].size(), 2u);
   EXPECT_TRUE(history["epochs"][0].contains("utilisation"));
+  // The first epoch decoded every image: the loader's stages have their shares.
+  EXPECT_NE(t.out.find("loader (2 threads): read "), std::string::npos) << t.out;
+  const auto& first = history["epochs"][0]["utilisation"];
+  EXPECT_GT(first["decode_share"].get<double>(), 0.0) << first.dump();
+  EXPECT_GT(first["transform_share"].get<double>(), 0.0) << first.dump();
+  EXPECT_EQ(first["loader_threads"], 2);
 
   const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
   const CommandResult p = stoker("predict --model-dir " + (dir / "out").string() + " --json " + img);

@@ -50,6 +50,11 @@ double infinity_if_null(const json& v) {
 json to_json(const EpochReport& e) {
   json times = {{"data_wait_seconds", e.times.data_wait_seconds}, {"compute_seconds", e.times.compute_seconds}};
   times["gpu_seconds"] = e.times.gpu_seconds ? json(*e.times.gpu_seconds) : json(nullptr);
+  times["read_seconds"] = e.times.read_seconds;
+  times["decode_seconds"] = e.times.decode_seconds;
+  times["transform_seconds"] = e.times.transform_seconds;
+  times["loader_threads"] = e.times.loader_threads;
+  times["transfer_wait_seconds"] = e.times.transfer_wait_seconds ? json(*e.times.transfer_wait_seconds) : json(nullptr);
   return {{"epoch", e.epoch},
           {"features_cached", e.features_cached},
           {"train", to_json(e.train)},
@@ -78,6 +83,12 @@ EpochReport report_from(const json& j) {
   e.times.data_wait_seconds = t.at("data_wait_seconds").get<double>();
   e.times.compute_seconds = t.at("compute_seconds").get<double>();
   if (!t.at("gpu_seconds").is_null()) e.times.gpu_seconds = t.at("gpu_seconds").get<double>();
+  e.times.read_seconds = t.value("read_seconds", 0.0);
+  e.times.decode_seconds = t.value("decode_seconds", 0.0);
+  e.times.transform_seconds = t.value("transform_seconds", 0.0);
+  e.times.loader_threads = t.value("loader_threads", 0);
+  if (t.contains("transfer_wait_seconds") && !t["transfer_wait_seconds"].is_null())
+    e.times.transfer_wait_seconds = t["transfer_wait_seconds"].get<double>();
   return e;
 }
 

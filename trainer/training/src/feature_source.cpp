@@ -16,6 +16,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The loader's stage times between two snapshots of its counters.
+void add_stage_times(EpochTimes& t, const LoaderStats& before, const LoaderStats& after, int threads) {
+  t.read_seconds = after.read_seconds - before.read_seconds;
+  t.decode_seconds = after.decode_seconds - before.decode_seconds;
+  t.transform_seconds = after.transform_seconds - before.transform_seconds;
+  t.loader_threads = threads;
+}
+
 class CpuFeatureSource final : public FeatureSource {
  public:
   CpuFeatureSource(Loader& loader, const trainer::Model& backbone) : loader_(loader), backbone_(backbone) {}
@@ -26,7 +34,7 @@ class CpuFeatureSource final : public FeatureSource {
 
   EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
-    const double waited_before = loader_.stats().consumer_wait_seconds;
+    const LoaderStats before = loader_.stats();
     if (resume) loader_.resume(*resume);
     else loader_.begin_epoch(epoch);
     while (auto b = loader_.next()) {
@@ -36,7 +44,9 @@ class CpuFeatureSource final : public FeatureSource {
       const int dim = static_cast<int>(f.data.size() / static_cast<std::size_t>(b->size()));
       fn(f.data.data(), b->classes().data(), b->sample_ids().data(), b->size(), dim);
     }
-    t.data_wait_seconds = loader_.stats().consumer_wait_seconds - waited_before;
+    const LoaderStats after = loader_.stats();
+    t.data_wait_seconds = after.consumer_wait_seconds - before.consumer_wait_seconds;
+    add_stage_times(t, before, after, loader_.threads());
     return t;
   }
 
@@ -67,7 +77,7 @@ class GpuFeatureSource final : public FeatureSource {
   EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
     double stalled = 0, gpu = 0;
-    const double waited_before = feed_->stats().consumer_wait_seconds;
+    const GpuFeedStats before = feed_->stats();
     if (resume) feed_->resume(*resume);
     else feed_->begin_epoch(epoch);
     while (auto b = feed_->next()) {
@@ -104,8 +114,11 @@ class GpuFeatureSource final : public FeatureSource {
       b->release(stream_.get());  // the stream is idle: the slot can be refilled now, while the head trains
       fn(host_.data(), classes_.data(), ids_.data(), n, static_cast<int>(values / static_cast<std::size_t>(n)));
     }
-    t.data_wait_seconds = feed_->stats().consumer_wait_seconds - waited_before + stalled;
+    const GpuFeedStats after = feed_->stats();
+    t.data_wait_seconds = after.consumer_wait_seconds - before.consumer_wait_seconds + stalled;
     t.gpu_seconds = gpu;
+    t.transfer_wait_seconds = stalled;
+    add_stage_times(t, before.loader, after.loader, feed_->loader_threads());
     return t;
   }
 

@@ -25,6 +25,14 @@ struct EpochTimes {
   double compute_seconds = 0;  // host time in the backbone (and, on the GPU, bringing features back)
   // GPU time of the backbone and the features' copy back (CUDA events); none on the CPU path.
   std::optional<double> gpu_seconds;
+  // The loader's busy time in each stage, summed over its `loader_threads` threads (LoaderStats):
+  // reading files, decoding, and its transform (on the CPU path the augmentation; on the GPU path
+  // the plain resize).
+  double read_seconds = 0, decode_seconds = 0, transform_seconds = 0;
+  int loader_threads = 0;
+  // GPU path: the part of data_wait_seconds the backbone's stream waited for a batch's copy to the
+  // device and its augmentation there (CUDA events).
+  std::optional<double> transfer_wait_seconds;
 };
 
 // features: n × dim floats (host), classes: n class indices, sample_ids: each row's index into the
