@@ -321,24 +321,26 @@ TrainingData training_data(Dataset train, Dataset validation) {
 TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObserver* observer_or_null) {
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
-  const TrainOptions o = with_featurewise_statistics(given, data.train, observer);
-  if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
-  o.loss.check(static_cast<int>(data.train.class_names.size()));
-  if (o.cosine_decay && o.reduce_lr_on_plateau.enabled())
+  if (given.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(given.epochs));
+  given.loss.check(static_cast<int>(data.train.class_names.size()));
+  if (given.cosine_decay && given.reduce_lr_on_plateau.enabled())
     throw InvalidArgument("the cosine decay and the plateau reduction both set the learning rate: choose one");
-  if (o.reduce_lr_on_plateau.enabled() && !(o.reduce_lr_on_plateau.factor < 1 && o.reduce_lr_on_plateau.patience >= 0))
+  if (given.reduce_lr_on_plateau.enabled() &&
+      !(given.reduce_lr_on_plateau.factor < 1 && given.reduce_lr_on_plateau.patience >= 0))
     throw InvalidArgument("the plateau reduction's factor must be in (0, 1), received " +
-                          std::to_string(o.reduce_lr_on_plateau.factor));
-  if (o.early_stopping.patience < 0)
+                          std::to_string(given.reduce_lr_on_plateau.factor));
+  if (given.early_stopping.patience < 0)
     throw InvalidArgument("early stopping's patience must be >= 0, received " +
-                          std::to_string(o.early_stopping.patience));
+                          std::to_string(given.early_stopping.patience));
   // One process trains on all of the data: no gradients are exchanged between ranks (yet).
-  const Sharding sharding = o.loader.sharding ? *o.loader.sharding : sharding_from_environment();
+  const Sharding sharding = given.loader.sharding ? *given.loader.sharding : sharding_from_environment();
   if (sharding.world_size > 1) {
     throw InvalidArgument("train() runs in one process on the whole dataset, but this is rank " +
                           std::to_string(sharding.rank) + " of " + std::to_string(sharding.world_size) +
                           " (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, or the loader's sharding): run it once");
   }
+  // After the checks: the fit reads every training image.
+  const TrainOptions o = with_featurewise_statistics(given, data.train, observer);
   TrainResult result;
   result.device = choose_device(o.device);
   DeviceChoice& device = result.device;
