@@ -1,6 +1,8 @@
 // Flags shared by every subcommand that builds a Loader (names follow Keras where it has one).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -45,18 +47,59 @@ struct LoaderFlags {
   std::string shard_remainder = "pad";
   std::string label_field;  // tar shards: the label from this field of the json member
   std::string shard_index;  // tar shards: where the index is kept (default: beside --cache-file)
+  // A CSV/TSV list instead of --data (Keras' flow_from_dataframe): the file, its path and label
+  // columns, and the folder relative paths start from (default: the CSV's own).
+  std::string data_csv, x_col = "filename", y_col = "class", directory;
+  std::string extensions = "png,jpg,jpeg,bmp,ppm,tif,tiff,webp";  // of class-folder files
 
   // --data: a class folder, or WebDataset tar shards (a brace pattern or a .txt list).
   static bool names_shards(const std::string& where) {
     return is_shard_spec(where) && !std::filesystem::is_directory(where);
   }
-  bool shards() const { return names_shards(data); }
+  bool shards() const { return data_csv.empty() && names_shards(data); }
+  // The CLI11 check of --data: empty when `where` is a folder or names tar shards, else why not.
+  static std::string check_data(const std::string& where) {
+    if (std::filesystem::is_directory(where) || is_shard_spec(where)) return {};
+    return "Directory does not exist: " + where + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
+  }
 
-  // The dataset --data names; for shards, what was skipped (--on-bad-sample skip) goes to `report`.
-  Dataset dataset(WebDatasetReport* report = nullptr) const { return dataset_at(data, report); }
-  // The same for another folder or shard set read with these flags (train's --val).
-  Dataset dataset_at(const std::string& where, WebDatasetReport* report = nullptr) const {
-    if (!names_shards(where)) return dataset_from_directory(where);
+  // What the data is called in messages: --data, or the --data-csv file.
+  const std::string& source() const { return data_csv.empty() ? data : data_csv; }
+
+  // The dataset --data (or --data-csv) names; for shards, what was skipped (--on-bad-sample skip)
+  // goes to `report`.
+  Dataset dataset(WebDatasetReport* report = nullptr) const {
+    if (!data_csv.empty()) {
+      if (!data.empty()) throw InvalidArgument("give --data or --data-csv, not both");
+      CsvOptions o;
+      o.base_dir = directory;
+      o.path_column = x_col;
+      o.label_column = label_mode == "none" ? std::string() : y_col;
+      return dataset_from_csv(data_csv, o);
+    }
+    if (data.empty()) throw InvalidArgument("--data (a class folder or tar shards) or --data-csv is required");
+    return dataset_at(data, report);
+  }
+  // Another folder or shard set read with these flags (train's --val); a folder's classes are
+  // `classes` when given (those of the training set), else its sub-folders.
+  Dataset dataset_at(const std::string& where, WebDatasetReport* report = nullptr,
+                     const std::vector<std::string>& classes = {}) const {
+    if (!names_shards(where)) {
+      DirectoryOptions o;
+      o.classes = classes;
+      o.extensions.clear();
+      std::size_t start = 0;
+      while (start < extensions.size()) {
+        const std::size_t end = std::min(extensions.find(',', start), extensions.size());
+        std::string e = extensions.substr(start, end - start);
+        if (e.starts_with('.')) e.erase(0, 1);
+        std::transform(e.begin(), e.end(), e.begin(), [](unsigned char ch) { return std::tolower(ch); });
+        if (!e.empty()) o.extensions.push_back(e);
+        start = end + 1;
+      }
+      if (o.extensions.empty()) throw InvalidArgument("--extensions lists no extension: '" + extensions + "'");
+      return dataset_from_directory(where, o);
+    }
     WebDatasetOptions o;
     o.label_field = label_field;
     o.index_file = !shard_index.empty() ? shard_index
@@ -71,11 +114,15 @@ struct LoaderFlags {
     cmd.add_option("--data", data,
                    "folder with one sub-folder per class, or WebDataset tar shards: a brace pattern "
                    "('shards/train-{000000..000127}.tar') or a .txt list of shard paths")
-        ->required()
-        ->check([](const std::string& d) {
-          if (std::filesystem::is_directory(d) || is_shard_spec(d)) return std::string();
-          return "Directory does not exist: " + d + " (nor is it tar shards: a pattern ending in .tar or a .txt list)";
-        });
+        ->check(check_data);
+    cmd.add_option("--data-csv", data_csv,
+                   "a CSV/TSV file listing the images instead of --data (Keras' flow_from_dataframe)")
+        ->check(CLI::ExistingFile);
+    cmd.add_option("--x-col", x_col, "--data-csv: the column of image paths")->capture_default_str();
+    cmd.add_option("--y-col", y_col, "--data-csv: the column of class names")->capture_default_str();
+    cmd.add_option("--directory", directory, "--data-csv: the folder relative paths start from (default: the CSV's)");
+    cmd.add_option("--extensions", extensions, "class folders: the file extensions taken, comma-separated")
+        ->capture_default_str();
     cmd.add_option("--label-field", label_field, "tar shards: take the label from this field of the json member");
     cmd.add_option("--shard-index", shard_index,
                    "tar shards: keep their index in this file so a later start skips the scan (default with "

@@ -29,8 +29,15 @@ struct UseArgs {
   std::vector<std::string> images;
   int batch_size = 32;
   int threads = 0;
+  std::string on_bad_sample = "fail";
   bool json = false;
+
+  training::UseOptions options() const { return {batch_size, threads, parse_bad_sample_policy(on_bad_sample)}; }
 };
+
+void print_skipped(const std::vector<SkippedSample>& skipped) {
+  for (const auto& s : skipped) std::fprintf(stderr, "stoker: error: %s: %s\n", s.path.c_str(), s.reason.c_str());
+}
 
 // The trained model, its backbone on the requested device.
 training::TrainedModel load_for_use(const UseArgs& a) {
@@ -52,17 +59,28 @@ training::TrainedModel load_for_use(const UseArgs& a) {
 void run_evaluate(const UseArgs& a) {
   const training::TrainedModel m = load_for_use(a);
   std::optional<Progress> progress;
-  const trainer::EpochStats s = training::evaluate(m, a.data, {a.batch_size, a.threads},
-                                                   [&](std::size_t batches, std::size_t total, std::size_t images) {
-                                                     if (!progress) progress.emplace("evaluate", total);
-                                                     progress->update(batches, images);
-                                                   });
+  const training::Evaluation r =
+      training::evaluate(m, a.data, a.options(), [&](std::size_t batches, std::size_t total, std::size_t images) {
+        if (!progress) progress.emplace("evaluate", total);
+        progress->update(batches, images);
+      });
   if (progress) progress->finish();
+  const trainer::EpochStats& s = r.stats;
+  print_skipped(r.skipped);
   if (a.json) {
-    std::printf("%s\n",
-                nlohmann::json({{"images", s.samples}, {"loss", s.loss}, {"accuracy", s.accuracy}}).dump().c_str());
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& k : r.skipped) skipped.push_back({{"path", k.path}, {"reason", k.reason}});
+    std::printf("%s\n", nlohmann::json({{"images", s.samples},
+                                        {"skipped", r.skipped.size()},
+                                        {"loss", s.loss},
+                                        {"accuracy", s.accuracy},
+                                        {"skipped_files", skipped}})
+                            .dump()
+                            .c_str());
   } else {
-    std::printf("%d images: loss %.4f, accuracy %.4f\n", s.samples, s.loss, s.accuracy);
+    std::printf("%d images: loss %.4f, accuracy %.4f", s.samples, s.loss, s.accuracy);
+    if (!r.skipped.empty()) std::printf(" (%zu unreadable images skipped)", r.skipped.size());
+    std::printf("\n");
   }
 }
 
@@ -91,11 +109,11 @@ std::vector<std::string> image_paths(const std::vector<std::string>& args) {
   return paths;
 }
 
-// Throws Error (a non-zero exit) when some images could not be read, after predicting the others.
+// Exits with kExitUnreadableFiles when some images could not be read, after predicting the others.
 void run_predict(const UseArgs& a) {
   const training::TrainedModel m = load_for_use(a);
   const std::vector<std::string> paths = image_paths(a.images);
-  const training::Predictions p = training::predict(m, paths, {a.batch_size, a.threads});
+  const training::Predictions p = training::predict(m, paths, a.options());
   const std::vector<std::string>& names = m.info.class_names;
   nlohmann::json out = nlohmann::json::array();
   for (const training::Prediction& r : p.predicted) {
@@ -105,14 +123,15 @@ void run_predict(const UseArgs& a) {
     out.push_back(row);
     if (!a.json) std::printf("%s\t%s\t%.4f\n", r.path.c_str(), names.at(best).c_str(), r.probabilities[best]);
   }
-  for (const auto& s : p.failed) {
+  for (const auto& s : p.failed)
     if (a.json) out.push_back({{"path", s.path}, {"error", s.reason}});
-    std::fprintf(stderr, "stoker: error: %s: %s\n", s.path.c_str(), s.reason.c_str());
-  }
+  print_skipped(p.failed);
   if (a.json) std::printf("%s\n", out.dump(2).c_str());
   if (!p.failed.empty()) {
     std::fflush(stdout);
-    throw Error(std::to_string(p.failed.size()) + " of " + std::to_string(paths.size()) + " images could not be read");
+    std::fprintf(stderr, "stoker: %zu of %zu images could not be read; the others were predicted\n", p.failed.size(),
+                 paths.size());
+    throw CLI::RuntimeError(kExitUnreadableFiles);  // CLI11 exits with the code, printing nothing
   }
 }
 
@@ -143,11 +162,15 @@ void add_model_commands(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   e->add_option("--batch-size", eval->batch_size)->capture_default_str();
   e->add_option("--threads", eval->threads, "decode threads (0 = all cores)");
+  e->add_option("--on-bad-sample", eval->on_bad_sample,
+                "fail (stop at the first unreadable image) | skip (leave it out, name it on stderr)")
+      ->capture_default_str();
   e->add_flag("--json", eval->json, "machine-readable output");
   e->add_option("--device", eval->device, "auto | cpu | cuda[:N]")->capture_default_str();
   e->callback([eval] { run_evaluate(*eval); });
 
   auto pred = std::make_shared<UseArgs>();
+  pred->on_bad_sample = "skip";  // each image is its own answer: one unreadable file need not stop the rest
   CLI::App* p = app.add_subcommand("predict", "class and probability for each image");
   p->add_option("--model-dir", pred->model_dir, "folder written by stoker train --out")->check(CLI::ExistingDirectory);
   p->add_option("--model", pred->model_file, "or any whole classifier: Keras .h5 or TF.js model.json")
@@ -163,6 +186,10 @@ void add_model_commands(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   p->add_option("--batch-size", pred->batch_size)->capture_default_str();
   p->add_option("--threads", pred->threads, "decode threads (0 = all cores)");
+  p->add_option("--on-bad-sample", pred->on_bad_sample,
+                "skip (an error line for each unreadable image, the rest predicted, exit code 1) | fail (stop at "
+                "the first, exit code 2)")
+      ->capture_default_str();
   p->add_flag("--json", pred->json, "machine-readable output");
   p->add_option("--device", pred->device, "auto | cpu | cuda[:N]")->capture_default_str();
   p->callback([pred] { run_predict(*pred); });

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -26,18 +27,47 @@ using Clock = std::chrono::steady_clock;
 
 struct EpochLog {
   int epoch = 0;
-  bool features_cached = false;  // the epoch trained the head on features computed earlier
-  trainer::EpochStats train, validation;
+  bool features_cached = false;              // the epoch trained the head on features computed earlier
+  trainer::EpochStats train, validation;     // .samples: the images trained on / validated on
+  std::size_t skipped = 0, val_skipped = 0;  // unreadable images left out (--on-bad-sample skip)
+  double learning_rate = 0;                  // of the epoch's last step
+  bool stopped_early = false;
   bool improved = false;
   double images_per_second = 0;
   Utilisation utilisation;
 };
 
+// The library's report of an epoch (its utilisation is the command's own, added by the caller).
+EpochLog epoch_log(const training::EpochReport& r, std::size_t val_skipped) {
+  EpochLog e;
+  e.epoch = r.epoch;
+  e.features_cached = r.features_cached;
+  e.train = r.train;
+  e.validation = r.validation;
+  e.skipped = r.skipped.size();
+  e.val_skipped = val_skipped;
+  e.learning_rate = r.learning_rate;
+  e.stopped_early = r.stopped_early;
+  e.improved = r.improved;
+  e.images_per_second = r.images_per_second;
+  return e;
+}
+
 void print_epoch(const TrainConfig& c, const EpochLog& e) {
-  std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | %.0f img/s%s%s\n", e.epoch + 1, c.epochs,
-              e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.images_per_second,
-              e.features_cached ? " (head only, features cached)" : "", e.improved ? " | best so far, saved" : "");
+  std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | lr %.3g | %.0f img/s%s%s", e.epoch + 1,
+              c.epochs, e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.learning_rate,
+              e.images_per_second, e.features_cached ? " (head only, features cached)" : "",
+              e.improved ? " | best so far, saved" : "");
+  if (e.skipped + e.val_skipped > 0) {
+    std::printf(" | %d images trained, %zu unreadable skipped; %d validated, %zu skipped", e.train.samples, e.skipped,
+                e.validation.samples, e.val_skipped);
+  }
+  std::printf("\n");
   std::printf("  utilisation: %s\n", describe(e.utilisation).c_str());
+  if (e.stopped_early) {
+    std::printf("early stopping: %s has not improved for %d epochs; stopped after epoch %d of %d\n", c.monitor.c_str(),
+                c.early_stopping_patience, e.epoch + 1, c.epochs);
+  }
   std::fflush(stdout);
 }
 
@@ -48,6 +78,10 @@ nlohmann::json to_json(const Utilisation& u) {
                       {"cpu_percent_of_all_cores", u.cpu_percent_of_all_cores},
                       {"data_wait_share", u.data_wait_share},
                       {"compute_share", u.compute_share},
+                      {"loader_threads", u.loader_threads},
+                      {"read_share", u.read_share},
+                      {"decode_share", u.decode_share},
+                      {"transform_share", u.transform_share},
                       {"limited_by", limiting_stage(u)}};
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   j["gpu_run"] = u.gpu_run;
@@ -55,6 +89,7 @@ nlohmann::json to_json(const Utilisation& u) {
   j["gpu_busy_samples"] = u.gpu_busy_samples;
   j["gpu_memory_used_mib"] = opt(u.gpu_memory_used_mib);  // NVML, device-wide peak
   j["backbone_gpu_share"] = opt(u.backbone_gpu_share);    // CUDA events: the run's own GPU time / wall
+  j["transfer_share"] = opt(u.transfer_share);            // CUDA events: waiting for copy + GPU augmentation
   if (!u.gpu_note.empty()) j["gpu_note"] = u.gpu_note;
   return j;
 }
@@ -70,6 +105,11 @@ Utilisation utilisation_from(const nlohmann::json& j) {
   u.cpu_percent_of_all_cores = j.value("cpu_percent_of_all_cores", 0.0);
   u.data_wait_share = j.value("data_wait_share", 0.0);
   u.compute_share = j.value("compute_share", 0.0);
+  u.loader_threads = j.value("loader_threads", 0);
+  u.read_share = j.value("read_share", 0.0);
+  u.decode_share = j.value("decode_share", 0.0);
+  u.transform_share = j.value("transform_share", 0.0);
+  u.transfer_share = opt("transfer_share");
   u.gpu_run = j.value("gpu_run", false);
   u.gpu_busy_percent = opt("gpu_busy_percent");
   u.gpu_busy_samples = j.value("gpu_busy_samples", 0);
@@ -79,10 +119,25 @@ Utilisation utilisation_from(const nlohmann::json& j) {
   return u;
 }
 
+// The unreadable files of a run, each once, in the order they were first met.
+struct SkippedFiles {
+  std::vector<SkippedSample> files;
+  std::set<std::string> seen;
+
+  // Adds those not seen before; prints them unless `quiet`.
+  void add(const std::vector<SkippedSample>& skipped, bool quiet = false) {
+    for (const SkippedSample& s : skipped) {
+      if (!seen.insert(s.path).second) continue;
+      files.push_back(s);
+      if (!quiet) std::printf("  skipped %s: %s\n", s.path.c_str(), s.reason.c_str());
+    }
+  }
+};
+
 // The epochs a resumed run had finished: the library's record, with each epoch's utilisation from
 // the history.json the killed process wrote (when it got that far).
 std::vector<EpochLog> earlier_epochs(const TrainConfig& c, const std::vector<training::EpochReport>& history,
-                                     Series& throughput) {
+                                     std::size_t val_skipped, Series& throughput) {
   nlohmann::json old;
   try {
     std::ifstream in(fs::path(c.out) / "history.json");
@@ -92,13 +147,7 @@ std::vector<EpochLog> earlier_epochs(const TrainConfig& c, const std::vector<tra
   }
   std::vector<EpochLog> log;
   for (const training::EpochReport& r : history) {
-    EpochLog e;
-    e.epoch = r.epoch;
-    e.features_cached = r.features_cached;
-    e.train = r.train;
-    e.validation = r.validation;
-    e.improved = r.improved;
-    e.images_per_second = r.images_per_second;
+    EpochLog e = epoch_log(r, val_skipped);
     if (old.is_object() && old.contains("epochs")) {
       for (const auto& j : old["epochs"])
         if (j.value("epoch", -1) == r.epoch && j.contains("utilisation"))
@@ -122,7 +171,8 @@ int best_epoch(const std::vector<EpochLog>& log) {
   return best;
 }
 
-void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const Series& throughput) {
+void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const SkippedFiles& skipped,
+                   const Series& throughput) {
   nlohmann::json j;
   j["best_epoch"] = best_epoch(log);
   j["monitor"] = c.monitor;
@@ -132,11 +182,19 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
                            {"accuracy", e.train.accuracy},
                            {"val_loss", e.validation.loss},
                            {"val_accuracy", e.validation.accuracy},
+                           {"images", e.train.samples},
+                           {"skipped", e.skipped},
+                           {"val_images", e.validation.samples},
+                           {"val_skipped", e.val_skipped},
+                           {"learning_rate", e.learning_rate},
+                           {"stopped_early", e.stopped_early},
                            {"images_per_second", e.images_per_second},
                            {"features_cached", e.features_cached},
                            {"improved", e.improved},
                            {"utilisation", to_json(e.utilisation)}});
   }
+  j["skipped_files"] = nlohmann::json::array();
+  for (const SkippedSample& f : skipped.files) j["skipped_files"].push_back({{"path", f.path}, {"reason", f.reason}});
   j["throughput"] = {{"seconds", throughput.x}, {"images_per_second", throughput.y}};
   write_file_atomically(fs::path(c.out) / "history.json", j.dump(2) + "\n");
 
@@ -181,10 +239,16 @@ class TrainLog final : public training::TrainObserver {
                 s.backbone_parameters, s.features, s.device.description.c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
+    if (s.featurewise) {
+      const FeaturewiseStats& f = *s.featurewise;
+      std::printf("featurewise statistics of the training images: mean %.4g %.4g %.4g, std %.4g %.4g %.4g\n", f.mean[0],
+                  f.mean[1], f.mean[2], f.std[0], f.std[1], f.std[2]);
+    }
     if (!c_.augments()) std::printf("no augmentation: computing each image's features once\n");
   }
   void on_resume(const std::vector<training::EpochReport>& history, int epoch, std::size_t next_batch) override {
-    log_ = earlier_epochs(c_, history, throughput_);
+    log_ = earlier_epochs(c_, history, val_skipped_, throughput_);
+    for (const auto& r : history) skipped_.add(r.skipped, true);  // the killed process printed them
     // This process's time continues the killed one's on the throughput plot.
     start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(throughput_.x.empty() ? 0.0 : throughput_.x.back()));
@@ -197,12 +261,21 @@ class TrainLog final : public training::TrainObserver {
     std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
     gpu_.reset();
   }
-  void on_features_begin(const std::string& what, std::size_t batches) override { progress_.emplace(what, batches); }
+  void on_features_begin(const std::string& what, std::size_t batches) override {
+    progress_.emplace(what, batches);
+    extracting_validation_ = what.starts_with("validation");
+  }
   void on_features_progress(std::size_t batches, std::size_t images) override {
     if (progress_) progress_->update(batches, images);
     if (meter_) record_throughput(images);  // the training features of an epoch without augmentation
   }
-  void on_features_end() override { finish_progress(); }
+  void on_features_end(const std::vector<SkippedSample>& skipped) override {
+    finish_progress();
+    if (!extracting_validation_) return;  // training features: the epoch's report has them
+    val_skipped_ = skipped.size();
+    if (!skipped.empty()) std::printf("validation: %zu unreadable images skipped\n", skipped.size());
+    skipped_.add(skipped);
+  }
   void on_epoch_begin(int epoch, std::size_t batches) override {
     meter_.emplace(gpu_);
     images_ = 0;
@@ -215,18 +288,13 @@ class TrainLog final : public training::TrainObserver {
   }
   void on_epoch_end(const training::EpochReport& r) override {
     finish_progress();
-    EpochLog e;
-    e.epoch = r.epoch;
-    e.features_cached = r.features_cached;
-    e.train = r.train;
-    e.validation = r.validation;
-    e.improved = r.improved;
-    e.images_per_second = r.images_per_second;
-    e.utilisation = meter_->finish(r.times.data_wait_seconds, r.times.compute_seconds, r.times.gpu_seconds);
+    EpochLog e = epoch_log(r, val_skipped_);
+    e.utilisation = meter_->finish(r.times);
     meter_.reset();
     print_epoch(c_, e);
+    skipped_.add(r.skipped);
     log_.push_back(e);
-    write_reports(c_, log_, throughput_);  // after every epoch: a killed run leaves its history
+    write_reports(c_, log_, skipped_, throughput_);  // after every epoch: a killed run leaves its history
   }
 
  private:
@@ -251,22 +319,27 @@ class TrainLog final : public training::TrainObserver {
   std::optional<UtilisationMeter> meter_;
   std::size_t images_ = 0;
   Clock::time_point start_, last_;
+  SkippedFiles skipped_;
+  std::size_t val_skipped_ = 0;
+  bool extracting_validation_ = false;
 };
 
 // The training and validation sets: class folders or tar shards (--data, --val), split as Keras'
 // validation_split when there is no --val.
 training::TrainingData training_data(const TrainConfig& c) {
-  if (!c.loader.shards() && !LoaderFlags::names_shards(c.val))
-    return training::training_data(c.loader.data, c.validation_split, c.val);
   const auto t0 = Clock::now();
   WebDatasetReport report;
   Dataset all = c.loader.dataset(&report);
   std::optional<Dataset> validation;
-  if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report);
+  if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report, all.class_names);
   if (report.shards > 0)
     print_shard_report(report, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  return validation ? training::training_data(std::move(all), std::move(*validation))
-                    : training::training_data(all, c.validation_split);
+  try {
+    return validation ? training::training_data(std::move(all), std::move(*validation))
+                      : training::training_data(all, c.validation_split);
+  } catch (const DatasetError& e) {
+    throw DatasetError(c.loader.source() + ": " + e.what());
+  }
 }
 
 // --resume OUT: the recorded settings, with the flags that may change taken from the command line.
@@ -289,10 +362,19 @@ TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
 
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
   const TrainConfig c = given.resume.empty() ? given : resumed_config(given, cmd);
-  for (const auto& [value, flag] : {std::pair{&c.loader.data, "--data"}, {&c.model, "--model"}, {&c.out, "--out"}}) {
+  if (c.loader.data.empty() && c.loader.data_csv.empty())
+    throw InvalidArgument("--data is required (or --data-csv FILE, or --resume OUT to continue a run)");
+  for (const auto& [value, flag] : {std::pair{&c.model, "--model"}, {&c.out, "--out"}}) {
     if (value->empty()) throw InvalidArgument(std::string(flag) + " is required (or --resume OUT to continue a run)");
   }
+  if (cmd.count("--label-mode") > 0) {
+    throw InvalidArgument(
+        "--label-mode does not apply to train: two classes train a sigmoid head (binary labels), more a softmax "
+        "head (categorical)");
+  }
   const training::TrainingData data = training_data(c);
+  training::TrainOptions options = c.options();
+  options.loss.class_weight = c.class_weights(data.train);
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);
@@ -300,13 +382,13 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     fs::create_directories(c.out);
     save_run_settings(c);
   }
-  const training::TrainResult result = training::train(data, c.options(), &observer);
+  const training::TrainResult result = training::train(data, options, &observer);
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
               c.monitor.c_str(), b.validation.accuracy, b.validation.loss);
-  std::printf(
-      "wrote %s (model.h5, head.stkh, stoker_model.json, history.json, metrics.png, throughput.png; %s to resume)\n",
-      c.out.c_str(), training::kCheckpointFile);
+  if (!result.classifier_note.empty()) std::printf("%s\n", result.classifier_note.c_str());
+  std::printf("wrote %s (%shead.stkh, stoker_model.json, history.json, metrics.png, throughput.png; %s to resume)\n",
+              c.out.c_str(), result.classifier_note.empty() ? "model.h5, " : "", training::kCheckpointFile);
 }
 
 }  // namespace

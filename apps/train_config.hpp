@@ -22,7 +22,14 @@ struct TrainConfig {
   int epochs = 10;
   double learning_rate = 1e-3;
   std::string monitor = "val_loss";  // val_loss | val_accuracy
-  std::string device = "auto";       // auto | cpu | cuda[:N]
+  // Keras fit(): class_weight ("auto" = 'balanced', or "class:weight,..." by name or index) and
+  // the loss's label_smoothing; callbacks on the monitored metric.
+  std::string class_weight;
+  double label_smoothing = 0;
+  int early_stopping_patience = 0;           // 0: off
+  std::vector<double> reduce_lr_on_plateau;  // factor, patience; empty: off
+  bool cosine_decay = false;
+  std::string device = "auto";  // auto | cpu | cuda[:N]
   std::string out;
   int checkpoint_every = 0;  // batches between checkpoints of an augmenting epoch (0: epoch ends only)
   std::string resume;        // the --out of a killed run to continue
@@ -32,17 +39,31 @@ struct TrainConfig {
   double width_shift_range = 0;
   double height_shift_range = 0;
   double shear_range = 0;
-  double zoom_range = 0;
+  std::vector<double> zoom_range;  // z: [1 - z, 1 + z]; or lower, upper
   bool horizontal_flip = false;
   bool vertical_flip = false;
   std::vector<double> brightness_range;
   double channel_shift_range = 0;
   std::string fill_mode = "nearest";
   double cval = 0;
+  std::string rescale;  // e.g. 1/255; empty: none
+  bool samplewise_center = false;
+  bool samplewise_std_normalization = false;
+  bool featurewise_center = false;  // the statistics are fitted on the training set
+  bool featurewise_std_normalization = false;
+
+  // Beyond Keras (AugmentSpec): crops and colour jitter.
+  double center_crop = 1.0;                 // fraction of each side kept, for every image
+  std::vector<double> random_resized_crop;  // scale lo, hi[, ratio lo, hi]: torchvision's
+  double contrast = 0;
+  double saturation = 0;
+  double hue = 0;
 
   void add_to(CLI::App& cmd);
   // What the training library runs (its loader options and augmentation from the flags).
   training::TrainOptions options() const;
+  // The class weights of --class-weight for `train`'s classes (empty without the flag).
+  std::vector<double> class_weights(const Dataset& train) const;
   bool augments() const;  // any random transformation configured
 };
 

@@ -157,8 +157,7 @@ void UtilisationMeter::sample() {
   }
 }
 
-Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_seconds,
-                                     std::optional<double> gpu_seconds) {
+Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
   stop_sampler();
   Utilisation u;
   u.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -169,10 +168,16 @@ Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_se
   u.file_read_mb_per_s = static_cast<double>(rchar - rchar_) / 1e6 / wall;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   u.cpu_percent_of_all_cores = 100.0 * (process_cpu_seconds() - cpu_seconds_) / wall / cores;
-  u.data_wait_share = data_wait_seconds / wall;
-  u.compute_share = compute_seconds / wall;
+  u.data_wait_share = t.data_wait_seconds / wall;
+  u.compute_share = t.compute_seconds / wall;
   u.gpu_run = gpu_run_;
-  if (gpu_seconds) u.backbone_gpu_share = *gpu_seconds / wall;
+  if (t.gpu_seconds) u.backbone_gpu_share = *t.gpu_seconds / wall;
+  u.loader_threads = t.loader_threads;
+  const double thread_time = wall * std::max(1, t.loader_threads);
+  u.read_share = t.read_seconds / thread_time;
+  u.decode_share = t.decode_seconds / thread_time;
+  u.transform_share = t.transform_seconds / thread_time;
+  if (t.transfer_wait_seconds) u.transfer_share = *t.transfer_wait_seconds / wall;
   std::lock_guard lock(mu_);
   sample();  // the last stretch, and the only reading of a stretch shorter than 100 ms
   if (busy_samples_ > 0) u.gpu_busy_percent = busy_sum_ / busy_samples_;
@@ -185,10 +190,17 @@ Utilisation UtilisationMeter::finish(double data_wait_seconds, double compute_se
 
 std::string limiting_stage(const Utilisation& u) {
   if (u.data_wait_share > 0.2) {
-    if (u.disk_read_mb_per_s > 50) return "the input pipeline (disk reads): try --cache decoded";
-    return u.gpu_run ? "the input pipeline (decode on the CPU, or the copy/augmentation on the GPU): try --cache "
-                       "decoded or more --threads"
-                     : "the input pipeline (decode/augmentation on the CPU): try --cache decoded or more --threads";
+    // Most of the wait is the GPU's, for the copy and the augmentation on the device.
+    if (u.transfer_share && *u.transfer_share > 0.5 * u.data_wait_share)
+      return "the copy to the GPU and the augmentation there (the host's loader keeps up)";
+    const double busiest = std::max({u.read_share, u.decode_share, u.transform_share});
+    if (busiest < 0.05) return "the input pipeline, though its threads are idle: try a larger --prefetch";
+    if (busiest == u.read_share)
+      return u.disk_read_mb_per_s > 50 ? "reading files (disk reads): try --cache encoded or decoded"
+                                       : "reading files: try --cache encoded or decoded, or more --threads";
+    if (busiest == u.decode_share) return "decoding: try --cache decoded or more --threads";
+    return u.gpu_run ? "resizing on the CPU: try --cache decoded or more --threads"
+                     : "the augmentation on the CPU: try more --threads or --device cuda";
   }
   if (u.compute_share > 0.6) return "the model's compute (the input pipeline keeps up)";
   return "neither clearly: host-side work between batches (the head's training step, bookkeeping)";
@@ -214,11 +226,18 @@ std::string describe(const Utilisation& u) {
       gpu += " " + (u.gpu_note.empty() ? std::string("NVML n/a") : u.gpu_note);
     }
   }
-  std::snprintf(buf, sizeof buf,
-                "disk %.1f MB/s (files %.1f MB/s incl. page cache) | CPU %.0f%% of %u cores | %s | waited for data "
-                "%.0f%%, model compute %.0f%% of wall time -> limited by %s",
-                u.disk_read_mb_per_s, u.file_read_mb_per_s, u.cpu_percent_of_all_cores, cores, gpu.c_str(),
-                100 * u.data_wait_share, 100 * u.compute_share, limiting_stage(u).c_str());
+  char transfer[96] = "";
+  if (u.transfer_share)
+    std::snprintf(transfer, sizeof transfer, ", GPU copy + augmentation wait %.0f%% of wall time",
+                  100 * *u.transfer_share);
+  std::snprintf(
+      buf, sizeof buf,
+      "disk %.1f MB/s (files %.1f MB/s incl. page cache) | CPU %.0f%% of %u cores | %s | loader (%d threads): "
+      "read %.0f%%, decode %.0f%%, %s %.0f%% of their time%s | waited for data %.0f%%, model compute %.0f%% "
+      "of wall time -> limited by %s",
+      u.disk_read_mb_per_s, u.file_read_mb_per_s, u.cpu_percent_of_all_cores, cores, gpu.c_str(), u.loader_threads,
+      100 * u.read_share, 100 * u.decode_share, u.gpu_run ? "resize" : "augmentation", 100 * u.transform_share,
+      transfer, 100 * u.data_wait_share, 100 * u.compute_share, limiting_stage(u).c_str());
   return buf;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "stoker/training/feature_source.hpp"
+
 namespace stoker::app {
 
 struct Utilisation {
@@ -30,6 +32,12 @@ struct Utilisation {
   std::optional<double> backbone_gpu_share;
   double data_wait_share = 0;  // time the trainer waited for batches / wall time
   double compute_share = 0;    // time in the backbone (or, for head-only epochs, the head) / wall time
+  // The input pipeline's stages: each one's busy time over its threads' time (threads x wall).
+  // The transform is the augmentation on the CPU path, the plain resize on the GPU path.
+  int loader_threads = 0;
+  double read_share = 0, decode_share = 0, transform_share = 0;
+  // GPU path: the backbone's stream waited for a batch's copy and GPU augmentation / wall time.
+  std::optional<double> transfer_share;
 };
 
 // Snapshots the counters at construction; finish() returns the usage since then. With a CUDA
@@ -41,9 +49,9 @@ class UtilisationMeter {
   UtilisationMeter(const UtilisationMeter&) = delete;
   UtilisationMeter& operator=(const UtilisationMeter&) = delete;
 
-  // gpu_seconds: the run's GPU time measured with CUDA events (none on the CPU).
-  Utilisation finish(double data_wait_seconds, double compute_seconds,
-                     std::optional<double> gpu_seconds = std::nullopt);
+  // The stretch's times as the training library measured them (waits, compute, the GPU time from
+  // CUDA events, the loader's stage times).
+  Utilisation finish(const training::EpochTimes& times);
 
  private:
   void sample();  // one NVML reading into the sums (mu_ held)
@@ -67,7 +75,9 @@ class UtilisationMeter {
 // One line: "disk 12.3 MB/s | CPU 85% of 2 cores | GPU … | waited for data 3% → limited by …".
 std::string describe(const Utilisation& u);
 
-// Which stage limits throughput, in words, from the shares above.
+// Which stage limits throughput, in words, from the shares above: when the trainer waits for data,
+// the input stage with the largest share (reading, decoding, the augmentation, or the copy to the
+// GPU and its augmentation there), with what to try; else the model's compute or the host's work.
 std::string limiting_stage(const Utilisation& u);
 
 }  // namespace stoker::app

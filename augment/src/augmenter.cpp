@@ -213,6 +213,18 @@ int min_decode(const AugmentPlan& p, int out) {
 int Augmenter::min_decode_height() const { return min_decode(plan_, plan_.out_height); }
 int Augmenter::min_decode_width() const { return min_decode(plan_, plan_.out_width); }
 
+std::optional<Augmenter::ChannelAffine> Augmenter::output_affine() const {
+  if (plan_.samplewise_center || plan_.samplewise_std || spec_.preprocessing_function) return std::nullopt;
+  const augment::OutputAffine a = augment::output_affine(plan_, plan_.channels, 0.0f, 1.0f);
+  ChannelAffine out;
+  for (int c = 0; c < plan_.channels; ++c) {
+    out.scale.push_back(a.scale[c]);
+    out.offset.push_back(a.offset[c]);
+    out.source_channel.push_back(a.source_channel[c]);
+  }
+  return out;
+}
+
 std::string Augmenter::cache_identity() const {
   const AugmentPlan& p = plan_;
   if (p.training || p.float_output || p.nchw || spec_.preprocessing_function) return {};
@@ -439,8 +451,7 @@ void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const 
   });
 }
 
-FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images) {
-  if (images.empty()) throw InvalidArgument("fit_featurewise: no images");
+AugmentSpec FeaturewiseFit::input_spec(const AugmentSpec& spec) {
   AugmentSpec det = spec;
   det.training = false;
   det.dtype = DType::U8;
@@ -451,30 +462,49 @@ FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageV
   det.samplewise_center = det.samplewise_std_normalization = false;
   det.featurewise.reset();
   det.preprocessing_function = nullptr;
-  const Augmenter resize(det);
-  const double rescale = spec.rescale.value_or(1.0);
-  const int cn = det.channels;
-  std::vector<std::uint8_t> buf(det.output_shape().bytes());
-  std::array<double, 4> sum{}, sq{};
-  double count = 0;
-  for (const ImageView& im : images) {
-    resize.apply(im, SampleContext{}, reinterpret_cast<std::byte*>(buf.data()));
-    for (std::size_t i = 0; i < buf.size(); i += cn) {
-      for (int c = 0; c < cn; ++c) {
-        const double v = buf[i + c] * rescale;
-        sum[c] += v;
-        sq[c] += v * v;
+  return det;
+}
+
+FeaturewiseFit::FeaturewiseFit(const AugmentSpec& spec)
+    : rescale_(spec.rescale.value_or(1.0)),
+      channels_(spec.channels),
+      image_values_(input_spec(spec).output_shape().bytes()) {}
+
+void FeaturewiseFit::add(const std::uint8_t* images, std::size_t count) {
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::uint8_t* px = images + k * image_values_;
+    for (std::size_t i = 0; i < image_values_; i += static_cast<std::size_t>(channels_)) {
+      for (int c = 0; c < channels_; ++c) {
+        const double v = px[i + static_cast<std::size_t>(c)] * rescale_;
+        sum_[static_cast<std::size_t>(c)] += v;
+        squares_[static_cast<std::size_t>(c)] += v * v;
       }
     }
-    count += static_cast<double>(buf.size() / cn);
+    pixels_ += static_cast<double>(image_values_ / static_cast<std::size_t>(channels_));
   }
+}
+
+FeaturewiseStats FeaturewiseFit::result() const {
+  if (pixels_ == 0) throw InvalidArgument("fit_featurewise: no images");
   FeaturewiseStats out;
-  for (int c = 0; c < cn; ++c) {
-    const double m = sum[c] / count;
+  for (std::size_t c = 0; c < static_cast<std::size_t>(channels_); ++c) {
+    const double m = sum_[c] / pixels_;
     out.mean[c] = static_cast<float>(m);
-    out.std[c] = static_cast<float>(std::sqrt(std::max(0.0, sq[c] / count - m * m)));
+    out.std[c] = static_cast<float>(std::sqrt(std::max(0.0, squares_[c] / pixels_ - m * m)));
   }
   return out;
+}
+
+FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images) {
+  if (images.empty()) throw InvalidArgument("fit_featurewise: no images");
+  const Augmenter resize(FeaturewiseFit::input_spec(spec));
+  FeaturewiseFit fit(spec);
+  std::vector<std::uint8_t> buf(resize.output_shape().bytes());
+  for (const ImageView& im : images) {
+    resize.apply(im, SampleContext{}, reinterpret_cast<std::byte*>(buf.data()));
+    fit.add(buf.data(), 1);
+  }
+  return fit.result();
 }
 
 }  // namespace stoker

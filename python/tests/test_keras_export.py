@@ -21,8 +21,10 @@ def stoker_cli():
     return cli
 
 
-@pytest.mark.parametrize("preprocess", ["tf", "caffe", "torch"])
-def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, preprocess):
+@pytest.mark.parametrize("preprocess, standardise", [
+    ("tf", []), ("caffe", []), ("torch", []),
+    ("none", ["--rescale", "1/255", "--featurewise-center", "--featurewise-std-normalization"])])
+def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, preprocess, standardise):
     keras = pytest.importorskip("tf_keras")
     from PIL import Image
 
@@ -31,7 +33,7 @@ def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, 
     out = tmp_path / "model"
     subprocess.run([cli, "train", "--data", data, "--model", MODEL, "--image-size", "64", "--epochs", "5", "--learning-rate", "0.01",
                     "--batch-size", "8", "--device", "cpu", "--preprocess", preprocess, "--horizontal-flip",
-                    "--out", str(out)], check=True, capture_output=True)
+                    *standardise, "--out", str(out)], check=True, capture_output=True)
     assert (out / "model.h5").exists()
     # Images at the model's size: stoker's resize is then the identity and both see the same pixels.
     images = sorted(str(p) for p in (tmp_path / "data").rglob("*.jpg"))[::3]
@@ -41,7 +43,7 @@ def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, 
     stoker_p = np.array([r["probabilities"]["red"] for r in rows])
 
     model = keras.models.load_model(str(out / "model.h5"), compile=False)
-    assert model.layers[1].name == f"preprocess_{preprocess}"
+    assert model.layers[1].name == "preprocess"  # the standardisation, folded into one 1x1 convolution
     assert model.layers[-1].name == "classifier" and model.output_shape == (None, 1)
     x = np.stack([np.asarray(Image.open(p).convert("RGB"), np.float32) for p in images])
     keras_p = model.predict(x, verbose=0)[:, 0]

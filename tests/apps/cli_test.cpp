@@ -7,11 +7,13 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
@@ -61,6 +63,24 @@ void make_dataset(const fs::path& root, int per_class) {
   }
 }
 
+// Three files a decoder cannot read, named to sort before the good ones: with a validation split of
+// 0.2 the first two of the class are validation images, the third a training image.
+std::vector<fs::path> add_unreadable_files(const fs::path& folder) {
+  const fs::path text = folder / "bad0_text.jpg", truncated = folder / "bad1_truncated.jpg",
+                 empty = folder / "bad2_empty.jpg";
+  std::ofstream(text) << "this is not a JPEG\n";
+  stoker::test::write_jpeg(truncated, stoker::test::make_pattern_rgb(100, 100, 3));
+  fs::resize_file(truncated, 200);
+  std::ofstream{empty};
+  return {text, truncated, empty};
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override { make_dataset(dir / "data", 10); }
@@ -86,6 +106,12 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   const auto history = nlohmann::json::parse(h);
   ASSERT_EQ(history["epochs"].size(), 2u);
   EXPECT_TRUE(history["epochs"][0].contains("utilisation"));
+  // The first epoch decoded every image: the loader's stages have their shares.
+  EXPECT_NE(t.out.find("loader (2 threads): read "), std::string::npos) << t.out;
+  const auto& first = history["epochs"][0]["utilisation"];
+  EXPECT_GT(first["decode_share"].get<double>(), 0.0) << first.dump();
+  EXPECT_GT(first["transform_share"].get<double>(), 0.0) << first.dump();
+  EXPECT_EQ(first["loader_threads"], 2);
 
   const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
   const CommandResult p = stoker("predict --model-dir " + (dir / "out").string() + " --json " + img);
@@ -102,6 +128,243 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   const auto ev = nlohmann::json::parse(e.out.substr(e.out.rfind('{')));
   EXPECT_EQ(ev["images"], 20);
   EXPECT_GE(ev["accuracy"].get<double>(), 0.9);
+}
+
+// --on-bad-sample skip: the epochs say how many images were left out and each file is named once
+// with its reason; history.json has the counts and the list; evaluate and predict report them too.
+TEST_F(Cli, UnreadableFilesAreSkippedCountedAndNamed) {
+  const std::vector<fs::path> bad = add_unreadable_files(dir / "data" / "cat");
+  const CommandResult failing = stoker(train_args("--device cpu"));
+  EXPECT_EQ(failing.exit_code, 2) << failing.out;
+  EXPECT_NE(failing.out.find("bad0_text.jpg"), std::string::npos) << "fail (the default) names the file";
+
+  // Augmenting: every epoch decodes again and meets the bad training file again.
+  const CommandResult t = stoker(train_args("--device cpu --image-size 96 --horizontal-flip --on-bad-sample skip"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("validation: 2 unreadable images skipped"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("18 images trained, 1 unreadable skipped; 2 validated, 2 skipped"), std::string::npos) << t.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(t.out, "skipped " + f.string() + ": "), 1u) << f << t.out;
+  std::ifstream h(dir / "out" / "history.json");
+  const auto history = nlohmann::json::parse(h);
+  ASSERT_EQ(history["epochs"].size(), 2u);
+  for (const auto& e : history["epochs"]) {
+    EXPECT_EQ(e["images"], 18);
+    EXPECT_EQ(e["skipped"], 1);
+    EXPECT_EQ(e["val_images"], 2);
+    EXPECT_EQ(e["val_skipped"], 2);
+  }
+  ASSERT_EQ(history["skipped_files"].size(), 3u) << history["skipped_files"].dump();
+  for (const auto& f : history["skipped_files"]) EXPECT_FALSE(f["reason"].get<std::string>().empty());
+  EXPECT_EQ(history["skipped_files"][2]["path"], bad[2].string()) << "validation's first, then training's";
+
+  const std::string data = " --data " + (dir / "data").string();
+  const std::string model = " --model-dir " + (dir / "out").string();
+  const CommandResult stop = stoker("evaluate" + model + data);
+  EXPECT_EQ(stop.exit_code, 2) << stop.out;
+  EXPECT_NE(stop.out.find("bad0_text.jpg"), std::string::npos) << stop.out;
+  const CommandResult e = stoker("evaluate --json --on-bad-sample skip" + model + data);
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(e.out, "stoker: error: " + f.string() + ": "), 1u) << e.out;
+  const auto ev = nlohmann::json::parse(e.out.substr(e.out.find("{\"")));
+  EXPECT_EQ(ev["images"], 20);
+  EXPECT_EQ(ev["skipped"], 3);
+  EXPECT_EQ(ev["skipped_files"].size(), 3u);
+
+  const std::string good = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult p = stoker("predict --json" + model + " " + bad[1].string() + " " + good);
+  EXPECT_EQ(p.exit_code, 1) << "1: some images could not be read, the rest were predicted\n" << p.out;
+  EXPECT_NE(p.out.find("stoker: error: " + bad[1].string() + ": "), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("1 of 2 images could not be read"), std::string::npos) << p.out;
+  const auto rows = nlohmann::json::parse(p.out.substr(p.out.find('['), p.out.rfind(']') - p.out.find('[') + 1));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["path"], good);
+  EXPECT_EQ(rows[0]["class"], "dog");
+  EXPECT_EQ(rows[1]["path"], bad[1].string());
+  EXPECT_TRUE(rows[1].contains("error"));
+  const CommandResult pf = stoker("predict --on-bad-sample fail" + model + " " + bad[1].string() + " " + good);
+  EXPECT_EQ(pf.exit_code, 2) << pf.out;
+  EXPECT_NE(pf.out.find(bad[1].string()), std::string::npos) << pf.out;
+}
+
+// verify: every file decoded once; exit 0 when all are readable, 1 with each unreadable one named.
+TEST_F(Cli, VerifyListsTheUnreadableFiles) {
+  const std::string data = (dir / "data").string();
+  const CommandResult clean = stoker("verify --threads 2 --data " + data);
+  EXPECT_EQ(clean.exit_code, 0) << clean.out;
+  EXPECT_NE(clean.out.find("20 files, 20 readable, 0 unreadable"), std::string::npos) << clean.out;
+
+  const std::vector<fs::path> bad = add_unreadable_files(dir / "data" / "cat");
+  const CommandResult text = stoker("verify --threads 2 --data " + data);
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("23 files, 20 readable, 3 unreadable"), std::string::npos) << text.out;
+  for (const fs::path& f : bad) EXPECT_EQ(occurrences(text.out, "  " + f.string() + ": "), 1u) << f << text.out;
+
+  const CommandResult json = stoker("verify --json --data " + data);
+  EXPECT_EQ(json.exit_code, 1) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["files"], 23);
+  EXPECT_EQ(j["readable"], 20);
+  ASSERT_EQ(j["unreadable"].size(), 3u);
+  EXPECT_EQ(j["unreadable"][0]["path"], bad[0].string());
+  EXPECT_NE(j["unreadable"][2]["reason"].get<std::string>().find("empty"), std::string::npos) << j.dump();
+
+  // Tar shards (which `stoker shard` writes only from files that are not empty): the members
+  // named shard:member.
+  fs::remove(bad[2]);
+  ASSERT_EQ(stoker("shard --data " + data + " --out " + (dir / "shards" / "s-%d.tar").string()).exit_code, 0);
+  const CommandResult tar = stoker("verify --data " + (dir / "shards" / "s-{0..0}.tar").string());
+  EXPECT_EQ(tar.exit_code, 1) << tar.out;
+  EXPECT_NE(tar.out.find("22 files, 20 readable, 2 unreadable"), std::string::npos) << tar.out;
+  EXPECT_NE(tar.out.find("s-0.tar:"), std::string::npos) << tar.out;
+}
+
+// Keras' fit() options from the command line: the learning rate of each epoch in the epoch line
+// and history.json, the cosine schedule, the plateau, early stopping, class weights and label
+// smoothing; --label-mode, which train cannot honour, is refused.
+TEST_F(Cli, KerasFitOptions) {
+  auto history = [&] {
+    std::ifstream h(dir / "out" / "history.json");
+    return nlohmann::json::parse(h);
+  };
+  // 16 training images in batches of 8: 4 steps over 2 epochs; each epoch logs its last step's rate.
+  const CommandResult cosine = stoker(train_args("--device cpu --cosine-decay"));
+  ASSERT_EQ(cosine.exit_code, 0) << cosine.out;
+  EXPECT_NE(cosine.out.find("| lr 0.000854 |"), std::string::npos) << cosine.out;
+  auto h = history();
+  EXPECT_NEAR(h["epochs"][0]["learning_rate"].get<double>(), 1e-3 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-9);
+  EXPECT_NEAR(h["epochs"][1]["learning_rate"].get<double>(), 1e-3 * 0.5 * (1 + std::cos(3 * M_PI / 4)), 1e-9);
+
+  // val_accuracy on 4 images takes at most 5 values: it stalls within 8 epochs, and each stall
+  // halves the rate (patience 1) and, twice in a row, stops the run (patience 2).
+  const CommandResult plateau = stoker(
+      train_args("--device cpu --epochs 8 --learning-rate 0.3 --monitor val_accuracy --reduce-lr-on-plateau 0.5,1 "
+                 "--early-stopping-patience 2"));
+  ASSERT_EQ(plateau.exit_code, 0) << plateau.out;
+  EXPECT_NE(plateau.out.find("early stopping: val_accuracy has not improved for 2 epochs; stopped after epoch"),
+            std::string::npos)
+      << plateau.out;
+  h = history();
+  const auto& epochs = h["epochs"];
+  ASSERT_LT(epochs.size(), 8u) << epochs.dump();
+  EXPECT_TRUE(epochs.back()["stopped_early"].get<bool>());
+  for (std::size_t e = 0; e + 1 < epochs.size(); ++e) {
+    const float lr = epochs[e]["learning_rate"].get<float>(), next = epochs[e + 1]["learning_rate"].get<float>();
+    EXPECT_EQ(next, epochs[e]["improved"].get<bool>() ? lr : static_cast<float>(lr * 0.5)) << "after epoch " << e;
+  }
+  EXPECT_EQ(h["best_epoch"].get<int>() + 1 + 2, static_cast<int>(epochs.size())) << "two epochs after the best";
+
+  // Label smoothing 0.2 enters the validation loss too: no prediction gets it below the entropy of
+  // (0.9, 0.1), 0.325.
+  const CommandResult smooth = stoker(train_args("--device cpu --label-smoothing 0.2 --class-weight cat:1,dog:3"));
+  ASSERT_EQ(smooth.exit_code, 0) << smooth.out;
+  for (const auto& e : history()["epochs"]) EXPECT_GT(e["val_loss"].get<double>(), 0.325) << e.dump();
+  const CommandResult balanced = stoker(train_args("--device cpu --class-weight auto"));
+  EXPECT_EQ(balanced.exit_code, 0) << balanced.out;
+
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--class-weight cat:1", "give a weight for every class; 'dog' has none"},
+           {"--class-weight cat:1,dog:-2", "class weights must be finite and >= 0"},
+           {"--class-weight cat:1,bird:2", "no class 'bird' (classes: cat, dog)"},
+           {"--class-weight cat:1,dog:x", "'x' is not a number"},
+           {"--label-smoothing 1", "label smoothing must be in [0, 1)"},
+           {"--reduce-lr-on-plateau 2,1", "factor must be in (0, 1)"},
+           {"--cosine-decay --reduce-lr-on-plateau 0.5,2", "choose one"},
+           {"--label-mode categorical", "--label-mode does not apply to train"},
+       }) {
+    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+  }
+  // A resume keeps the schedule: changing it is refused by name.
+  const CommandResult changed = stoker("train --resume " + (dir / "out").string() + " --cosine-decay");
+  EXPECT_NE(changed.exit_code, 0);
+  EXPECT_NE(changed.out.find("--cosine-decay cannot change"), std::string::npos) << changed.out;
+}
+
+// A CSV list instead of class folders (Keras' flow_from_dataframe), and the extensions a class
+// folder is read with: WebP among the defaults, --extensions to choose.
+TEST_F(Cli, TrainFromACsvAndChooseExtensions) {
+  {
+    std::ofstream csv(dir / "list.csv");
+    csv << "file,label\n";
+    for (const char* c : {"cat", "dog"})
+      for (int i = 0; i < 10; ++i) csv << c << "/img" << i << ".jpg," << c << "\n";
+  }
+  const std::string common =
+      " --model " + kModel +
+      " --cut-at sequential_9 --image-size 96 --epochs 1 --batch-size 8 --threads 2 --device cpu";
+  const CommandResult csv =
+      stoker("train --data-csv " + (dir / "list.csv").string() + " --directory " + (dir / "data").string() +
+             " --x-col file --y-col label" + common + " --out " + (dir / "csv").string());
+  ASSERT_EQ(csv.exit_code, 0) << csv.out;
+  EXPECT_NE(csv.out.find("train: 16 images, validation: 4 images, classes: cat dog"), std::string::npos) << csv.out;
+  const CommandResult folder =
+      stoker("train --data " + (dir / "data").string() + common + " --out " + (dir / "folder").string());
+  ASSERT_EQ(folder.exit_code, 0) << folder.out;
+  EXPECT_EQ(stoker::trainer::Head::load(dir / "csv" / "head.stkh").serialize(),
+            stoker::trainer::Head::load(dir / "folder" / "head.stkh").serialize())
+      << "the same files in the same order: the same head";
+  const CommandResult wrong_column = stoker("train --data-csv " + (dir / "list.csv").string() + " --directory " +
+                                            (dir / "data").string() + common + " --out " + (dir / "x").string());
+  EXPECT_EQ(wrong_column.exit_code, 2) << wrong_column.out;
+  EXPECT_NE(wrong_column.out.find("filename"), std::string::npos)
+      << "the missing x column is named: " << wrong_column.out;
+
+  // A WebP image: read by default, left out with --extensions jpg.
+  const fs::path webp = dir / "data" / "dog" / "extra.webp";
+  ASSERT_TRUE(cv::imwrite(webp.string(), stoker::test::make_pattern_rgb(64, 80, 1))) << "OpenCV without WebP";
+  const CommandResult with = stoker("verify --data " + (dir / "data").string());
+  EXPECT_EQ(with.exit_code, 0) << with.out;
+  EXPECT_NE(with.out.find("21 files, 21 readable"), std::string::npos) << with.out;
+  const CommandResult load = stoker("load --data " + (dir / "data").string() + " --extensions .JPG --epochs 1");
+  EXPECT_EQ(load.exit_code, 0) << load.out;
+  EXPECT_NE(load.out.find("dataset: 20 images"), std::string::npos) << load.out;
+}
+
+// The AugmentSpec settings beyond the Keras basics: crops, colour jitter, a two-value zoom range,
+// rescale and Keras' standardisation (featurewise statistics fitted on the training images); the
+// deterministic ones are recorded in the model folder for predict and evaluate.
+TEST_F(Cli, TrainWithCropsColourJitterAndStandardisation) {
+  const CommandResult t = stoker(
+      train_args("--device cpu --image-size 96 --epochs 1 --zoom-range 0.8 1.1 --random-resized-crop 0.5,1,0.8,1.25 "
+                 "--contrast 0.2 --saturation 0.3 --hue 0.05 --center-crop 0.9 --rescale 1/255 --preprocess none "
+                 "--featurewise-center --featurewise-std-normalization --samplewise-center"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_EQ(t.out.find("computing each image's features once"), std::string::npos) << "the jitter augments";
+  EXPECT_NE(t.out.find("featurewise statistics of the training images: mean 0."), std::string::npos) << t.out;
+  std::ifstream settings_file(dir / "out" / "train_settings.json"), model_file(dir / "out" / "stoker_model.json");
+  const auto settings = nlohmann::json::parse(settings_file)["settings"];
+  EXPECT_EQ(settings["zoom_range"], nlohmann::json({0.8, 1.1}));
+  EXPECT_EQ(settings["random_resized_crop"], nlohmann::json({0.5, 1.0, 0.8, 1.25}));
+  const auto model = nlohmann::json::parse(model_file);
+  EXPECT_EQ(model["center_crop"], 0.9);
+  EXPECT_NEAR(model["rescale"].get<double>(), 1.0 / 255, 1e-15);
+  EXPECT_TRUE(model["featurewise_center"].get<bool>() && model["samplewise_center"].get<bool>());
+  ASSERT_EQ(model["featurewise"]["mean"].size(), 4u) << model.dump();
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_GT(model["featurewise"]["mean"][c].get<double>(), 0.05) << "on the rescaled 0..1 scale";
+    EXPECT_LT(model["featurewise"]["mean"][c].get<double>(), 1.0);
+  }
+  const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
+  const CommandResult p = stoker("predict --model-dir " + (dir / "out").string() + " " + img);
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--hue 0.7", "hue"},
+           {"--rescale 1/x", "--rescale takes a number or a fraction like 1/255, received '1/x'"},
+           {"--random-resized-crop 0.5,1,2", "--random-resized-crop takes SCALE_LO,SCALE_HI or"},
+           {"--center-crop 1.5", "center_crop"},
+       }) {
+    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+  }
 }
 
 TEST_F(Cli, TrainWithAugmentationAndAConfigFile) {
@@ -324,7 +587,7 @@ TEST_F(Cli, LoadCacheAndHelp) {
   const CommandResult info = stoker("cache info " + file);
   EXPECT_EQ(info.exit_code, 0) << info.out;
   EXPECT_NE(info.out.find("20 entries"), std::string::npos) << info.out;
-  for (const char* sub : {"", "train", "load", "bench", "cache", "predict", "evaluate", "inspect"}) {
+  for (const char* sub : {"", "train", "load", "bench", "cache", "predict", "evaluate", "inspect", "verify"}) {
     const CommandResult h = stoker(std::string(sub) + " --help");
     EXPECT_EQ(h.exit_code, 0) << sub;
     EXPECT_NE(h.out.find("Usage"), std::string::npos) << sub;

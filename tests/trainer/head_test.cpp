@@ -3,6 +3,7 @@
 // features, and save -> load round trips.
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -76,6 +77,76 @@ void check_against_keras(const char* kind) {
 
 TEST(Head, AdamStepsMatchKerasSigmoid) { check_against_keras("sigmoid"); }
 TEST(Head, AdamStepsMatchKerasSoftmax) { check_against_keras("softmax"); }
+
+// fit()'s class_weight and the losses' label_smoothing against tf-keras 2.x
+// (vectors/fit_options.json from scripts/keras_reference_fit_options.py): the loss train_on_batch
+// reports (class-weighted: the weighted sum over the batch size), the weights after each step,
+// one fit() epoch in two batches, and evaluate() (smoothed, not weighted).
+TEST(Head, ClassWeightAndLabelSmoothingMatchKeras) {
+  std::ifstream in(test::vectors_dir() / "fit_options.json");
+  const auto ref = nlohmann::json::parse(in);
+  auto flat = [](const nlohmann::json& rows) {
+    std::vector<float> v;
+    for (const auto& r : rows) {
+      if (r.is_array()) {
+        for (const auto& x : r) v.push_back(x.get<float>());
+      } else {
+        v.push_back(r.get<float>());
+      }
+    }
+    return v;
+  };
+  ASSERT_EQ(ref["cases"].size(), 3u);
+  for (const auto& c : ref["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::vector<float> x = flat(c["x"]);
+    const std::vector<int> y = c["y"].get<std::vector<int>>();
+    const int n = static_cast<int>(y.size()), units = c["units"].get<int>();
+    const int dim = static_cast<int>(x.size()) / n;
+    LossOptions loss;
+    loss.label_smoothing = c["label_smoothing"].get<double>();
+    loss.class_weight = c["class_weight"].get<std::vector<double>>();
+    AdamConfig adam;
+    adam.learning_rate = 0.01f;
+    auto fresh = [&] {
+      Head h = units == 1 ? Head::sigmoid(dim, adam) : Head::softmax(dim, units, adam);
+      h.kernel() = flat(c["kernel0"]);
+      h.bias() = flat(c["bias0"]);
+      return h;
+    };
+    Head head = fresh();
+    for (std::size_t step = 0; step < 2; ++step) {
+      const auto& k = c["steps"][step];
+      const StepResult r = head.train_step(x.data(), y.data(), n, loss);
+      EXPECT_NEAR(r.loss, k["loss"].get<double>(), 2e-6) << "step " << step;
+      EXPECT_LE(test::max_rel_error(head.kernel(), flat(k["kernel"])), 1e-5) << "step " << step;
+      EXPECT_LE(test::max_rel_error(head.bias(), flat(k["bias"])), 1e-5) << "step " << step;
+    }
+    EXPECT_NEAR(head.evaluate(x.data(), y.data(), n, {loss.label_smoothing, {}}).loss, c["evaluate_loss"].get<double>(),
+                2e-6);
+
+    // fit(batch_size=4, shuffle=False): batches of 4 and 2, the epoch's loss their size-weighted mean.
+    Head fitted = fresh();
+    double sum = 0;
+    for (int start = 0; start < n; start += 4) {
+      const int nb = std::min(4, n - start);
+      sum += fitted.train_step(x.data() + start * dim, y.data() + start, nb, loss).loss * nb;
+    }
+    EXPECT_NEAR(sum / n, c["fit"]["loss"].get<double>(), 2e-6);
+    EXPECT_LE(test::max_rel_error(fitted.kernel(), flat(c["fit"]["kernel"])), 1e-5);
+    EXPECT_LE(test::max_rel_error(fitted.bias(), flat(c["fit"]["bias"])), 1e-5);
+  }
+}
+
+TEST(Head, RejectsBadLossOptions) {
+  Head head = Head::softmax(2, 3);
+  const float x[2] = {1, 2};
+  const int y = 1;
+  EXPECT_THROW(head.train_step(x, &y, 1, {1.0, {}}), InvalidArgument);
+  EXPECT_THROW(head.train_step(x, &y, 1, {0, {1, 2}}), InvalidArgument) << "3 classes, 2 weights";
+  EXPECT_THROW(head.train_step(x, &y, 1, {0, {1, -1, 2}}), InvalidArgument);
+  EXPECT_THROW(head.set_learning_rate(-1e-3f), InvalidArgument);
+}
 
 // Separable features: class c is centred on mu_c with unit noise.
 void separable(int n, int d, int classes, unsigned seed, std::vector<float>& x, std::vector<int>& y) {

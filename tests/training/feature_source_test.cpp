@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -88,6 +89,25 @@ TEST_F(GpuPathCheck, PassesIntactFeaturesAndCatchesDamagedOnes) {
   Features late = good;  // damage past the checked samples is not seen: only the first batch is compared
   late.x.back() = 1e6f;
   EXPECT_LE(error(late), 1e-6);
+}
+
+// An unreadable file among the first validation samples: both paths skip it, so the check
+// compares the samples that loaded and passes; were it taken for a sample, every later row would
+// be compared with its neighbour's features.
+TEST_F(GpuPathCheck, ComparesTheSamplesThatLoadedWhenOneIsUnreadable) {
+  std::ofstream(dir.path() / "cat" / "img1.jpg", std::ios::trunc) << "not a JPEG";
+  options.on_bad_sample = BadSamplePolicy::Skip;
+  const Features loaded = cpu_features();
+  ASSERT_EQ(loaded.n, 9);
+  ASSERT_EQ(loaded.skipped.size(), 1u);
+  EXPECT_EQ(loaded.skipped[0].sample_id, 1);
+  EXPECT_EQ(loaded.ids[1], 2) << "the row after the gap is sample 2";
+  EXPECT_LE(error(loaded), 1e-6);
+  EXPECT_LE(error(loaded, 32), 1e-6);
+
+  Features shifted = loaded;  // rows taken as samples 0..n-1: the bad file's gap ignored
+  for (std::size_t i = 0; i < shifted.ids.size(); ++i) shifted.ids[i] = static_cast<std::int64_t>(i);
+  EXPECT_TRUE(std::isinf(error(shifted))) << "sample 1 cannot be read on the CPU side either";
 }
 
 }  // namespace

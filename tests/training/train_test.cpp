@@ -4,14 +4,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <opencv2/core.hpp>
 
+#include "stoker/augment/augmenter.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/decode.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/model_folder.hpp"
@@ -92,7 +95,7 @@ TEST_F(TrainRun, DataFolderToSavedModelToPredictions) {
   EXPECT_EQ(m.info.prepare.image_size, 64);
 
   // The saved head, on the validation images, scores what the run reported for its best epoch.
-  const trainer::EpochStats again = evaluate(m, (dir / "data").string());
+  const trainer::EpochStats again = evaluate(m, (dir / "data").string()).stats;
   EXPECT_EQ(again.samples, 24);
 
   std::vector<std::string> paths;
@@ -223,6 +226,54 @@ TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   }
 }
 
+// Keras' standardisation and a centre crop: the featurewise statistics are fitted on the training
+// images (as ImageDataGenerator.fit(x_train)), recorded in the model folder with the rest, and
+// evaluate() prepares images exactly as the run's validation did.
+TEST_F(TrainRun, StandardisationAndCropsAreFittedRecordedAndReusedByEvaluate) {
+  const TrainingData data = training_data((dir / "data").string(), 0, (dir / "unseen").string());
+  TrainOptions o = small_run(dir / "model");
+  o.epochs = 2;
+  o.prepare.preprocess = "none";
+  o.prepare.rescale = 1.0 / 255;
+  o.prepare.center_crop = 0.8;
+  o.prepare.featurewise_center = o.prepare.featurewise_std_normalization = true;
+  const TrainResult r = train(data, o);
+
+  // The same statistics from fit_featurewise over every training image, decoded by hand.
+  ImageDecoder decoder;
+  std::vector<std::vector<std::uint8_t>> pixels;
+  std::vector<ImageView> views;
+  for (const Sample& sample : data.train.samples) {
+    std::vector<std::uint8_t> bytes;
+    read_file(sample.path, bytes);
+    const ImageView v = decoder.decode(bytes, sample.path);
+    pixels.emplace_back(v.data, v.data + v.row_stride * static_cast<std::size_t>(v.height));
+    views.push_back(v);
+  }
+  for (std::size_t i = 0; i < views.size(); ++i) views[i].data = pixels[i].data();
+  const FeaturewiseStats expected = fit_featurewise(image_spec(o.prepare), views);
+
+  const TrainedModel m = load_trained_model(dir / "model");
+  const ImagePreparation& p = m.info.prepare;
+  ASSERT_TRUE(p.featurewise.has_value()) << "the fitted statistics are in stoker_model.json";
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(p.featurewise->mean[c], expected.mean[c]) << "channel " << c;
+    EXPECT_EQ(p.featurewise->std[c], expected.std[c]) << "channel " << c;
+    EXPECT_GT(p.featurewise->std[c], 0.01f);
+  }
+  EXPECT_EQ(p.center_crop, 0.8);
+  ASSERT_TRUE(p.rescale.has_value());
+  EXPECT_DOUBLE_EQ(*p.rescale, 1.0 / 255);
+  EXPECT_TRUE(p.featurewise_center && p.featurewise_std_normalization);
+  EXPECT_FALSE(p.samplewise_center || p.samplewise_std_normalization);
+
+  const EpochReport& best = r.history.at(static_cast<std::size_t>(r.best_epoch));
+  const Evaluation again = evaluate(m, (dir / "unseen").string());
+  EXPECT_EQ(again.stats.samples, best.validation.samples);
+  EXPECT_NEAR(again.stats.loss, best.validation.loss, 1e-6) << "evaluate prepares images as validation did";
+  EXPECT_EQ(again.stats.accuracy, best.validation.accuracy);
+}
+
 // A run stopped anywhere and resumed from its checkpoint ends where the uninterrupted run ends:
 // the same heads (weights, Adam's moments and step count), bit for bit, and the same history.
 class Resume : public TrainRun {
@@ -312,6 +363,126 @@ TEST_F(Resume, AfterAnEpochWithoutAugmentationReusesTheSavedFeatures) {
   // A finished run trains on when asked for more epochs.
   again.epochs = 6;
   EXPECT_EQ(train(data, again).history.size(), 6u);
+}
+
+// Unreadable files skipped: each epoch reports them, and a resumed run (mid-epoch, or reusing the
+// saved features) reports what the uninterrupted one reports.
+TEST_F(Resume, WithUnreadableFilesSkippedEqualsTheUninterruptedRun) {
+  std::ofstream(dir / "data" / "blue" / "img7.jpg", std::ios::trunc) << "not a JPEG";
+  std::ofstream(dir / "data" / "red" / "img9.jpg", std::ios::trunc);
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  auto skipping = [](TrainOptions o) {
+    o.loader.on_bad_sample = BadSamplePolicy::Skip;
+    return o;
+  };
+  for (const bool augmenting : {true, false}) {
+    SCOPED_TRACE(augmenting ? "augmenting" : "features reused");
+    const std::string name = augmenting ? "aug" : "plain";
+    auto options = [&](const fs::path& out) {
+      TrainOptions o = skipping(augmented(out));
+      if (!augmenting) o.augmentation.reset();
+      return o;
+    };
+    const TrainResult whole = train(data, options(dir / (name + "_whole")));
+    ASSERT_EQ(whole.history.size(), 2u);
+    for (const EpochReport& e : whole.history) {
+      ASSERT_EQ(e.skipped.size(), 2u);
+      EXPECT_EQ(e.train.samples, 16);
+      const std::string both = e.skipped[0].path + " " + e.skipped[1].path;  // in the epoch's shuffled order
+      EXPECT_NE(both.find("blue/img7.jpg"), std::string::npos) << both;
+      EXPECT_NE(both.find("red/img9.jpg"), std::string::npos) << both;
+      EXPECT_FALSE(e.skipped[0].reason.empty());
+    }
+    Stop stop;
+    if (augmenting) stop.after_batches = 5;  // epoch 1's second batch: its checkpoint is after the first
+    else stop.after_epochs = 1;
+    const fs::path out = dir / (name + "_stopped");
+    EXPECT_THROW(train(data, options(out), &stop), std::runtime_error);
+    TrainOptions again = options(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    expect_same_history(resumed.history, whole.history);
+    for (std::size_t i = 0; i < resumed.history.size(); ++i)
+      EXPECT_EQ(resumed.history[i].skipped.size(), whole.history[i].skipped.size()) << "epoch " << i;
+    EXPECT_EQ(head_bytes(out), head_bytes(dir / (name + "_whole")));
+  }
+}
+
+// Schedules and callbacks continue across a resume: the cosine rate (from the head's step count),
+// the plateau's and early stopping's counters (from the checkpoint), and an early stop stays one.
+TEST_F(Resume, WithScheduleAndCallbacksEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  struct Setup {
+    std::string name;
+    bool augmenting;
+    std::function<void(TrainOptions&)> set;
+    std::size_t stop_after_batches;
+    int stop_after_epochs;
+  };
+  const std::vector<Setup> setups = {
+      {"cosine", true, [](TrainOptions& o) { o.cosine_decay = true; }, 4, 0},
+      {"plateau and early stopping", false,
+       [](TrainOptions& o) {
+         o.epochs = 8;
+         o.adam.learning_rate = 0.5f;  // large steps: the validation loss stalls and the callbacks act
+         o.monitor = trainer::Monitor::ValAccuracy;
+         o.reduce_lr_on_plateau.factor = 0.5;
+         o.reduce_lr_on_plateau.patience = 1;
+         o.early_stopping.patience = 2;
+       },
+       0, 2},
+  };
+  for (const Setup& s : setups) {
+    SCOPED_TRACE(s.name);
+    auto options = [&](const fs::path& out) {
+      TrainOptions o = augmented(out);
+      if (!s.augmenting) o.augmentation.reset();
+      s.set(o);
+      return o;
+    };
+    const fs::path whole_dir = dir / (s.name + " whole"), out = dir / (s.name + " stopped");
+    const TrainResult whole = train(data, options(whole_dir));
+    Stop stop;
+    stop.after_batches = s.stop_after_batches;
+    stop.after_epochs = s.stop_after_epochs;
+    EXPECT_THROW(train(data, options(out), &stop), std::runtime_error);
+    TrainOptions again = options(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    expect_same_history(resumed.history, whole.history);
+    for (std::size_t i = 0; i < whole.history.size() && i < resumed.history.size(); ++i) {
+      EXPECT_EQ(resumed.history[i].learning_rate, whole.history[i].learning_rate) << "epoch " << i;
+      EXPECT_EQ(resumed.history[i].stopped_early, whole.history[i].stopped_early) << "epoch " << i;
+    }
+    EXPECT_TRUE(head_bytes(out) == head_bytes(whole_dir)) << "the last epoch's head";
+    EXPECT_TRUE(best_bytes(out) == best_bytes(whole_dir)) << "the best epoch's head";
+    if (s.augmenting) {  // 2 epochs of 3 batches: the rate of each epoch's last step, from 1e-2 to 0
+      ASSERT_EQ(whole.history.size(), 2u);
+      EXPECT_NEAR(whole.history[0].learning_rate, cosine_decay(1e-2f, 2, 6), 1e-9);
+      EXPECT_NEAR(whole.history[1].learning_rate, cosine_decay(1e-2f, 5, 6), 1e-9);
+    } else {
+      ASSERT_TRUE(whole.history.back().stopped_early) << "8 epochs on 6 validation images: accuracy must stall";
+      EXPECT_LT(whole.history.size(), 8u);
+      bool reduced = false;
+      for (std::size_t i = 1; i < whole.history.size(); ++i)
+        reduced = reduced || whole.history[i].learning_rate < whole.history[i - 1].learning_rate;
+      EXPECT_TRUE(reduced) << "the plateau halved the rate at least once";
+      // A stopped run stays stopped when resumed again.
+      EXPECT_EQ(train(data, again).history.size(), whole.history.size());
+    }
+    // A resume with another schedule is refused, naming it.
+    TrainOptions other = again;
+    if (s.augmenting) other.cosine_decay = false;
+    else other.reduce_lr_on_plateau.factor = 0.25;
+    try {
+      train(data, other);
+      FAIL() << "resumed with another schedule";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(s.augmenting ? "cosine_decay_steps" : "reduce_lr_on_plateau"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {

@@ -86,34 +86,62 @@ void Head::check_labels(const int* labels, int n) const {
                             " is outside [0, " + std::to_string(classes()) + ")");
 }
 
-StepResult Head::train_step(const float* x, const int* labels, int batch) {
+void LossOptions::check(int classes) const {
+  if (!(label_smoothing >= 0 && label_smoothing < 1))
+    throw InvalidArgument("label smoothing must be in [0, 1), received " + std::to_string(label_smoothing));
+  if (!class_weight.empty() && class_weight.size() != static_cast<std::size_t>(classes))
+    throw InvalidArgument("class weights: " + std::to_string(class_weight.size()) + " given for " +
+                          std::to_string(classes) + " classes");
+  for (double w : class_weight)
+    if (!(w >= 0 && std::isfinite(w)))
+      throw InvalidArgument("class weights must be finite and >= 0, received " + std::to_string(w));
+}
+
+double Head::target(const LossOptions& loss, int label, int j) const {
+  const double s = loss.label_smoothing;
+  return (label == j ? 1.0 : 0.0) * (1 - s) + s / (units_ == 1 ? 2.0 : static_cast<double>(units_));
+}
+
+void Head::set_learning_rate(float learning_rate) {
+  if (!(learning_rate >= 0 && std::isfinite(learning_rate)))  // 0: a schedule's end, where Adam stands still
+    throw InvalidArgument("Head: the learning rate must be >= 0, received " + std::to_string(learning_rate));
+  adam_.learning_rate = learning_rate;
+}
+
+StepResult Head::train_step(const float* x, const int* labels, int batch, const LossOptions& options) {
   if (batch <= 0) throw InvalidArgument("Head::train_step: batch must be > 0, received " + std::to_string(batch));
   check_labels(labels, batch);
+  options.check(classes());
   const int u = units_;
   std::vector<float> z(static_cast<std::size_t>(batch) * u);
   logits(x, batch, z.data());
   StepResult r;
   r.samples = batch;
-  // dL/dz = (p - y) / batch for both heads (cross-entropy on sigmoid/softmax, computed from logits).
+  // dL/dz = w (p - t) / batch for both heads (cross-entropy on sigmoid/softmax, computed from
+  // logits), t the (smoothed) target and w the sample's class weight.
   std::vector<float> dz(z.size());
   double loss = 0;
   for (int b = 0; b < batch; ++b) {
     const float* zb = z.data() + static_cast<std::size_t>(b) * u;
     float* db = dz.data() + static_cast<std::size_t>(b) * u;
+    const double w = options.class_weight.empty() ? 1.0 : options.class_weight[static_cast<std::size_t>(labels[b])];
     if (activation_ == HeadActivation::Sigmoid) {
-      const double y = labels[b];
-      loss += softplus(zb[0]) - zb[0] * y;
+      const double t = target(options, labels[b], 1);
+      loss += w * (softplus(zb[0]) - zb[0] * t);
       const double p = 1.0 / (1.0 + std::exp(-static_cast<double>(zb[0])));
       r.correct += (p > 0.5) == (labels[b] == 1);
-      db[0] = static_cast<float>((p - y) / batch);
+      db[0] = static_cast<float>(w * (p - t) / batch);
     } else {
       const double m = *std::max_element(zb, zb + u);
       double sum = 0;
       for (int j = 0; j < u; ++j) sum += std::exp(zb[j] - m);
       const double lse = m + std::log(sum);
-      loss += lse - zb[labels[b]];
+      double sample_loss = 0;
+      for (int j = 0; j < u; ++j) sample_loss += target(options, labels[b], j) * (lse - zb[j]);
+      loss += w * sample_loss;
       r.correct += static_cast<int>(std::max_element(zb, zb + u) - zb) == labels[b];
-      for (int j = 0; j < u; ++j) db[j] = static_cast<float>((std::exp(zb[j] - lse) - (j == labels[b])) / batch);
+      for (int j = 0; j < u; ++j)
+        db[j] = static_cast<float>(w * (std::exp(zb[j] - lse) - target(options, labels[b], j)) / batch);
     }
   }
   r.loss = loss / batch;
@@ -150,7 +178,8 @@ StepResult Head::train_step(const float* x, const int* labels, int batch) {
 }
 
 EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch_size, std::uint64_t epoch,
-                             std::uint64_t seed) {
+                             std::uint64_t seed, const LossOptions& loss,
+                             const std::function<void(Head&)>& before_step) {
   if (n <= 0 || batch_size <= 0)
     throw InvalidArgument("Head::train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
                           std::to_string(batch_size));
@@ -172,7 +201,8 @@ EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch
                   sizeof(float) * static_cast<std::size_t>(input_dim_));
       by[static_cast<std::size_t>(b)] = labels[idx];
     }
-    auto r = train_step(bx.data(), by.data(), nb);
+    if (before_step) before_step(*this);
+    auto r = train_step(bx.data(), by.data(), nb, loss);
     loss_sum += r.loss * nb;
     correct += r.correct;
   }
@@ -182,10 +212,11 @@ EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch
   return s;
 }
 
-EpochStats Head::evaluate(const float* x, const int* labels, int n) const {
+EpochStats Head::evaluate(const float* x, const int* labels, int n, const LossOptions& options) const {
   EpochStats s;
   if (n <= 0) return s;
   check_labels(labels, n);
+  options.check(classes());
   std::vector<float> z(static_cast<std::size_t>(n) * units_);
   logits(x, n, z.data());
   double loss = 0;
@@ -193,13 +224,14 @@ EpochStats Head::evaluate(const float* x, const int* labels, int n) const {
   for (int b = 0; b < n; ++b) {
     const float* zb = z.data() + static_cast<std::size_t>(b) * units_;
     if (activation_ == HeadActivation::Sigmoid) {
-      loss += softplus(zb[0]) - zb[0] * static_cast<double>(labels[b]);
+      loss += softplus(zb[0]) - zb[0] * target(options, labels[b], 1);
       correct += (zb[0] > 0.0f) == (labels[b] == 1);
     } else {
       const double m = *std::max_element(zb, zb + units_);
       double sum = 0;
       for (int j = 0; j < units_; ++j) sum += std::exp(zb[j] - m);
-      loss += m + std::log(sum) - zb[labels[b]];
+      const double lse = m + std::log(sum);
+      for (int j = 0; j < units_; ++j) loss += target(options, labels[b], j) * (lse - zb[j]);
       correct += static_cast<int>(std::max_element(zb, zb + units_) - zb) == labels[b];
     }
   }

@@ -607,6 +607,12 @@ std::string GpuFeed::describe() const {
   return s;
 }
 
+int GpuFeed::loader_threads() const noexcept { return core_->loader_ ? core_->loader_->threads() : 0; }
+
+std::vector<SkippedSample> GpuFeed::skipped() const {
+  return core_->loader_ ? core_->loader_->skipped() : std::vector<SkippedSample>{};
+}
+
 GpuFeedStats GpuFeed::stats() const {
   GpuFeedStats s;
   {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -26,13 +27,41 @@ trainer::EpochStats stats_from(const json& j) {
   return {j.at("loss").get<double>(), j.at("accuracy").get<double>(), j.at("samples").get<int>()};
 }
 
+json to_json(const std::vector<SkippedSample>& skipped) {
+  json j = json::array();
+  for (const SkippedSample& s : skipped) j.push_back({{"id", s.sample_id}, {"path", s.path}, {"reason", s.reason}});
+  return j;
+}
+// Absent in checkpoints written before skipped samples were recorded: none.
+std::vector<SkippedSample> skipped_from(const json& parent) {
+  std::vector<SkippedSample> out;
+  if (!parent.contains("skipped")) return out;
+  for (const json& s : parent.at("skipped"))
+    out.push_back({s.at("id").get<std::int64_t>(), s.at("path").get<std::string>(), s.at("reason").get<std::string>()});
+  return out;
+}
+
+// JSON has no infinity (a callback's best before its first epoch): null stands for it.
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+double infinity_if_null(const json& v) {
+  return v.is_null() ? std::numeric_limits<double>::infinity() : v.get<double>();
+}
+
 json to_json(const EpochReport& e) {
   json times = {{"data_wait_seconds", e.times.data_wait_seconds}, {"compute_seconds", e.times.compute_seconds}};
   times["gpu_seconds"] = e.times.gpu_seconds ? json(*e.times.gpu_seconds) : json(nullptr);
+  times["read_seconds"] = e.times.read_seconds;
+  times["decode_seconds"] = e.times.decode_seconds;
+  times["transform_seconds"] = e.times.transform_seconds;
+  times["loader_threads"] = e.times.loader_threads;
+  times["transfer_wait_seconds"] = e.times.transfer_wait_seconds ? json(*e.times.transfer_wait_seconds) : json(nullptr);
   return {{"epoch", e.epoch},
           {"features_cached", e.features_cached},
           {"train", to_json(e.train)},
           {"validation", to_json(e.validation)},
+          {"skipped", to_json(e.skipped)},
+          {"learning_rate", e.learning_rate},
+          {"stopped_early", e.stopped_early},
           {"improved", e.improved},
           {"seconds", e.seconds},
           {"images_per_second", e.images_per_second},
@@ -44,6 +73,9 @@ EpochReport report_from(const json& j) {
   e.features_cached = j.at("features_cached").get<bool>();
   e.train = stats_from(j.at("train"));
   e.validation = stats_from(j.at("validation"));
+  e.skipped = skipped_from(j);
+  e.learning_rate = j.value("learning_rate", 0.0);
+  e.stopped_early = j.value("stopped_early", false);
   e.improved = j.at("improved").get<bool>();
   e.seconds = j.at("seconds").get<double>();
   e.images_per_second = j.at("images_per_second").get<double>();
@@ -51,6 +83,12 @@ EpochReport report_from(const json& j) {
   e.times.data_wait_seconds = t.at("data_wait_seconds").get<double>();
   e.times.compute_seconds = t.at("compute_seconds").get<double>();
   if (!t.at("gpu_seconds").is_null()) e.times.gpu_seconds = t.at("gpu_seconds").get<double>();
+  e.times.read_seconds = t.value("read_seconds", 0.0);
+  e.times.decode_seconds = t.value("decode_seconds", 0.0);
+  e.times.transform_seconds = t.value("transform_seconds", 0.0);
+  e.times.loader_threads = t.value("loader_threads", 0);
+  if (t.contains("transfer_wait_seconds") && !t["transfer_wait_seconds"].is_null())
+    e.times.transfer_wait_seconds = t["transfer_wait_seconds"].get<double>();
   return e;
 }
 
@@ -92,10 +130,19 @@ void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
              {{"batches", c.progress.batches},
               {"images", c.progress.images},
               {"loss_sum", c.progress.loss_sum},  // JSON numbers round-trip doubles exactly
-              {"correct", c.progress.correct}}},
+              {"correct", c.progress.correct},
+              {"skipped", to_json(c.progress.skipped)}}},
             {"best_epoch", c.best_epoch},
             {"best_value", c.best_value},
             {"has_features", c.has_features},
+            {"early_stopping",
+             {{"best", finite_or_null(c.early_stopping.best)},
+              {"wait", c.early_stopping.wait},
+              {"stopped", c.early_stopping.stopped}}},
+            {"reduce_lr_on_plateau",
+             {{"best", finite_or_null(c.reduce_lr_on_plateau.best)},
+              {"wait", c.reduce_lr_on_plateau.wait},
+              {"cooldown_counter", c.reduce_lr_on_plateau.cooldown_counter}}},
             {"head_bytes", head.size()},
             {"best_head_bytes", best.size()}};
   h["history"] = json::array();
@@ -117,10 +164,20 @@ Checkpoint load_checkpoint(const std::filesystem::path& file) {
     c.loader = LoaderState::parse(h.at("loader_state").get<std::string>());
     const json& p = h.at("progress");
     c.progress = {p.at("batches").get<std::size_t>(), p.at("images").get<std::size_t>(), p.at("loss_sum").get<double>(),
-                  p.at("correct").get<int>()};
+                  p.at("correct").get<int>(), skipped_from(p)};
     c.best_epoch = h.at("best_epoch").get<int>();
     c.best_value = h.at("best_value").get<double>();
     c.has_features = h.at("has_features").get<bool>();
+    if (h.contains("early_stopping")) {
+      const json& e = h.at("early_stopping");
+      c.early_stopping.best = infinity_if_null(e.at("best"));
+      c.early_stopping.wait = e.at("wait").get<int>();
+      c.early_stopping.stopped = e.at("stopped").get<bool>();
+      const json& r = h.at("reduce_lr_on_plateau");
+      c.reduce_lr_on_plateau.best = infinity_if_null(r.at("best"));
+      c.reduce_lr_on_plateau.wait = r.at("wait").get<int>();
+      c.reduce_lr_on_plateau.cooldown_counter = r.at("cooldown_counter").get<int>();
+    }
     for (const json& e : h.at("history")) c.history.push_back(report_from(e));
     const auto head_bytes = h.at("head_bytes").get<std::uint64_t>();
     const auto best_bytes = h.at("best_head_bytes").get<std::uint64_t>();
@@ -141,7 +198,8 @@ Checkpoint load_checkpoint(const std::filesystem::path& file) {
 }
 
 void save_features(const std::filesystem::path& file, const Features& f) {
-  const json h = {{"format", "stoker-features"}, {"version", 1}, {"n", f.n}, {"dim", f.dim}};
+  const json h = {
+      {"format", "stoker-features"}, {"version", 1}, {"n", f.n}, {"dim", f.dim}, {"skipped", to_json(f.skipped)}};
   if (f.y.size() != static_cast<std::size_t>(f.n) || f.x.size() != static_cast<std::size_t>(f.n) * f.dim)
     throw InvalidArgument("save_features: " + std::to_string(f.n) + " samples of " + std::to_string(f.dim) +
                           " values do not match the arrays' sizes");
@@ -159,6 +217,7 @@ Features load_features(const std::filesystem::path& file) {
   try {
     f.n = h.at("n").get<int>();
     f.dim = h.at("dim").get<int>();
+    f.skipped = skipped_from(h);
   } catch (const json::exception& e) {
     throw IoError(where + ": malformed features header: " + e.what());
   }

@@ -16,16 +16,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The loader's stage times between two snapshots of its counters.
+void add_stage_times(EpochTimes& t, const LoaderStats& before, const LoaderStats& after, int threads) {
+  t.read_seconds = after.read_seconds - before.read_seconds;
+  t.decode_seconds = after.decode_seconds - before.decode_seconds;
+  t.transform_seconds = after.transform_seconds - before.transform_seconds;
+  t.loader_threads = threads;
+}
+
 class CpuFeatureSource final : public FeatureSource {
  public:
   CpuFeatureSource(Loader& loader, const trainer::Model& backbone) : loader_(loader), backbone_(backbone) {}
   std::size_t batches_per_epoch() const override { return loader_.batches_per_epoch(); }
 
   LoaderState state() const override { return loader_.state(); }
+  std::vector<SkippedSample> skipped() const override { return loader_.skipped(); }
 
   EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
-    const double waited_before = loader_.stats().consumer_wait_seconds;
+    const LoaderStats before = loader_.stats();
     if (resume) loader_.resume(*resume);
     else loader_.begin_epoch(epoch);
     while (auto b = loader_.next()) {
@@ -33,9 +42,11 @@ class CpuFeatureSource final : public FeatureSource {
       const trainer::Tensor f = backbone_.forward(reinterpret_cast<const float*>(b->pixels()), b->size());
       t.compute_seconds += since(t0);
       const int dim = static_cast<int>(f.data.size() / static_cast<std::size_t>(b->size()));
-      fn(f.data.data(), b->classes().data(), b->size(), dim);
+      fn(f.data.data(), b->classes().data(), b->sample_ids().data(), b->size(), dim);
     }
-    t.data_wait_seconds = loader_.stats().consumer_wait_seconds - waited_before;
+    const LoaderStats after = loader_.stats();
+    t.data_wait_seconds = after.consumer_wait_seconds - before.consumer_wait_seconds;
+    add_stage_times(t, before, after, loader_.threads());
     return t;
   }
 
@@ -61,11 +72,12 @@ class GpuFeatureSource final : public FeatureSource {
   }
 
   LoaderState state() const override { return feed_->state(); }
+  std::vector<SkippedSample> skipped() const override { return feed_->skipped(); }
 
   EpochTimes run_epoch(std::uint64_t epoch, const FeatureBatchFn& fn, const LoaderState* resume) override {
     EpochTimes t;
     double stalled = 0, gpu = 0;
-    const double waited_before = feed_->stats().consumer_wait_seconds;
+    const GpuFeedStats before = feed_->stats();
     if (resume) feed_->resume(*resume);
     else feed_->begin_epoch(epoch);
     while (auto b = feed_->next()) {
@@ -97,12 +109,16 @@ class GpuFeatureSource final : public FeatureSource {
       const auto labels = b->labels();
       classes_.resize(labels.size());
       std::transform(labels.begin(), labels.end(), classes_.begin(), [](float v) { return static_cast<int>(v); });
+      ids_.assign(b->sample_ids().begin(), b->sample_ids().end());
       const int n = b->size();
       b->release(stream_.get());  // the stream is idle: the slot can be refilled now, while the head trains
-      fn(host_.data(), classes_.data(), n, static_cast<int>(values / static_cast<std::size_t>(n)));
+      fn(host_.data(), classes_.data(), ids_.data(), n, static_cast<int>(values / static_cast<std::size_t>(n)));
     }
-    t.data_wait_seconds = feed_->stats().consumer_wait_seconds - waited_before + stalled;
+    const GpuFeedStats after = feed_->stats();
+    t.data_wait_seconds = after.consumer_wait_seconds - before.consumer_wait_seconds + stalled;
     t.gpu_seconds = gpu;
+    t.transfer_wait_seconds = stalled;
+    add_stage_times(t, before.loader, after.loader, feed_->loader_threads());
     return t;
   }
 
@@ -113,6 +129,7 @@ class GpuFeatureSource final : public FeatureSource {
   Event before_{true}, ready_{true}, done_{true};  // timing events, one set reused per batch
   std::vector<float> host_;
   std::vector<int> classes_;
+  std::vector<std::int64_t> ids_;
 };
 
 }  // namespace
@@ -131,14 +148,16 @@ std::unique_ptr<FeatureSource> gpu_feature_source(Dataset dataset, LoaderOptions
 Features collect_features(FeatureSource& source, std::uint64_t epoch, const ProgressFn& progress) {
   Features f;
   std::size_t batches = 0;
-  f.times = source.run_epoch(epoch, [&](const float* x, const int* y, int n, int dim) {
+  f.times = source.run_epoch(epoch, [&](const float* x, const int* y, const std::int64_t* ids, int n, int dim) {
     f.dim = dim;
     f.x.insert(f.x.end(), x, x + static_cast<std::size_t>(n) * static_cast<std::size_t>(dim));
     f.y.insert(f.y.end(), y, y + n);
+    f.ids.insert(f.ids.end(), ids, ids + n);
     f.n += n;
     ++batches;
     if (progress) progress(batches, source.batches_per_epoch(), static_cast<std::size_t>(f.n));
   });
+  f.skipped = source.skipped();
   return f;
 }
 
@@ -146,8 +165,15 @@ double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_
                       const trainer::Graph& graph, const Features& gpu_features, int samples) {
   samples = std::min(samples, gpu_features.n);
   if (samples <= 0 || gpu_features.dim <= 0) return 0;
+  if (gpu_features.ids.size() < static_cast<std::size_t>(samples)) return std::numeric_limits<double>::infinity();
+  // The samples the GPU path read, in its order: one it skipped as unreadable is not compared.
   Dataset first = dataset;
-  first.samples.resize(static_cast<std::size_t>(samples));
+  first.samples.clear();
+  for (int i = 0; i < samples; ++i) {
+    const std::int64_t id = gpu_features.ids[static_cast<std::size_t>(i)];
+    if (id < 0 || static_cast<std::size_t>(id) >= dataset.size()) return std::numeric_limits<double>::infinity();
+    first.samples.push_back(dataset.samples[static_cast<std::size_t>(id)]);
+  }
   loader.shuffle = false;
   loader.cache = {};
   loader.transform = std::move(augmenter);
@@ -155,7 +181,8 @@ double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_
   trainer::Model cpu_model(graph);  // its default backend: the CPU one
   const Features cpu = collect_features(*cpu_feature_source(cpu_loader, cpu_model), 0);
   const std::size_t values = static_cast<std::size_t>(samples) * static_cast<std::size_t>(gpu_features.dim);
-  if (cpu.dim != gpu_features.dim || gpu_features.x.size() < values) return std::numeric_limits<double>::infinity();
+  if (cpu.n != samples || cpu.dim != gpu_features.dim || gpu_features.x.size() < values)
+    return std::numeric_limits<double>::infinity();
   return trainer::relative_error(std::span<const float>(gpu_features.x.data(), values), cpu.x);
 }
 

@@ -23,7 +23,17 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
                           " is not available with training; use nearest or bilinear");
   }
   s.interpolation_order = prep.interpolation == Interpolation::Nearest ? 0 : 1;
-  if (prep.keep_aspect_ratio) s.center_crop = CenterCrop{1.0, true};
+  // Validation and prediction crop the centre as the model folder says; a random resized crop's
+  // validation mode does the same.
+  const CenterCrop centre{prep.center_crop, prep.keep_aspect_ratio};
+  if (s.random_resized_crop) s.random_resized_crop->center = centre;
+  else if (prep.keep_aspect_ratio || prep.center_crop != 1.0) s.center_crop = centre;
+  s.rescale = prep.rescale;
+  s.samplewise_center = prep.samplewise_center;
+  s.samplewise_std_normalization = prep.samplewise_std_normalization;
+  s.featurewise_center = prep.featurewise_center;
+  s.featurewise_std_normalization = prep.featurewise_std_normalization;
+  s.featurewise = prep.featurewise;
   if (prep.preprocess == "tf") s.normalization = ChannelNormalization::minus_one_to_one();
   else if (prep.preprocess == "caffe") s.normalization = ChannelNormalization::caffe();
   else if (prep.preprocess == "torch") s.normalization = ChannelNormalization::torch();
@@ -86,18 +96,21 @@ trainer::Graph classifier_graph(const trainer::Graph& backbone, const trainer::H
   g.nodes.push_back(backbone.nodes.at(static_cast<std::size_t>(input)));
   g.inputs = {0};
   int feed = 0;
-  // The preprocessing the loader applies, as a 1x1 convolution: out[c] = (x[from(c)] - mean[c]) / std[c].
-  const std::optional<ChannelNormalization> norm = image_spec(prep).normalization;
-  if (norm) {
-    const int channels = g.nodes[0].out_shape.back();
+  // The loader's standardisation as a 1x1 convolution: out[c] = x[source(c)] * scale[c] + offset[c].
+  const std::optional<Augmenter::ChannelAffine> affine = Augmenter(image_spec(prep)).output_affine();
+  if (!affine) throw InvalidArgument("sample-wise standardisation depends on each image: no Keras layer computes it");
+  const int channels = g.nodes[0].out_shape.back();
+  bool identity = true;
+  for (int c = 0; c < channels; ++c)
+    identity = identity && affine->scale[c] == 1.0f && affine->offset[c] == 0.0f && affine->source_channel[c] == c;
+  if (!identity) {
     std::vector<float> kernel(static_cast<std::size_t>(channels * channels), 0.0f), bias(channels);
     for (int c = 0; c < channels; ++c) {
-      const int from = norm->bgr && channels == 3 ? 2 - c : c;
-      kernel[static_cast<std::size_t>(from * channels + c)] = 1.0f / norm->std[c];
-      bias[static_cast<std::size_t>(c)] = -norm->mean[c] / norm->std[c];
+      kernel[static_cast<std::size_t>(affine->source_channel[c] * channels + c)] = affine->scale[c];
+      bias[static_cast<std::size_t>(c)] = affine->offset[c];
     }
     trainer::LayerNode p;
-    p.name = "preprocess_" + prep.preprocess;
+    p.name = "preprocess";
     p.keras_class = "Conv2D";
     p.kind = LayerKind::Conv2D;
     p.inputs = {0};
@@ -143,6 +156,14 @@ void write_model_info(const fs::path& dir, const ModelInfo& info) {
   j["interpolation"] = to_string(info.prepare.interpolation);
   j["keep_aspect_ratio"] = info.prepare.keep_aspect_ratio;
   j["preprocess"] = info.prepare.preprocess;
+  const ImagePreparation& p = info.prepare;
+  j["center_crop"] = p.center_crop;
+  j["rescale"] = p.rescale ? nlohmann::json(*p.rescale) : nlohmann::json(nullptr);
+  j["samplewise_center"] = p.samplewise_center;
+  j["samplewise_std_normalization"] = p.samplewise_std_normalization;
+  j["featurewise_center"] = p.featurewise_center;
+  j["featurewise_std_normalization"] = p.featurewise_std_normalization;
+  if (p.featurewise) j["featurewise"] = {{"mean", p.featurewise->mean}, {"std", p.featurewise->std}};
   j["class_names"] = info.class_names;
   std::ofstream out(dir / "stoker_model.json");
   out << j.dump(2) << "\n";
@@ -170,6 +191,18 @@ TrainedModel load_trained_model(const fs::path& dir) {
     info.prepare.interpolation = parse_interpolation(j.at("interpolation").get<std::string>());
     info.prepare.keep_aspect_ratio = j.at("keep_aspect_ratio").get<bool>();
     info.prepare.preprocess = j.at("preprocess").get<std::string>();
+    // Absent in model folders written before they were recorded: Keras' defaults.
+    ImagePreparation& p = info.prepare;
+    p.center_crop = j.value("center_crop", 1.0);
+    if (j.contains("rescale") && !j["rescale"].is_null()) p.rescale = j["rescale"].get<double>();
+    p.samplewise_center = j.value("samplewise_center", false);
+    p.samplewise_std_normalization = j.value("samplewise_std_normalization", false);
+    p.featurewise_center = j.value("featurewise_center", false);
+    p.featurewise_std_normalization = j.value("featurewise_std_normalization", false);
+    if (j.contains("featurewise")) {
+      p.featurewise = FeaturewiseStats{j["featurewise"].at("mean").get<std::array<float, 4>>(),
+                                       j["featurewise"].at("std").get<std::array<float, 4>>()};
+    }
     info.class_names = j.at("class_names").get<std::vector<std::string>>();
     image_spec(info.prepare);  // an unknown preprocessing or interpolation fails here, naming the file
   } catch (const nlohmann::json::exception& e) {
@@ -239,15 +272,26 @@ TrainedModel load_classifier(const fs::path& file, const ImagePreparation& prep,
 
 namespace {
 
+// What the loader still does for a model whose first layer is the standardisation (model.h5).
+ImagePreparation loader_preparation(const TrainedModel& m) {
+  ImagePreparation p = m.info.prepare;
+  if (m.preprocessing_in_backbone) {
+    p.preprocess = "none";
+    p.rescale.reset();
+    p.featurewise_center = p.featurewise_std_normalization = false;
+    p.featurewise.reset();
+  }
+  return p;
+}
+
 LoaderOptions use_loader(const TrainedModel& m, const UseOptions& o, LabelMode labels) {
   LoaderOptions l;
   l.batch_size = o.batch_size;
   l.threads = o.threads;
   l.shuffle = false;
   l.label_mode = labels;
-  ImagePreparation prep = m.info.prepare;
-  if (m.preprocessing_in_backbone) prep.preprocess = "none";
-  l.transform = std::make_shared<Augmenter>(image_spec(prep));
+  l.on_bad_sample = o.on_bad_sample;
+  l.transform = std::make_shared<Augmenter>(image_spec(loader_preparation(m)));
   return l;
 }
 
@@ -258,7 +302,6 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
   samples.reserve(paths.size());
   for (const auto& p : paths) samples.push_back({p, -1});
   LoaderOptions lo = use_loader(m, options, LabelMode::None);
-  lo.on_bad_sample = BadSamplePolicy::Skip;  // report each unreadable image, predict the rest
   Loader loader(dataset_from_list(samples, m.info.class_names), lo);
   loader.begin_epoch(0);
   Predictions out;
@@ -294,14 +337,16 @@ Predictions predict(const TrainedModel& m, const std::vector<std::string>& paths
   return out;
 }
 
-trainer::EpochStats evaluate(const TrainedModel& m, const std::string& folder, const UseOptions& options,
-                             const ProgressFn& progress) {
+Evaluation evaluate(const TrainedModel& m, const std::string& folder, const UseOptions& options,
+                    const ProgressFn& progress) {
   if (!m.head) throw InvalidArgument("evaluate takes a model folder written by stoker train, with its head");
   DirectoryOptions d;
   d.classes = m.info.class_names;
   Loader loader(dataset_from_directory(folder, d), use_loader(m, options, LabelMode::Sparse));
   const Features f = collect_features(*cpu_feature_source(loader, m.backbone), 0, progress);
-  return m.head->evaluate(f.x.data(), f.y.data(), f.n);
+  if (f.n == 0)
+    throw DatasetError(folder + ": none of its " + std::to_string(f.skipped.size()) + " images could be read");
+  return {m.head->evaluate(f.x.data(), f.y.data(), f.n), f.skipped};
 }
 
 }  // namespace stoker::training

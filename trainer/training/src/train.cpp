@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -85,7 +86,7 @@ Features extract(FeatureSource& source, const std::string& what, TrainObserver& 
   Features f = collect_features(source, 0, [&](std::size_t batches, std::size_t, std::size_t images) {
     observer.on_features_progress(batches, images);
   });
-  observer.on_features_end();
+  observer.on_features_end(f.skipped);
   return f;
 }
 
@@ -97,7 +98,15 @@ struct RunState {
   trainer::Head& head;
   trainer::BestEpoch& best;
   std::vector<EpochReport>& history;
+  EarlyStopping early_stopping;
+  ReduceLrOnPlateau reduce_lr_on_plateau;
+  std::int64_t decay_steps = 0;  // of the cosine schedule; 0 without it
   bool features_saved = false;
+
+  // Before each optimizer step: the cosine schedule's rate for it.
+  void before_step(trainer::Head& h) const {
+    if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
+  }
 
   void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {}) const {
     Checkpoint c;
@@ -111,6 +120,8 @@ struct RunState {
     c.head = head;
     if (best.head()) c.best_head = *best.head();
     c.has_features = features_saved;
+    c.early_stopping = early_stopping;
+    c.reduce_lr_on_plateau = reduce_lr_on_plateau;
     save_checkpoint(options.out / kCheckpointFile, c);
   }
 };
@@ -125,10 +136,17 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& ru
   const std::size_t total = source.batches_per_epoch();
   const std::size_t images_before = sums.images;  // trained on by the process that was stopped
   const auto t0 = Clock::now();
+  // The unreadable samples of the whole epoch: those the stopped process met, then this one's.
+  auto skipped_so_far = [&] {
+    std::vector<SkippedSample> all = sums.skipped;
+    for (SkippedSample& s : source.skipped()) all.push_back(std::move(s));
+    return all;
+  };
   e.times = source.run_epoch(
       static_cast<std::uint64_t>(epoch),
-      [&](const float* x, const int* y, int n, int) {
-        const trainer::StepResult r = run.head.train_step(x, y, n);
+      [&](const float* x, const int* y, const std::int64_t*, int n, int) {
+        run.before_step(run.head);
+        const trainer::StepResult r = run.head.train_step(x, y, n, run.options.loss);
         sums.loss_sum += r.loss * r.samples;
         sums.correct += r.correct;
         sums.images += static_cast<std::size_t>(n);
@@ -136,11 +154,14 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& ru
         observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
                                 sums.correct / static_cast<double>(sums.images));
         if (every > 0 && sums.batches % static_cast<std::size_t>(every) == 0 && sums.batches < total) {
-          run.save(epoch, source.state(), sums);
+          EpochProgress progress = sums;
+          progress.skipped = skipped_so_far();
+          run.save(epoch, source.state(), progress);
         }
       },
       resume);
   e.seconds = since(t0);
+  e.skipped = skipped_so_far();
   const double seen = std::max<double>(1, static_cast<double>(sums.images));
   e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
   e.images_per_second = static_cast<double>(sums.images - images_before) / std::max(1e-9, e.seconds);
@@ -166,15 +187,25 @@ std::string augmentation_fingerprint(const Augmenter& augmenter) {
 
 // What a run's results depend on besides its data (the loader state's digest covers that).
 nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& backbone, const Augmenter& augmentation,
-                            const std::vector<std::string>& classes) {
+                            const std::vector<std::string>& classes, std::int64_t decay_steps) {
   return {{"backbone", backbone.model},
           {"cut_at", backbone.cut_at},
           {"preprocess", o.prepare.preprocess},
           {"image_size", o.prepare.image_size},
           {"interpolation", to_string(o.prepare.interpolation)},
           {"keep_aspect_ratio", o.prepare.keep_aspect_ratio},
+          {"center_crop", o.prepare.center_crop},
+          {"rescale", o.prepare.rescale ? nlohmann::json(*o.prepare.rescale) : nlohmann::json(nullptr)},
+          {"standardisation",
+           {o.prepare.samplewise_center, o.prepare.samplewise_std_normalization, o.prepare.featurewise_center,
+            o.prepare.featurewise_std_normalization}},
           {"augmentation", o.augmentation ? augmentation_fingerprint(augmentation) : std::string("none")},
           {"learning_rate", o.adam.learning_rate},
+          {"label_smoothing", o.loss.label_smoothing},
+          {"class_weight", o.loss.class_weight},
+          {"early_stopping_patience", o.early_stopping.patience},
+          {"reduce_lr_on_plateau", {o.reduce_lr_on_plateau.factor, o.reduce_lr_on_plateau.patience}},
+          {"cosine_decay_steps", decay_steps},
           {"beta_1", o.adam.beta_1},
           {"beta_2", o.adam.beta_2},
           {"epsilon", o.adam.epsilon},
@@ -182,6 +213,37 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"seed", o.loader.seed},
           {"batch_size", o.loader.batch_size},
           {"classes", classes}};
+}
+
+// Keras' ImageDataGenerator.fit(x_train) for featurewise centring / normalisation: the statistics
+// of the training images after the deterministic crop and resize (unreadable ones skipped when the
+// run skips them), kept in the options and so in the model folder. Options without featurewise
+// steps, or with their statistics given, come back as they are.
+TrainOptions with_featurewise_statistics(const TrainOptions& given, const Dataset& train, TrainObserver& observer) {
+  TrainOptions o = given;
+  ImagePreparation& p = o.prepare;
+  if (!(p.featurewise_center || p.featurewise_std_normalization) || p.featurewise) return o;
+  const AugmentSpec spec = image_spec(p);
+  LoaderOptions lo = o.loader;
+  lo.shuffle = false;
+  lo.cache = {};
+  lo.label_mode = LabelMode::None;
+  lo.drop_last = false;
+  lo.transform = std::make_shared<const Augmenter>(FeaturewiseFit::input_spec(spec));
+  Loader loader(train, lo);
+  FeaturewiseFit fit(spec);
+  observer.on_features_begin("featurewise statistics", loader.batches_per_epoch());
+  loader.begin_epoch(0);
+  std::size_t batches = 0, images = 0;
+  while (auto b = loader.next()) {
+    fit.add(reinterpret_cast<const std::uint8_t*>(b->pixels()), static_cast<std::size_t>(b->size()));
+    images += static_cast<std::size_t>(b->size());
+    observer.on_features_progress(++batches, images);
+  }
+  observer.on_features_end(loader.skipped());
+  if (images == 0) throw DatasetError("featurewise statistics: none of the training images could be read");
+  p.featurewise = fit.result();
+  return o;
 }
 
 // Refuses a checkpoint from another run, naming the first setting that differs.
@@ -207,6 +269,19 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
 }
 
 }  // namespace
+
+std::vector<double> balanced_class_weight(const Dataset& train) {
+  std::vector<std::size_t> count(train.class_names.size(), 0);
+  for (const Sample& s : train.samples)
+    if (s.label >= 0 && static_cast<std::size_t>(s.label) < count.size()) ++count[static_cast<std::size_t>(s.label)];
+  std::vector<double> weight;
+  for (std::size_t c = 0; c < count.size(); ++c) {
+    if (count[c] == 0)
+      throw DatasetError("balanced class weights: class '" + train.class_names[c] + "' has no training samples");
+    weight.push_back(static_cast<double>(train.size()) / (static_cast<double>(count.size()) * count[c]));
+  }
+  return weight;
+}
 
 TrainingData training_data(const std::string& folder, double validation_split, const std::string& validation_folder) {
   Dataset all = dataset_from_directory(folder);
@@ -243,17 +318,29 @@ TrainingData training_data(Dataset train, Dataset validation) {
   return {std::move(train), std::move(validation)};
 }
 
-TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver* observer_or_null) {
+TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObserver* observer_or_null) {
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
-  if (o.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(o.epochs));
+  if (given.epochs < 1) throw InvalidArgument("epochs must be >= 1, received " + std::to_string(given.epochs));
+  given.loss.check(static_cast<int>(data.train.class_names.size()));
+  if (given.cosine_decay && given.reduce_lr_on_plateau.enabled())
+    throw InvalidArgument("the cosine decay and the plateau reduction both set the learning rate: choose one");
+  if (given.reduce_lr_on_plateau.enabled() &&
+      !(given.reduce_lr_on_plateau.factor < 1 && given.reduce_lr_on_plateau.patience >= 0))
+    throw InvalidArgument("the plateau reduction's factor must be in (0, 1), received " +
+                          std::to_string(given.reduce_lr_on_plateau.factor));
+  if (given.early_stopping.patience < 0)
+    throw InvalidArgument("early stopping's patience must be >= 0, received " +
+                          std::to_string(given.early_stopping.patience));
   // One process trains on all of the data: no gradients are exchanged between ranks (yet).
-  const Sharding sharding = o.loader.sharding ? *o.loader.sharding : sharding_from_environment();
+  const Sharding sharding = given.loader.sharding ? *given.loader.sharding : sharding_from_environment();
   if (sharding.world_size > 1) {
     throw InvalidArgument("train() runs in one process on the whole dataset, but this is rank " +
                           std::to_string(sharding.rank) + " of " + std::to_string(sharding.world_size) +
                           " (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, or the loader's sharding): run it once");
   }
+  // After the checks: the fit reads every training image.
+  const TrainOptions o = with_featurewise_statistics(given, data.train, observer);
   TrainResult result;
   result.device = choose_device(o.device);
   DeviceChoice& device = result.device;
@@ -273,7 +360,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   Sources sources(data, o, backbone);
   sources.make(gpu);
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
-                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe()});
+                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(),
+                     o.prepare.featurewise});
 
   const fs::path checkpoint_file = o.out / kCheckpointFile;
   std::optional<Checkpoint> resumed;
@@ -283,7 +371,13 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
                     " the --out of a stoker train run?)");
     resumed = load_checkpoint(checkpoint_file);
   }
-  const std::string settings = run_settings(o, ref, sources.train_augmenter(), data.train.class_names).dump();
+  // The cosine schedule spans the run's planned steps (an epoch whose files were all skipped in
+  // one batch has one step fewer).
+  const std::int64_t decay_steps = o.cosine_decay ? static_cast<std::int64_t>(o.epochs) *
+                                                        static_cast<std::int64_t>(sources.train().batches_per_epoch())
+                                                  : 0;
+  const std::string settings =
+      run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
   if (resumed) check_same_run(*resumed, nlohmann::json::parse(settings), sources.train().state(), checkpoint_file);
   if (resumed && resumed->epoch > o.epochs) {
     throw InvalidArgument(checkpoint_file.string() + ": the run has finished " + std::to_string(resumed->epoch) +
@@ -296,6 +390,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   write_model_info(o.out, {ref, o.prepare, data.train.class_names});
 
   Features validation = extract(sources.validation(), "validation features", observer);
+  if (validation.n == 0)
+    throw DatasetError("none of the " + std::to_string(data.validation.size()) + " validation images could be read");
   if (gpu) {
     const double error = sources.gpu_error(validation, o.loader.batch_size);
     if (!(error <= kGpuAgreementLimit)) {
@@ -314,16 +410,26 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   trainer::BestEpoch best(o.monitor, o.out / "head.stkh", ref);
   std::optional<Features> reused;  // without augmentation: the training features, computed in epoch 0
   int first_epoch = 0;
-  RunState run{o, settings, head, best, result.history};
+  RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   if (resumed) {
     result.history = resumed->history;
+    // The callbacks' counters where the checkpoint left them (their settings are this run's,
+    // which run_settings has found equal).
+    const EarlyStopping& es = resumed->early_stopping;
+    std::tie(run.early_stopping.best, run.early_stopping.wait, run.early_stopping.stopped) =
+        std::tuple{es.best, es.wait, es.stopped};
+    const ReduceLrOnPlateau& rp = resumed->reduce_lr_on_plateau;
+    std::tie(run.reduce_lr_on_plateau.best, run.reduce_lr_on_plateau.wait, run.reduce_lr_on_plateau.cooldown_counter) =
+        std::tuple{rp.best, rp.wait, rp.cooldown_counter};
     if (resumed->best_head) best.restore(resumed->best_epoch, resumed->best_value, *resumed->best_head);
     if (resumed->has_features && !o.augmentation) {
       reused = load_features(o.out / kCheckpointFeaturesFile);
-      if (reused->n != static_cast<int>(data.train.size()) || reused->dim != dim)
+      const std::size_t listed = static_cast<std::size_t>(reused->n) + reused->skipped.size();
+      if (listed != data.train.size() || reused->dim != dim)
         throw IoError((o.out / kCheckpointFeaturesFile).string() + ": holds " + std::to_string(reused->n) + " x " +
-                      std::to_string(reused->dim) + " features, the run needs " + std::to_string(data.train.size()) +
-                      " x " + std::to_string(dim));
+                      std::to_string(reused->dim) + " features (and " + std::to_string(reused->skipped.size()) +
+                      " unreadable samples), the run needs " + std::to_string(data.train.size()) + " x " +
+                      std::to_string(dim));
       run.features_saved = true;
     }
     first_epoch = resumed->epoch;
@@ -331,7 +437,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
   } else {
     run.save(0, sources.train().state());  // a run stopped before its first checkpoint resumes from the start
   }
-  for (int epoch = first_epoch; epoch < o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < o.epochs && !run.early_stopping.stopped; ++epoch) {
     observer.on_epoch_begin(epoch, o.augmentation ? sources.train().batches_per_epoch() : 0);
     EpochReport e;
     if (o.augmentation) {
@@ -344,18 +450,27 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
       e.features_cached = reused.has_value();
       if (!reused) {
         reused = extract(sources.train(), "training features", observer);
+        if (reused->n == 0)
+          throw DatasetError("none of the " + std::to_string(data.train.size()) + " training images could be read");
         e.times = reused->times;
         save_features(o.out / kCheckpointFeaturesFile, *reused);
         run.features_saved = true;
       }
       e.train = head.train_epoch(reused->x.data(), reused->y.data(), reused->n, o.loader.batch_size,
-                                 static_cast<std::uint64_t>(epoch), o.loader.seed);
+                                 static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
+                                 [&run](trainer::Head& h) { run.before_step(h); });
+      e.skipped = reused->skipped;
       e.seconds = since(t0);
       if (e.features_cached) e.times.compute_seconds = e.seconds;  // the head alone
       e.images_per_second = reused->n / std::max(1e-9, e.seconds);
     }
-    e.validation = head.evaluate(validation.x.data(), validation.y.data(), validation.n);
+    e.validation = head.evaluate(validation.x.data(), validation.y.data(), validation.n, {o.loss.label_smoothing, {}});
     e.improved = best.offer(epoch, e.validation, head);
+    e.learning_rate = head.adam().learning_rate;
+    // Keras' callbacks after the epoch, on the monitored value (lower is better, as BestEpoch).
+    const double monitored = o.monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
+    head.set_learning_rate(run.reduce_lr_on_plateau.on_epoch_end(monitored, head.adam().learning_rate));
+    e.stopped_early = run.early_stopping.on_epoch_end(epoch, monitored);
     result.history.push_back(e);
     LoaderState next = sources.train().state();
     next.epoch = static_cast<std::uint64_t>(epoch) + 1;
@@ -364,7 +479,12 @@ TrainResult train(const TrainingData& data, const TrainOptions& o, TrainObserver
     observer.on_epoch_end(e);
   }
   result.best_epoch = best.epoch();
-  if (best.head()) {  // the whole classifier, for Keras and for predict without the original backbone file
+  // The whole classifier, for Keras and for predict without the original backbone file.
+  if (o.prepare.samplewise_center || o.prepare.samplewise_std_normalization) {
+    result.classifier_note =
+        "model.h5 not written: sample-wise standardisation depends on each image, no Keras "
+        "layer computes it (predict uses the head and the backbone file)";
+  } else if (best.head()) {
     trainer::save_keras_h5(classifier_graph(backbone.graph(), *best.head(), o.prepare), o.out / kClassifierFile);
   }
   return result;

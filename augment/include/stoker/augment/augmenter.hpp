@@ -4,9 +4,13 @@
 // cv::warpAffine (cv::resize when the geometry is only crop + resize + flips).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "stoker/augment/plan.hpp"
 #include "stoker/augment/spec.hpp"
@@ -47,6 +51,16 @@ class Augmenter final : public SampleTransform {
   const AugmentSpec& spec() const noexcept { return spec_; }
   const augment::AugmentPlan& plan() const noexcept { return plan_; }
 
+  // What the standardisation does to each output value when it is the same for every image:
+  // output[c] = source[source_channel[c]] * scale[c] + offset[c] (rescale, featurewise statistics
+  // and the normalisation folded; source_channel swaps red and blue for BGR). None with
+  // sample-wise statistics or a preprocessing_function, which depend on the image.
+  struct ChannelAffine {
+    std::vector<float> scale, offset;
+    std::vector<int> source_channel;
+  };
+  std::optional<ChannelAffine> output_affine() const;
+
  private:
   void finish(const std::uint8_t* warped, const augment::SampleParams& params, const SampleContext& ctx, std::byte* dst,
               bool reference) const;
@@ -60,5 +74,24 @@ class Augmenter final : public SampleTransform {
 // augmentation), multiplies by spec.rescale and returns the per-channel mean and (population)
 // standard deviation. Put the result in spec.featurewise before building the Augmenter.
 FeaturewiseStats fit_featurewise(const AugmentSpec& spec, std::span<const ImageView> images);
+
+// The same statistics over images that arrive a batch at a time (a Loader over a whole training
+// set, with an Augmenter of input_spec(spec) as its transform): add() takes them already brought
+// to the output size by input_spec (uint8 HWC), result() is what fit_featurewise returns for them.
+class FeaturewiseFit {
+ public:
+  explicit FeaturewiseFit(const AugmentSpec& spec);
+  // The deterministic part of `spec` (crop + resize) with uint8 HWC output: what add() takes.
+  static AugmentSpec input_spec(const AugmentSpec& spec);
+  void add(const std::uint8_t* images, std::size_t count);  // `count` images of input_spec's shape
+  FeaturewiseStats result() const;                          // InvalidArgument when nothing was added
+
+ private:
+  double rescale_;
+  int channels_;
+  std::size_t image_values_;
+  std::array<double, 4> sum_{}, squares_{};
+  double pixels_ = 0;
+};
 
 }  // namespace stoker

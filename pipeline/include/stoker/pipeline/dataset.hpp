@@ -52,8 +52,9 @@ struct DirectoryOptions {
   Split split;
   // Only these class sub-folders, in this order (Keras' `classes`); empty = all, alphanumeric.
   std::vector<std::string> classes;
-  // File extensions accepted (lower case, without the dot); Keras' white list by default.
-  std::vector<std::string> extensions = {"png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff"};
+  // File extensions accepted (lower case, without the dot): Keras' white list, and WebP (which
+  // tf.keras' image_dataset_from_directory leaves out, but the decoder reads).
+  std::vector<std::string> extensions = {"png", "jpg", "jpeg", "bmp", "ppm", "tif", "tiff", "webp"};
   bool follow_links = false;
 };
 

@@ -133,10 +133,14 @@ class GpuFeed {
   std::size_t device_bytes() const noexcept;  // device memory taken at construction
   std::size_t slot_device_bytes() const noexcept;
   std::size_t pinned_bytes() const noexcept;  // loader batch buffers + staging
+  int loader_threads() const noexcept;        // the host loader's decode threads
   SampleShape input_shape() const noexcept;   // what the loader produces
   SampleShape output_shape() const noexcept;  // what next() delivers
   std::string describe() const;               // one line: depth, bytes, stage, device
   GpuFeedStats stats() const;
+  // The loader's skipped samples of the current epoch (Loader::skipped): it runs up to depth()
+  // batches ahead of next(), so the list is complete once next() has returned nullopt.
+  std::vector<SkippedSample> skipped() const;
 
  private:
   std::shared_ptr<detail::FeedCore> core_;

@@ -38,6 +38,19 @@ struct BackboneRef {
   std::string preprocess;  // free text, e.g. "x/127.5-1"
 };
 
+// What Keras' fit() adds to a training step's loss: class_weight (each sample's loss and gradient
+// times its class's weight; the batch's loss stays the sum divided by the batch size, as
+// tf-keras 2.x reports it) and the loss's label_smoothing (targets y(1 - s) + s/2 for the sigmoid
+// head, y(1 - s) + s/k for the softmax head; it applies to evaluate() too, as Keras' compiled loss
+// does, class weights do not).
+struct LossOptions {
+  double label_smoothing = 0;        // in [0, 1)
+  std::vector<double> class_weight;  // one per class, or empty: all 1
+
+  // InvalidArgument saying what is wrong for a head of `classes` classes.
+  void check(int classes) const;
+};
+
 struct StepResult {
   double loss = 0;  // mean over the batch
   int correct = 0;  // samples whose predicted class equals the label
@@ -73,12 +86,18 @@ class Head {
 
   // One Adam step on a batch. features: batch × input_dim; labels: class index per sample (0/1 for
   // the sigmoid head). Returns the batch's loss (before the update) and correct count.
-  StepResult train_step(const float* features, const int* labels, int batch);
+  StepResult train_step(const float* features, const int* labels, int batch, const LossOptions& loss = {});
   // One pass over n samples in mini-batches, in an order shuffled from (seed, epoch) like Keras'
   // fit(shuffle=True); reports the running mean loss and accuracy seen during the epoch.
+  // `before_step`, when set, runs before each step (a learning-rate schedule).
   EpochStats train_epoch(const float* features, const int* labels, int n, int batch_size, std::uint64_t epoch,
-                         std::uint64_t seed = 0);
-  EpochStats evaluate(const float* features, const int* labels, int n) const;
+                         std::uint64_t seed = 0, const LossOptions& loss = {},
+                         const std::function<void(Head&)>& before_step = {});
+  EpochStats evaluate(const float* features, const int* labels, int n, const LossOptions& loss = {}) const;
+
+  // The rate of the next steps (a schedule's; >= 0): kept in the head file with the other Adam settings,
+  // so a resumed run continues with it.
+  void set_learning_rate(float learning_rate);
 
   // Probabilities: {n, 1} (sigmoid) or {n, k} (softmax).
   Tensor predict(const float* features, int n) const;
@@ -104,6 +123,8 @@ class Head {
 
   void logits(const float* features, int n, float* out) const;
   void check_labels(const int* labels, int n) const;
+  // The (smoothed) target of class j for a sample of class `label`.
+  double target(const LossOptions& loss, int label, int j) const;
 };
 
 // Training loop over cached features with validation and best-epoch selection, like Keras'

@@ -18,6 +18,7 @@
 #include "stoker/pipeline/loader.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/feature_source.hpp"
+#include "stoker/training/schedules.hpp"
 #include "stoker/training/train.hpp"
 
 namespace stoker::training {
@@ -31,6 +32,7 @@ struct EpochProgress {
   std::size_t images = 0;
   double loss_sum = 0;  // sum over samples of the per-batch mean loss × batch size
   int correct = 0;
+  std::vector<SkippedSample> skipped;  // unreadable samples left out so far
 };
 
 struct Checkpoint {
@@ -39,9 +41,13 @@ struct Checkpoint {
   LoaderState loader;      // the training batches' position in `epoch`
   EpochProgress progress;  // of `epoch`, when it is in progress
   std::vector<EpochReport> history;
-  int best_epoch = -1;    // -1: no epoch finished yet
-  double best_value = 0;  // the monitored value there (BestEpoch's convention: lower is better)
-  std::optional<trainer::Head> head, best_head;
+  int best_epoch = -1;                           // -1: no epoch finished yet
+  double best_value = 0;                         // the monitored value there (BestEpoch's convention: lower is better)
+  std::optional<trainer::Head> head, best_head;  // the head's Adam settings hold the current learning rate
+  // The callbacks' counters after `epoch` - 1 (best, wait, stopped / cooldown): their settings
+  // are not stored, run_settings holds them.
+  EarlyStopping early_stopping;
+  ReduceLrOnPlateau reduce_lr_on_plateau;
   bool has_features = false;  // the training features are in kCheckpointFeaturesFile
 };
 

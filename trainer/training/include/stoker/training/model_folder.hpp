@@ -29,7 +29,15 @@ struct ImagePreparation {
   int image_size = 224;                                   // square, in pixels
   Interpolation interpolation = Interpolation::Bilinear;  // nearest | bilinear
   bool keep_aspect_ratio = false;                         // centre-crop to a square before resizing
+  double center_crop = 1.0;       // the fraction of each side kept around the centre before resizing
   std::string preprocess = "tf";  // the backbone's preprocess_input: tf | caffe | torch | rescale (x/255) | none
+  // Keras' ImageDataGenerator standardisation, before `preprocess` (AugmentSpec's fields).
+  std::optional<double> rescale;
+  bool samplewise_center = false;
+  bool samplewise_std_normalization = false;
+  bool featurewise_center = false;
+  bool featurewise_std_normalization = false;
+  std::optional<FeaturewiseStats> featurewise;  // train() fits them on the training set
 };
 
 // What the loader runs: the random transformations of `random` (rotation, shifts, flips... as
@@ -49,9 +57,11 @@ trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_
 // The last global pooling layer (average or max) of `model`, or empty.
 std::string feature_layer(const trainer::Model& model);
 
-// The whole classifier as one graph: the image input, the preprocessing `prep` names (as a 1x1
-// convolution, exact per channel: scale, offset, RGB->BGR), the backbone, and the head as a Dense
-// layer named "classifier" with its sigmoid or softmax. What `train` exports as model.h5.
+// The whole classifier as one graph: the image input (resized and cropped as `prep` says, 0..255),
+// the standardisation `prep` applies (rescale, featurewise statistics, the preprocessing: one 1x1
+// convolution "preprocess", exact per channel: scale, offset, RGB->BGR; none when it is the
+// identity), the backbone, and the head as a Dense layer "classifier" with its sigmoid or softmax.
+// What `train` exports as model.h5. InvalidArgument for sample-wise standardisation.
 trainer::Graph classifier_graph(const trainer::Graph& backbone, const trainer::Head& head,
                                 const ImagePreparation& prep);
 
@@ -90,6 +100,9 @@ TrainedModel load_classifier(const std::filesystem::path& file, const ImagePrepa
 struct UseOptions {
   int batch_size = 32;
   int threads = 0;  // decode threads; 0 = all cores
+  // Fail: the first unreadable image stops evaluate / predict (DecodeError naming it). Skip: it is
+  // left out and reported (Evaluation::skipped, Predictions::failed).
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::Skip;
 };
 
 struct Prediction {
@@ -101,11 +114,17 @@ struct Predictions {
   std::vector<Prediction> predicted;  // in the order of the paths given, unreadable ones left out
   std::vector<SkippedSample> failed;  // the unreadable images and why
 };
-// Class probabilities for each image; an unreadable image is reported in `failed`, not thrown.
+// Class probabilities for each image; with on_bad_sample Skip an unreadable image is reported in
+// `failed`, not thrown.
 Predictions predict(const TrainedModel& model, const std::vector<std::string>& paths, const UseOptions& options = {});
 
+struct Evaluation {
+  trainer::EpochStats stats;           // over the images that could be read
+  std::vector<SkippedSample> skipped;  // the unreadable ones (on_bad_sample Skip) and why
+};
 // Loss and accuracy on a labelled folder (one sub-folder per class, the model's class names).
-trainer::EpochStats evaluate(const TrainedModel& model, const std::string& folder, const UseOptions& options = {},
-                             const ProgressFn& progress = {});
+// DatasetError when no image of it can be read.
+Evaluation evaluate(const TrainedModel& model, const std::string& folder, const UseOptions& options = {},
+                    const ProgressFn& progress = {});
 
 }  // namespace stoker::training

@@ -26,6 +26,7 @@
 #include "stoker/training/device.hpp"
 #include "stoker/training/feature_source.hpp"
 #include "stoker/training/model_folder.hpp"
+#include "stoker/training/schedules.hpp"
 
 namespace stoker::training {
 
@@ -55,8 +56,15 @@ struct TrainOptions {
   // aspect-ratio crop, label mode and transform are set from `prepare`.
   LoaderOptions loader;
   int epochs = 10;
-  trainer::AdamConfig adam;
+  trainer::AdamConfig adam;  // its learning_rate is the initial one when a schedule is set
   trainer::Monitor monitor = trainer::Monitor::ValLoss;
+  // Keras fit() options: class_weight and label_smoothing (head.hpp), and callbacks on the
+  // monitored metric (schedules.hpp; their state here is their configuration).
+  trainer::LossOptions loss;
+  EarlyStopping early_stopping;  // the best head is already the one saved: it only ends the run
+  ReduceLrOnPlateau reduce_lr_on_plateau;
+  // CosineDecay(adam.learning_rate, epochs x batches per epoch) per step; not with the plateau.
+  bool cosine_decay = false;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (device.hpp)
   std::filesystem::path out;    // the model folder, created when missing
   // A checkpoint (checkpoint.hpp) goes to `out` at each epoch end and, when > 0, after every this
@@ -72,23 +80,29 @@ struct TrainOptions {
 
 // What the run is about to do, for the log.
 struct TrainSetup {
-  std::size_t train_images = 0;
+  std::size_t train_images = 0;  // listed; those unreadable are left out of each epoch (EpochReport::skipped)
   std::size_t validation_images = 0;
   std::vector<std::string> class_names;
   std::size_t backbone_parameters = 0;
   std::string cut_at;  // the layer the features come from (chosen by load_feature_backbone when not given)
   int features = 0;
   DeviceChoice device;
-  std::string cache_status;  // the training loader's cache, when it has one
-  std::string batches;       // how training batches are made (the GPU feed's description), or empty
+  std::string cache_status;                     // the training loader's cache, when it has one
+  std::string batches;                          // how training batches are made (the GPU feed's description), or empty
+  std::optional<FeaturewiseStats> featurewise;  // fitted on the training set, when the run standardises so
 };
 
 struct EpochReport {
-  int epoch = 0;                 // from 0
-  bool features_cached = false;  // the head trained on features computed in an earlier epoch
-  trainer::EpochStats train, validation;
-  bool improved = false;  // best so far by the monitor: saved
-  double seconds = 0;     // wall time of the epoch (feature extraction included)
+  int epoch = 0;                          // from 0
+  bool features_cached = false;           // the head trained on features computed in an earlier epoch
+  trainer::EpochStats train, validation;  // train.samples: the images trained on
+  // The training samples left out as unreadable (LoaderOptions::on_bad_sample = Skip): found by
+  // this epoch's decoding, or by the first epoch's when the features are reused.
+  std::vector<SkippedSample> skipped;
+  double learning_rate = 0;    // of the epoch's last step
+  bool improved = false;       // best so far by the monitor: saved
+  bool stopped_early = false;  // EarlyStopping ends the run after this epoch
+  double seconds = 0;          // wall time of the epoch (feature extraction included)
   double images_per_second = 0;
   EpochTimes times;  // waiting for data, backbone, GPU time
 };
@@ -104,7 +118,7 @@ class TrainObserver {
   // by every epoch without augmentation): what, then progress after each batch.
   virtual void on_features_begin(const std::string&, std::size_t /*batches*/) {}
   virtual void on_features_progress(std::size_t /*batches*/, std::size_t /*images*/) {}
-  virtual void on_features_end() {}
+  virtual void on_features_end(const std::vector<SkippedSample>& /*skipped: unreadable, left out*/) {}
   // A resumed run: the epochs the checkpoint had finished, and where the next one starts.
   virtual void on_resume(const std::vector<EpochReport>& /*history*/, int /*epoch*/, std::size_t /*next_batch*/) {}
   // batches: the epoch's total (0 for epochs that train the head on cached features).
@@ -115,10 +129,15 @@ class TrainObserver {
   virtual void on_epoch_end(const EpochReport&) {}
 };
 
+// Keras' class_weight='balanced' (sklearn's compute_class_weight): n_samples / (n_classes x
+// count), from the samples listed per class. DatasetError naming a class without samples.
+std::vector<double> balanced_class_weight(const Dataset& train);
+
 struct TrainResult {
   std::vector<EpochReport> history;
   int best_epoch = -1;
-  DeviceChoice device;  // where the backbone ran in the end
+  DeviceChoice device;          // where the backbone ran in the end
+  std::string classifier_note;  // why model.h5 was not written, when it was not
 };
 
 // Trains and writes the model folder (head.stkh, stoker_model.json) to options.out. Throws

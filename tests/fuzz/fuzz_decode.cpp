@@ -1,0 +1,32 @@
+// Fuzzes the image decoding path every sample takes (ImageDecoder::decode: the header sniffing and
+// size checks of read_image_header, TurboJPEG with DCT scaling and CMYK conversion, OpenCV for PNG,
+// BMP, PPM, TIFF and WebP), then reads every pixel of what it returned.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+
+#include <stoker/core/error.hpp>
+#include <stoker/pipeline/decode.hpp>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  // Byte 0: the smallest size a JPEG may be shrunk to in the DCT domain (0: full size).
+  const int min_size = data[0] % 64;
+  const std::span<const std::uint8_t> bytes(data + 1, size - 1);
+  // A small pixel limit: an image announcing more is rejected before any allocation.
+  static stoker::ImageDecoder decoder(stoker::DecodeLimits{4'000'000});
+  try {
+    const stoker::ImageView v = decoder.decode(bytes, "fuzz-input", min_size, min_size);
+    if (v.empty() || v.channels != 3 || v.row_stride < static_cast<std::size_t>(v.width) * 3) std::abort();
+    if (static_cast<std::int64_t>(v.width) * v.height > 4'000'000) std::abort();
+    unsigned sum = 0;
+    for (int y = 0; y < v.height; ++y)
+      for (std::size_t x = 0; x < static_cast<std::size_t>(v.width) * 3; ++x) sum += v.row(y)[x];
+    if (sum == 0xFFFFFFFFu) std::fprintf(stderr, "(unlikely sum)\n");  // keeps the reads
+  } catch (const stoker::Error& e) {
+    if (std::getenv("STOKER_FUZZ_VERBOSE")) std::fprintf(stderr, "stoker::Error: %s\n", e.what());
+  }
+  return 0;
+}
