@@ -42,11 +42,12 @@ void print_skipped(const std::vector<SkippedSample>& skipped) {
 // The trained model, its backbone on the requested device.
 training::TrainedModel load_for_use(const UseArgs& a) {
   if (a.model_dir.empty() == a.model_file.empty()) throw InvalidArgument("give --model-dir DIR or --model FILE");
-  training::TrainedModel m =
-      !a.model_dir.empty()
-          ? training::load_trained_model(a.model_dir)
-          : training::load_classifier(
-                a.model_file, {a.image_size, parse_interpolation(a.interpolation), false, a.preprocess}, a.labels);
+  training::ImagePreparation prep;  // for --model: how its images are prepared
+  prep.image_size = a.image_size;
+  prep.interpolation = parse_interpolation(a.interpolation);
+  prep.preprocess = a.preprocess;
+  training::TrainedModel m = !a.model_dir.empty() ? training::load_trained_model(a.model_dir)
+                                                  : training::load_classifier(a.model_file, prep, a.labels);
   training::DeviceChoice device = training::choose_device(a.device);
   training::place_backbone(m.backbone, device, a.batch_size);
   if (!device.fallback_reason.empty()) {
