@@ -129,7 +129,8 @@ struct LoaderFlags {
                    "--cache-file: FILE.shard-index)");
     cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
     cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
-    cmd.add_option("--threads", threads, "decode threads (0 = all cores)")->capture_default_str();
+    cmd.add_option("--threads", threads, "decode threads (0 = all cores; train: chosen by a short calibration)")
+        ->capture_default_str();
     cmd.add_option("--prefetch", prefetch, "batches decoded ahead of the consumer")->capture_default_str();
     cmd.add_option("--seed", seed, "shuffle and augmentation seed")->capture_default_str();
     cmd.add_option("--interpolation", interpolation, "nearest|bilinear|area")->capture_default_str();

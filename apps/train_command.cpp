@@ -238,6 +238,7 @@ class TrainLog final : public training::TrainObserver {
                 c_.cut_at.empty() && !s.cut_at.empty() ? " (its last global pooling, as Keras' include_top=False)" : "",
                 s.backbone_parameters, s.features, s.device.description.c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
+    if (!s.loader_tuning.empty()) std::printf("loader: %s\n", s.loader_tuning.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
     if (s.featurewise) {
       const FeaturewiseStats& f = *s.featurewise;
@@ -353,7 +354,7 @@ TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
       throw InvalidArgument("--resume continues " + given.resume + " with its recorded settings (" + kRunSettingsFile +
                             "); --" + flag +
                             " cannot change (--epochs, --threads, --prefetch, --device, --cache, "
-                            "--cache-budget, --cache-file and --checkpoint-every can)");
+                            "--cache-budget, --cache-file, --checkpoint-every, --cpu-budget and --ram-budget can)");
     }
     apply_override(c, given, flag);
   }

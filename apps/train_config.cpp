@@ -47,6 +47,9 @@ void TrainConfig::add_to(CLI::App& cmd) {
                "Keras' CosineDecay from --learning-rate to 0 over every step of the run (alpha 0)");
   cmd.add_option("--device", device, "auto | cpu | cuda[:N]")->capture_default_str();
   cmd.add_option("--out", out, "folder for the model, the JSON log, the plots and the checkpoint");
+  cmd.add_option("--cpu-budget", cpu_budget,
+                 "without --threads: the most decode threads the calibration may choose (default: all cores)");
+  cmd.add_option("--ram-budget", ram_budget, "without --threads: RAM for prefetched batches, e.g. 2GiB");
   cmd.add_option("--checkpoint-every", checkpoint_every,
                  "also checkpoint every N training batches of an augmenting epoch (one is written at each epoch end)");
   cmd.add_option("--resume", resume,
@@ -166,6 +169,9 @@ training::TrainOptions TrainConfig::options() const {
   o.device = device;
   o.out = out;
   o.checkpoint_every_batches = checkpoint_every;
+  o.tune_loader = loader.threads == 0;  // --threads not given: calibrated for this backbone
+  o.tune_max_threads = cpu_budget;
+  o.tune_ram_budget_bytes = ram_budget.empty() ? 0 : parse_byte_size(ram_budget);
   o.resume = !resume.empty();
   return o;
 }
@@ -210,13 +216,14 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, batch_size, threads, prefetch, seed,
                                                 interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
                                                 cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
-                                                label_field, data_csv, x_col, y_col, directory, extensions)
+                                                label_field, shard_index, data_csv, x_col, y_col, directory, extensions)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
     label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
-    rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range, horizontal_flip, vertical_flip,
-    brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center, samplewise_std_normalization,
-    featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop, contrast, saturation, hue)
+    cpu_budget, ram_budget, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range,
+    horizontal_flip, vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center,
+    samplewise_std_normalization, featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop,
+    contrast, saturation, hue)
 
 void save_run_settings(const TrainConfig& config) {
   namespace fs = std::filesystem;
@@ -254,8 +261,8 @@ TrainConfig load_run_settings(const std::string& out) {
 }
 
 bool resumable_override(const std::string& flag) {
-  for (const char* f :
-       {"resume", "epochs", "threads", "prefetch", "device", "cache", "cache-budget", "cache-file", "checkpoint-every"})
+  for (const char* f : {"resume", "epochs", "threads", "prefetch", "device", "cache", "cache-budget", "cache-file",
+                        "checkpoint-every", "cpu-budget", "ram-budget"})
     if (flag == f) return true;
   return false;
 }
@@ -269,6 +276,8 @@ void apply_override(TrainConfig& saved, const TrainConfig& given, const std::str
   else if (flag == "cache-budget") saved.loader.cache_budget = given.loader.cache_budget;
   else if (flag == "cache-file") saved.loader.cache_file = given.loader.cache_file;
   else if (flag == "checkpoint-every") saved.checkpoint_every = given.checkpoint_every;
+  else if (flag == "cpu-budget") saved.cpu_budget = given.cpu_budget;
+  else if (flag == "ram-budget") saved.ram_budget = given.ram_budget;
 }
 
 }  // namespace stoker::app

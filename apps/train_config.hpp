@@ -32,6 +32,8 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda[:N]
   std::string out;
   int checkpoint_every = 0;  // batches between checkpoints of an augmenting epoch (0: epoch ends only)
+  int cpu_budget = 0;        // without --threads: the calibration's most threads (0: all cores)
+  std::string ram_budget;    // without --threads: RAM for prefetched batches (empty: no limit)
   std::string resume;        // the --out of a killed run to continue
 
   // Keras ImageDataGenerator

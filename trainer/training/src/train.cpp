@@ -9,6 +9,7 @@
 
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/autotune.hpp"
 #include "stoker/training/checkpoint.hpp"
 
 namespace stoker::training {
@@ -39,6 +40,18 @@ class Sources {
     const AugmentSpec random = o.augmentation.value_or(AugmentSpec{});
     train_aug_ = std::make_shared<const Augmenter>(image_spec(o.prepare, random, true));
     val_aug_ = std::make_shared<const Augmenter>(image_spec(o.prepare, random, false));
+  }
+
+  // The training loader as make(gpu) builds it: with the augmentation on the CPU path, the plain
+  // resize feeding the GPU's on the GPU path.
+  LoaderOptions train_loader(bool gpu) const {
+    LoaderOptions tl = train_loader_;
+    if (!gpu) tl.transform = train_aug_;
+    return tl;
+  }
+  void use_threads(int threads, int prefetch) {
+    train_loader_.threads = val_loader_.threads = threads;
+    train_loader_.prefetch = val_loader_.prefetch = prefetch;
   }
 
   void make(const std::shared_ptr<trainer::CudnnBackend>& gpu) {
@@ -88,6 +101,16 @@ Features extract(FeatureSource& source, const std::string& what, TrainObserver& 
   });
   observer.on_features_end(f.skipped);
   return f;
+}
+
+// Images per second the backbone takes on its device: a batch of zeros, timed on its second run
+// (the first compiles and allocates).
+double consumer_rate(const trainer::Model& backbone, int image_size, int batch_size) {
+  const std::vector<float> zeros(static_cast<std::size_t>(batch_size) * image_size * image_size * 3, 0.0f);
+  backbone.forward(zeros.data(), batch_size);
+  const auto t0 = Clock::now();
+  backbone.forward(zeros.data(), batch_size);
+  return batch_size / std::max(since(t0), 1e-9);
 }
 
 // Where train() stands, for checkpoints: the head, the best epoch, the history, and (for runs
@@ -358,10 +381,20 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   if (!device.fallback_reason.empty()) observer.on_warning(device.fallback_reason);
 
   Sources sources(data, o, backbone);
+  std::string tuning;
+  if (o.tune_loader && !gpu) {
+    tuning = "all cores' threads: on the CPU the backbone and the decoding share the cores";
+  } else if (o.tune_loader) {
+    const LoaderTuning t = tune_loader(data.train, sources.train_loader(gpu != nullptr),
+                                       consumer_rate(backbone, o.prepare.image_size, o.loader.batch_size),
+                                       o.tune_max_threads, o.tune_ram_budget_bytes);
+    sources.use_threads(t.threads, t.prefetch);
+    tuning = t.reason;
+  }
   sources.make(gpu);
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
-                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(),
-                     o.prepare.featurewise});
+                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(), o.prepare.featurewise,
+                     tuning});
 
   const fs::path checkpoint_file = o.out / kCheckpointFile;
   std::optional<Checkpoint> resumed;

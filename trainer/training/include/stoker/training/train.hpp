@@ -55,6 +55,13 @@ struct TrainOptions {
   // Batch size, threads, prefetch, seed, cache, bad-sample policy. Its image size, interpolation,
   // aspect-ratio crop, label mode and transform are set from `prepare`.
   LoaderOptions loader;
+  // Choose the loader's threads and prefetch for a backbone on the GPU (pipeline/autotune.hpp)
+  // instead of loader.threads / prefetch: at most tune_max_threads (0: all cores), the prefetched
+  // batches within tune_ram_budget_bytes (0: no limit). On the CPU the backbone shares the cores
+  // with the decoding: loader.threads stays (0: all cores).
+  bool tune_loader = false;
+  int tune_max_threads = 0;
+  std::uint64_t tune_ram_budget_bytes = 0;
   int epochs = 10;
   trainer::AdamConfig adam;  // its learning_rate is the initial one when a schedule is set
   trainer::Monitor monitor = trainer::Monitor::ValLoss;
@@ -90,6 +97,7 @@ struct TrainSetup {
   std::string cache_status;                     // the training loader's cache, when it has one
   std::string batches;                          // how training batches are made (the GPU feed's description), or empty
   std::optional<FeaturewiseStats> featurewise;  // fitted on the training set, when the run standardises so
+  std::string loader_tuning;                    // the threads and prefetch chosen (tune_loader), when tuned
 };
 
 struct EpochReport {

@@ -1,0 +1,34 @@
+// Choosing the loader's threads and prefetch depth for a consumer: the fewest decode threads that
+// keep it fed, measured on the dataset itself rather than guessed from the core count.
+//
+//   LoaderTuning t = tune_loader(dataset, options, /*consumer img/s*/ 850);
+//   options.threads = t.threads;  options.prefetch = t.prefetch;   // t.reason says why
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/loader.hpp"
+
+namespace stoker {
+
+struct LoaderTuning {
+  int threads = 1;
+  int prefetch = 2;
+  double consumer_images_per_second = 0;
+  std::vector<std::pair<int, double>> curve;  // (threads, measured loader img/s), in the order measured
+  std::string reason;                         // one line: the choice and the figures behind it
+};
+
+// Measures the loader (options as given, without its cache: the cost of a cold epoch) on a few
+// batches at 1, 2, 4, ... threads up to max_threads (0: the cores this process may use) and takes
+// the fewest whose rate is at least 1.2x the consumer's; when none is, all of them (the loader
+// limits). Prefetch: two batches per thread (jitter between threads), at least 2, at most what
+// ram_budget_bytes (0: no limit) holds. Throws what the Loader throws for unusable options.
+LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
+                         int max_threads = 0, std::uint64_t ram_budget_bytes = 0, int batches_per_trial = 4);
+
+}  // namespace stoker

@@ -1,0 +1,81 @@
+#include "stoker/pipeline/autotune.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <tbb/info.h>
+
+#include "stoker/core/error.hpp"
+
+namespace stoker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Images per second over batches 2..n of epoch 0 (the first pays for starting the threads).
+double measure(const Dataset& dataset, const LoaderOptions& options, int batches) {
+  Loader loader(dataset, options);
+  loader.begin_epoch(0);
+  auto first = loader.next();
+  if (!first) return 0;
+  std::size_t images = 0;
+  const auto t0 = Clock::now();
+  for (int b = 1; b < batches; ++b) {
+    auto batch = loader.next();
+    if (!batch) break;
+    images += static_cast<std::size_t>(batch->size());
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return images > 0 ? static_cast<double>(images) / std::max(seconds, 1e-9) : 0;
+}
+
+std::string rate(double images_per_second) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f img/s", images_per_second);
+  return buf;
+}
+
+}  // namespace
+
+LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
+                         int max_threads, std::uint64_t ram_budget_bytes, int batches_per_trial) {
+  if (!(consumer_images_per_second > 0))
+    throw InvalidArgument("tune_loader: the consumer's rate must be positive, received " +
+                          std::to_string(consumer_images_per_second));
+  if (batches_per_trial < 2) throw InvalidArgument("tune_loader: batches_per_trial must be >= 2");
+  const int cores = max_threads > 0 ? max_threads : std::max(1, tbb::info::default_concurrency());
+  options.cache = {};
+  LoaderTuning t;
+  t.consumer_images_per_second = consumer_images_per_second;
+  const double wanted = 1.2 * consumer_images_per_second;
+  int chosen = cores;
+  for (int threads = 1;; threads = std::min(cores, threads * 2)) {
+    options.threads = threads;
+    options.prefetch = threads + 1;  // enough to keep every thread busy while measuring
+    const double r = measure(dataset, options, batches_per_trial);
+    t.curve.emplace_back(threads, r);
+    if (r >= wanted) {
+      chosen = threads;
+      break;
+    }
+    if (threads == cores) break;
+  }
+  t.threads = chosen;
+  const std::size_t batch_bytes =
+      Loader(dataset, options).sample_shape().bytes() * static_cast<std::size_t>(options.batch_size);
+  t.prefetch = std::max(2, 2 * chosen);
+  if (ram_budget_bytes > 0)
+    t.prefetch = static_cast<int>(
+        std::max<std::uint64_t>(2, std::min<std::uint64_t>(t.prefetch, ram_budget_bytes / batch_bytes)));
+  const double at = t.curve.back().second;
+  t.reason = at >= wanted ? std::to_string(chosen) + " thread" + (chosen > 1 ? "s" : "") + " load " + rate(at) +
+                                ", enough for the consumer's " + rate(consumer_images_per_second) + " (+20%)"
+                          : "all " + std::to_string(chosen) + " threads: the loader's " + rate(at) +
+                                " is below the consumer's " + rate(consumer_images_per_second) +
+                                " (the input pipeline limits; try --cache decoded)";
+  t.reason += "; prefetch " + std::to_string(t.prefetch);
+  return t;
+}
+
+}  // namespace stoker

@@ -1,0 +1,52 @@
+// tune_loader: the fewest threads that keep a consumer fed, measured on the dataset; all of them
+// when the loader cannot keep up; prefetch within the RAM budget.
+#include <gtest/gtest.h>
+
+#include "stoker/core/error.hpp"
+#include "stoker/pipeline/autotune.hpp"
+#include "test_support.hpp"
+
+namespace stoker {
+namespace {
+
+class Autotune : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int c = 0; c < 2; ++c) {
+      const auto folder = dir.path() / ("class" + std::to_string(c));
+      std::filesystem::create_directories(folder);
+      for (int i = 0; i < 24; ++i)
+        test::write_jpeg(folder / ("img" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(90, 120, c * 50 + i));
+    }
+    options.batch_size = 4;
+    options.image_height = options.image_width = 64;
+  }
+  test::TempDir dir;
+  LoaderOptions options;
+};
+
+TEST_F(Autotune, ASlowConsumerGetsOneThreadAFastOneEveryThread) {
+  const Dataset ds = dataset_from_directory(dir.path());
+  const LoaderTuning slow = tune_loader(ds, options, 1.0, 2);
+  EXPECT_EQ(slow.threads, 1);
+  ASSERT_EQ(slow.curve.size(), 1u) << "one thread is enough: nothing more is measured";
+  EXPECT_GT(slow.curve[0].second, 1.2);
+  EXPECT_NE(slow.reason.find("1 thread load"), std::string::npos) << slow.reason;
+  EXPECT_EQ(slow.prefetch, 2);
+
+  const LoaderTuning fast = tune_loader(ds, options, 1e9, 2);
+  EXPECT_EQ(fast.threads, 2);
+  ASSERT_EQ(fast.curve.size(), 2u);
+  EXPECT_EQ(fast.curve[0].first, 1);
+  EXPECT_EQ(fast.curve[1].first, 2);
+  EXPECT_NE(fast.reason.find("is below the consumer's"), std::string::npos) << fast.reason;
+  EXPECT_EQ(fast.prefetch, 4) << "two batches per thread";
+
+  // A RAM budget of three batches of 64x64x3 bytes caps the prefetch at 3.
+  const LoaderTuning capped = tune_loader(ds, options, 1e9, 2, 3 * 4 * 64 * 64 * 3);
+  EXPECT_EQ(capped.prefetch, 3);
+  EXPECT_THROW(tune_loader(ds, options, 0.0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker
