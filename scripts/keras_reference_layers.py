@@ -189,3 +189,21 @@ gap = L.GlobalAveragePooling2D(name="avg_pool")(act)
 model = keras.Model(inp, gap, name="inception_resnet_block")
 x = rng.normal(0, 1, (2, 11, 11, 4)).astype(np.float32)
 dump("inception_resnet_block", model, x)
+
+# 5. The activations Keras Applications' newer backbones use (layers_activations): each as an
+#    Activation layer and fused into a Conv2D / Dense, on inputs wide enough to reach hard_sigmoid's
+#    clipped ends and softplus' tails. Appended last, so the cases above keep their random draws.
+inp = keras.Input((6, 5, 3), name="act_input")
+names = ["elu", "selu", "gelu", "softplus", "hard_sigmoid"]
+feats = []
+for a in names:
+    t = L.Activation(a, name=f"act_{a}")(inp)
+    t = L.Conv2D(4, 3, padding="same", activation=a, name=f"conv_{a}")(t)
+    feats.append(L.GlobalAveragePooling2D(name=f"gap_{a}")(t))
+elu_layer = L.ELU(name="elu_layer")(inp)
+feats.append(L.GlobalAveragePooling2D(name="gap_elu_layer")(elu_layer))
+cat = L.Concatenate(name="act_concat")(feats)
+outs = [L.Dense(3, activation=a, name=f"dense_{a}")(cat) for a in names]
+model = keras.Model(inp, outs, name="layers_activations")
+x = (3.0 * rng.normal(0, 1, (2, 6, 5, 3))).astype(np.float32)
+dump("layers_activations", model, x)

@@ -233,6 +233,17 @@ std::vector<std::pair<std::string, Graph>> layer_cases() {
     int c = b.add(cat, {l, r, s, w, t});
     cases.push_back({"activations_concat", b.done({c})});
   }
+  {  // the newer activations, on their own and fused into a conv and a dense
+    Builder b({6, 7, 5});
+    std::vector<int> parts;
+    for (ActKind k :
+         {ActKind::Elu, ActKind::Selu, ActKind::Gelu, ActKind::Softplus, ActKind::HardSigmoid, ActKind::HardSwish}) {
+      parts.push_back(b.add(activation(act_of(k)), {0}));
+      parts.push_back(b.add(conv(3, 3, 1, Padding::Same, true, act_of(k)), {0}));
+    }
+    LayerNode cat = simple(LayerKind::Concatenate);
+    cases.push_back({"newer_activations", b.done({b.add(cat, parts)})});
+  }
   {  // ReLU with a threshold jumps from `threshold` to 0 there: half-precision rounding of a value
      // next to it moves it across, so only float32 is compared (kDiscontinuous)
     Builder b({6, 7, 5});

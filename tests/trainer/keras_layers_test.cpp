@@ -55,6 +55,16 @@ TEST(KerasLayers, InceptionResNetBlockMatchesKeras) {
   check_every_layer("inception_resnet_block", o, 1e-5);
 }
 
+// elu, selu, gelu (erf form), softplus, hard_sigmoid (tf_keras' 0.2 x + 0.5) as Activation layers,
+// fused into Conv2D and Dense, and the ELU layer.
+TEST(KerasLayers, NewerActivationsMatchKeras) {
+  check_every_layer("layers_activations", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_activations", o, 1e-5);
+}
+
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
 
 TEST(KerasLayers, WholeModelHasThreeOutputs) {
@@ -75,7 +85,7 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
 // model (written flat) at its output layer.
 TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
   const auto dir = vectors_dir() / "layers";
-  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested"}) {
+  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested", "layers_activations"}) {
     SCOPED_TRACE(name);
     test::TempDir out;
     const Model original = load_model(dir / (name + ".h5"));

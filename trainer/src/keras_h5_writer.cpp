@@ -142,6 +142,16 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
       c["data_format"] = "channels_last";
       c["keepdims"] = n.keepdims;
       break;
+    case LayerKind::GlobalMaxPooling2D:
+      l.class_name = "GlobalMaxPooling2D";
+      c["data_format"] = "channels_last";
+      c["keepdims"] = n.keepdims;
+      break;
+    case LayerKind::Reshape:
+      l.class_name = "Reshape";
+      c["target_shape"] = n.target_shape;
+      break;
+    case LayerKind::Multiply: l.class_name = "Multiply"; break;
     case LayerKind::Flatten:
       l.class_name = "Flatten";
       c["data_format"] = "channels_last";

@@ -166,6 +166,11 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.activation.kind = ActKind::ReLU;
     n.activation.negative_slope =
         cfg.contains("alpha") ? float_or(cfg, "alpha", 0.3f) : float_or(cfg, "negative_slope", 0.3f);
+  } else if (cls == "ELU") {
+    n.kind = LayerKind::Activation;
+    if (float_or(cfg, "alpha", 1.0f) != 1.0f)
+      fail(name, "ELU with alpha " + cfg["alpha"].dump() + " is not supported (only alpha 1)");
+    n.activation.kind = ActKind::Elu;
   } else if (cls == "Activation") {
     n.kind = LayerKind::Activation;
     n.activation = activation_of(cfg, name);
@@ -217,6 +222,17 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.kind = LayerKind::GlobalAveragePooling2D;
     check_channels_last(cfg, name);
     n.keepdims = cfg.value("keepdims", false);
+  } else if (cls == "GlobalMaxPooling2D" || cls == "GlobalMaxPool2D") {
+    n.kind = LayerKind::GlobalMaxPooling2D;
+    check_channels_last(cfg, name);
+    n.keepdims = cfg.value("keepdims", false);
+  } else if (cls == "Reshape") {
+    n.kind = LayerKind::Reshape;
+    const json& t = cfg.at("target_shape");
+    if (!t.is_array() || t.empty()) fail(name, "target_shape " + t.dump() + " must be a non-empty list");
+    for (const auto& d : t) n.target_shape.push_back(to_int(d, name, "target_shape"));
+  } else if (cls == "Multiply") {
+    n.kind = LayerKind::Multiply;
   } else if (cls == "Flatten") {
     n.kind = LayerKind::Flatten;
     check_channels_last(cfg, name);
@@ -238,10 +254,12 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.kind = LayerKind::Dropout;  // identity at inference
     n.rate = cfg.contains("rate") && cfg["rate"].is_number() ? cfg["rate"].get<float>() : 0.0f;
   } else {
-    fail(name, "layer class '" + cls +
-                   "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
-                   "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
-                   "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, Rescaling, CustomScaleLayer)");
+    fail(name,
+         "layer class '" + cls +
+             "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
+             "BatchNormalization, ReLU, LeakyReLU, ELU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
+             "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Multiply, Flatten, Dense, "
+             "Dropout, Rescaling, CustomScaleLayer)");
   }
   return n;
 }
@@ -350,6 +368,10 @@ class Flattener {
     if (cls == "TFOpLambda" || (cls == "Lambda" && !is_inception_resnet_lambda(layer.at("config"), name)))
       fail(name, "layer class '" + cls + "' (arbitrary Python code) is not supported");
     LayerNode n = make_node(cls, layer.at("config"), name);
+    // Keras 3 (its layers carry "module") redefined hard_sigmoid as relu6(x + 3) / 6; stoker's is
+    // tf_keras' clip(0.2 x + 0.5, 0, 1).
+    if (layer.contains("module") && n.activation.kind == ActKind::HardSigmoid)
+      fail(name, "Keras 3's hard_sigmoid (relu6(x + 3) / 6) is not supported (only tf_keras' clip(0.2 x + 0.5, 0, 1))");
     n.inputs = inputs;
     return {add_node(std::move(n))};
   }

@@ -133,6 +133,51 @@ std::vector<int> infer_global_average(const LayerNode& n, const std::vector<std:
   return {s[2]};
 }
 
+// Keras' Reshape is numpy's row-major reshape of each sample, which is how stoker stores values
+// (NHWC, contiguous): every valid target shape relabels the same memory.
+std::vector<int> infer_reshape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  const std::int64_t count = static_cast<std::int64_t>(Tensor::element_count(s));
+  auto mismatch = [&] {
+    fail(n, "cannot reshape " + shape_to_string(s) + " (" + std::to_string(count) + " values) to target_shape " +
+                shape_to_string(n.target_shape));
+  };
+  if (n.target_shape.empty()) mismatch();
+  std::int64_t known = 1;
+  int unknown = -1;
+  for (std::size_t i = 0; i < n.target_shape.size(); ++i) {
+    const int d = n.target_shape[i];
+    if (d == -1 && unknown < 0) {
+      unknown = static_cast<int>(i);
+    } else {
+      if (d < 1) fail(n, "target_shape " + shape_to_string(n.target_shape) + " is not a valid shape");
+      known *= d;
+      if (known > kMaxElements) mismatch();
+    }
+  }
+  std::vector<int> out = n.target_shape;
+  if (unknown >= 0) {
+    if (count % known != 0) mismatch();
+    out[static_cast<std::size_t>(unknown)] = static_cast<int>(count / known);
+  } else if (known != count) {
+    mismatch();
+  }
+  return out;
+}
+
+// Equal shapes, or [H, W, C] and [1, 1, C] in either order (squeeze-and-excitation's scaling).
+bool channel_vector_of(const std::vector<int>& big, const std::vector<int>& small) {
+  return big.size() == 3 && small.size() == 3 && small[0] == 1 && small[1] == 1 && small[2] == big[2];
+}
+
+std::vector<int> infer_multiply(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
+  if (in[0] == in[1] || channel_vector_of(in[0], in[1])) return in[0];
+  if (channel_vector_of(in[1], in[0])) return in[1];
+  fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(in[1]) +
+              " are not supported (only equal shapes, or [H, W, C] and [1, 1, C])");
+}
+
 std::vector<int> infer_flatten(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   const auto& s = one_input(n, in);
   std::int64_t count = 1;
@@ -203,7 +248,7 @@ void take_weights(LoweredOp& op, const LayerNode& n, const char* kernel) {
 
 void lower_input(Lowering& lw, int id) { lw.set_input(id); }
 
-// Dropout (identity at inference), Flatten (the same memory in NHWC).
+// Dropout (identity at inference), Flatten and Reshape (the same memory in NHWC).
 void lower_alias(Lowering& lw, int id) { lw.alias(id, lw.input_slot(id, 0)); }
 
 void lower_convolution(Lowering& lw, int id, OpKind kind, const char* kernel) {
@@ -350,6 +395,20 @@ void lower_pool(Lowering& lw, int id, OpKind kind) {
 void lower_max_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::MaxPool); }
 void lower_average_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::AvgPool); }
 void lower_global_average(Lowering& lw, int id) { lw.emit(OpKind::GlobalAvgPool, id); }
+void lower_global_max(Lowering& lw, int id) { lw.emit(OpKind::GlobalMaxPool, id); }
+
+// The full-size input first: the op's geometry is its.
+void lower_multiply(Lowering& lw, int id) {
+  const std::vector<int>& a = lw.input_shape(id, 0);
+  const std::vector<int>& b = lw.input_shape(id, 1);
+  LoweredOp& op = lw.emit(OpKind::Mul, id);
+  if (a == b) return;
+  op.channel_broadcast = true;
+  if (channel_vector_of(b, a)) {  // [1, 1, C] × [H, W, C]
+    std::swap(op.in[0], op.in[1]);
+    op.h = b[0], op.w = b[1], op.c = b[2];
+  }
+}
 
 // ---- the table ------------------------------------------------------------------------------------
 
@@ -371,6 +430,9 @@ constexpr LayerRule kRules[] = {
     {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
     {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
     {LayerKind::Rescaling, "Rescaling", infer_same, no_weights, lower_rescaling},
+    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", infer_global_average, no_weights, lower_global_max},
+    {LayerKind::Reshape, "Reshape", infer_reshape, no_weights, lower_alias},
+    {LayerKind::Multiply, "Multiply", infer_multiply, no_weights, lower_multiply},
 };
 
 constexpr bool in_enum_order() {

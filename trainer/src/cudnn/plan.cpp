@@ -21,6 +21,8 @@ const char* to_string(OpType t) {
     case OpType::MaxPool: return "MaxPool";
     case OpType::AvgPool: return "AvgPool";
     case OpType::Gap: return "Gap";
+    case OpType::Gmp: return "Gmp";
+    case OpType::Mul: return "Mul";
   }
   return "?";
 }
@@ -118,6 +120,8 @@ void append_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptio
     case OpKind::MaxPool: ops.push_back(gpu_op(std::move(lowered), OpType::MaxPool)); return;
     case OpKind::AvgPool: ops.push_back(gpu_op(std::move(lowered), OpType::AvgPool)); return;
     case OpKind::GlobalAvgPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gap)); return;
+    case OpKind::GlobalMaxPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gmp)); return;
+    case OpKind::Mul: ops.push_back(gpu_op(std::move(lowered), OpType::Mul)); return;
   }
 }
 

@@ -39,6 +39,8 @@ enum class OpType {
   MaxPool,
   AvgPool,
   Gap,  // global average pooling (+ act)
+  Gmp,  // global max pooling (+ act)
+  Mul,  // y = act(in[0] * in[1]), in[1] per image and channel when channel_broadcast
 };
 const char* to_string(OpType t);
 
