@@ -207,3 +207,25 @@ outs = [L.Dense(3, activation=a, name=f"dense_{a}")(cat) for a in names]
 model = keras.Model(inp, outs, name="layers_activations")
 x = (3.0 * rng.normal(0, 1, (2, 6, 5, 3))).astype(np.float32)
 dump("layers_activations", model, x)
+
+# 6. Squeeze-and-excitation as EfficientNet builds it (layers_se): GlobalAveragePooling2D, Reshape to
+#    [1, 1, C], two 1x1 convs, Multiply([x, se]) (and the other order), Multiply of equal shapes,
+#    GlobalMaxPooling2D (keepdims too), Reshape to rows [H*W, C] before a Dense.
+inp = keras.Input((7, 6, 8), name="se_input")
+x0 = L.Conv2D(8, 3, padding="same", activation="swish", name="se_conv")(inp)
+se = L.GlobalAveragePooling2D(name="se_squeeze")(x0)
+se = L.Reshape((1, 1, 8), name="se_reshape")(se)
+se = L.Conv2D(3, 1, activation="swish", name="se_reduce")(se)
+se = L.Conv2D(8, 1, activation="sigmoid", name="se_expand")(se)
+ex = L.Multiply(name="se_excite")([x0, se])
+ex2 = L.Multiply(name="se_excite_swapped")([se, inp])
+sq = L.Multiply(name="mul_equal")([ex, ex2])
+gm = L.GlobalMaxPooling2D(name="gmp")(sq)
+gk = L.GlobalMaxPooling2D(keepdims=True, name="gmp_keepdims")(ex2)
+rows = L.Reshape((-1, 8), name="reshape_rows")(sq)
+dr = L.Dense(3, activation="gelu", name="dense_rows")(rows)
+fl = L.Reshape((42 * 3,), name="reshape_flat")(dr)
+head = L.Dense(2, activation="softmax", name="se_head")(L.Concatenate(name="se_concat")([gm, fl]))
+model = keras.Model(inp, [head, gk], name="layers_se")
+x = rng.normal(0, 1, (2, 7, 6, 8)).astype(np.float32)
+dump("layers_se", model, x)

@@ -244,6 +244,26 @@ std::vector<std::pair<std::string, Graph>> layer_cases() {
     LayerNode cat = simple(LayerKind::Concatenate);
     cases.push_back({"newer_activations", b.done({b.add(cat, parts)})});
   }
+  {  // squeeze-and-excitation: GAP, Reshape [1, 1, C], 1×1 convs, Multiply broadcast both ways and
+     // of equal shapes (+ a fused activation), GlobalMaxPooling2D with and without keepdims
+    Builder b({7, 6, 8});
+    int x = b.add(conv(8, 3, 1, Padding::Same, true, act_of(ActKind::Swish)), {0});
+    int se = b.add(simple(LayerKind::GlobalAveragePooling2D), {x});
+    LayerNode rs = simple(LayerKind::Reshape);
+    rs.target_shape = {1, 1, -1};
+    se = b.add(rs, {se});
+    se = b.add(conv(3, 1, 1, Padding::Valid, true, act_of(ActKind::Swish)), {se});
+    se = b.add(conv(8, 1, 1, Padding::Valid, true, act_of(ActKind::Sigmoid)), {se});
+    int m1 = b.add(simple(LayerKind::Multiply), {x, se});
+    int m2 = b.add(simple(LayerKind::Multiply), {se, 0});
+    int m3 = b.add(simple(LayerKind::Multiply), {m1, m2});
+    m3 = b.add(activation(act_of(ActKind::HardSwish)), {m3});
+    int g1 = b.add(simple(LayerKind::GlobalMaxPooling2D), {m3});
+    LayerNode gk = simple(LayerKind::GlobalMaxPooling2D);
+    gk.keepdims = true;
+    int g2 = b.add(gk, {m2});
+    cases.push_back({"squeeze_excitation", b.done({g1, g2, m3})});
+  }
   {  // ReLU with a threshold jumps from `threshold` to 0 there: half-precision rounding of a value
      // next to it moves it across, so only float32 is compared (kDiscontinuous)
     Builder b({6, 7, 5});
@@ -344,6 +364,38 @@ TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
       }
     }
   }
+}
+
+// Shapes Reshape and Multiply cannot take: InvalidArgument naming the layer.
+TEST(Lowering, ReshapeAndMultiplyRefuseOtherShapesNamingTheLayer) {
+  auto expect_refused = [](const std::vector<int>& in, LayerNode n, const std::vector<int>& other) {
+    Builder b(in);
+    n.name = "the_layer";
+    std::vector<int> inputs = {0};
+    if (!other.empty()) {
+      LayerNode rs = simple(LayerKind::Reshape);
+      rs.name = "other";
+      rs.target_shape = other;
+      inputs.push_back(b.add(rs, {0}));
+    }
+    try {
+      b.add(n, inputs);
+      b.done({static_cast<int>(inputs.size())});
+      FAIL() << "accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("the_layer"), std::string::npos) << e.what();
+    }
+  };
+  LayerNode rs = simple(LayerKind::Reshape);
+  rs.target_shape = {5, -1};  // 4 × 4 × 3 = 48 values: not a multiple of 5
+  expect_refused({4, 4, 3}, rs, {});
+  rs.target_shape = {-1, -1};
+  expect_refused({4, 4, 3}, rs, {});
+  rs.target_shape = {4, 4, 4};
+  expect_refused({4, 4, 3}, rs, {});
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {4, 12});     // not the same shape
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {1, 4, 12});  // not [1, 1, C]
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {48});
 }
 
 TEST(CudnnPlan, TensorFlowPaddingDecisions) {

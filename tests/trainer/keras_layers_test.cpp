@@ -3,6 +3,8 @@
 // and run on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include <stoker/core/error.hpp>
@@ -24,6 +26,7 @@ void check_every_layer(const std::string& name, const CpuBackendOptions& options
   VectorFile ref(dir / (name + ".json"));
   const Tensor x = ref.tensor(ref.meta.at("input"));
   int checked = 0;
+  double worst = 0.0;
   for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
     SCOPED_TRACE("layer " + layer);
     Model cut = model.cut_at(layer);
@@ -33,8 +36,10 @@ void check_every_layer(const std::string& name, const CpuBackendOptions& options
     ASSERT_EQ(y.shape, expected.shape);
     const double err = max_rel_error(y.data, expected.data);
     EXPECT_LE(err, tolerance) << "relative error " << err;
+    worst = std::max(worst, err);
     ++checked;
   }
+  std::printf("%s: %d layers, max relative error vs Keras %.3g\n", name.c_str(), checked, worst);
   EXPECT_GE(checked, 3);
 }
 
@@ -65,6 +70,16 @@ TEST(KerasLayers, NewerActivationsMatchKeras) {
   check_every_layer("layers_activations", o, 1e-5);
 }
 
+// Squeeze-and-excitation (EfficientNet's): Reshape to [1, 1, C], Multiply with the broadcast either
+// way round and of equal shapes, GlobalMaxPooling2D (keepdims too), Reshape to rows before a Dense.
+TEST(KerasLayers, SqueezeExcitationReshapeMultiplyGlobalMaxMatchKeras) {
+  check_every_layer("layers_se", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_se", o, 1e-5);
+}
+
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
 
 TEST(KerasLayers, WholeModelHasThreeOutputs) {
@@ -85,7 +100,8 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
 // model (written flat) at its output layer.
 TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
   const auto dir = vectors_dir() / "layers";
-  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested", "layers_activations"}) {
+  for (const std::string name :
+       {"layers_functional", "inception_resnet_block", "nested", "layers_activations", "layers_se"}) {
     SCOPED_TRACE(name);
     test::TempDir out;
     const Model original = load_model(dir / (name + ".h5"));
