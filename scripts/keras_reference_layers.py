@@ -48,6 +48,10 @@ def randomise(model):
                 else:
                     new.append(rng.normal(0, 0.3, w.shape).astype(np.float32))
             layer.set_weights(new)
+        elif isinstance(layer, L.Normalization):  # adapted statistics: mean, variance > 0, count
+            mean, var, count = ws
+            layer.set_weights([rng.normal(0, 1.0, mean.shape).astype(np.float32),
+                               rng.uniform(0.2, 3.0, var.shape).astype(np.float32), count])
         else:
             layer.set_weights([rng.normal(0, 0.4, w.shape).astype(np.float32) for w in ws])
 
@@ -229,3 +233,23 @@ head = L.Dense(2, activation="softmax", name="se_head")(L.Concatenate(name="se_c
 model = keras.Model(inp, [head, gk], name="layers_se")
 x = rng.normal(0, 1, (2, 7, 6, 8)).astype(np.float32)
 dump("layers_se", model, x)
+
+# 7. SeparableConv2D (Xception's), Normalization (EfficientNet's adapted mean/variance) and
+#    LayerNormalization (ConvNeXt's, over the channels) (layers_norm_separable).
+inp = keras.Input((9, 8, 4), name="ns_input")
+nm = L.Normalization(axis=-1, name="normalization")(inp)
+s1 = L.SeparableConv2D(6, 3, padding="same", activation="relu", name="sep_same")(nm)
+s2 = L.SeparableConv2D(5, 3, strides=2, padding="same", depth_multiplier=2, use_bias=False, name="sep_s2_dm2")(s1)
+bn = L.BatchNormalization(name="sep_bn")(s2)
+s3 = L.SeparableConv2D(4, (3, 2), padding="valid", dilation_rate=2, activation="swish", name="sep_dilated")(nm)
+ln = L.LayerNormalization(epsilon=1e-6, name="layer_norm")(s1)
+ln2 = L.LayerNormalization(center=False, name="layer_norm_no_beta")(bn)
+ln3 = L.LayerNormalization(scale=False, axis=[3], name="layer_norm_no_gamma")(s3)
+g = L.Concatenate(name="ns_concat")([L.GlobalAveragePooling2D(name="ns_gap1")(ln), L.GlobalAveragePooling2D(name="ns_gap2")(ln2),
+                                     L.GlobalAveragePooling2D(name="ns_gap3")(ln3)])
+d = L.Dense(6, name="ns_dense")(g)
+ld = L.LayerNormalization(name="layer_norm_dense")(d)
+nd = L.Normalization(name="normalization_dense")(ld)
+model = keras.Model(inp, [nd, s2], name="layers_norm_separable")
+x = (2.0 * rng.normal(0, 1, (2, 9, 8, 4)) + 0.5).astype(np.float32)
+dump("layers_norm_separable", model, x)

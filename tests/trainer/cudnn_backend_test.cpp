@@ -43,14 +43,15 @@ using test::max_rel_error;
 // through deep graphs, so relative errors stay meaningful.
 void randomise_weights(LayerNode& n, int cin, std::mt19937& rng) {
   int fan_in = cin * n.kernel_h * n.kernel_w;
-  if (n.kind == LayerKind::DepthwiseConv2D) fan_in = n.kernel_h * n.kernel_w;
+  if (n.kind == LayerKind::DepthwiseConv2D || n.kind == LayerKind::SeparableConv2D) fan_in = n.kernel_h * n.kernel_w;
   for (const auto& [key, shape] : expected_weights(n, cin)) {
     std::vector<float> v(Tensor::element_count(shape));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> uni(0.5f, 1.5f);
     for (auto& x : v) {
       if (key == "kernel" || key == "depthwise_kernel") x = normal(rng) / std::sqrt(static_cast<float>(fan_in));
-      else if (key == "moving_variance" || key == "gamma") x = uni(rng);
+      else if (key == "pointwise_kernel") x = normal(rng) / std::sqrt(static_cast<float>(shape[2]));
+      else if (key == "moving_variance" || key == "gamma" || key == "variance") x = uni(rng);
       else x = 0.3f * normal(rng);  // bias, beta, moving_mean
     }
     n.weights[key] = Weight{shape, std::make_shared<const std::vector<float>>(std::move(v))};
@@ -263,6 +264,33 @@ std::vector<std::pair<std::string, Graph>> layer_cases() {
     gk.keepdims = true;
     int g2 = b.add(gk, {m2});
     cases.push_back({"squeeze_excitation", b.done({g1, g2, m3})});
+  }
+  {  // Normalization (folded into nothing: after the input), SeparableConv2D (stride 2 'same' with
+     // depth multiplier 2, dilated 'valid', BN folded into its 1×1 conv, a fused activation),
+     // LayerNormalization with and without gamma/beta, on images and after a Dense
+    Builder b({10, 9, 4});
+    int x = b.add(simple(LayerKind::Normalization), {0});
+    LayerNode sep = conv(6, 3, 2, Padding::Same, true, act_of(ActKind::Gelu));
+    sep.kind = LayerKind::SeparableConv2D;
+    sep.keras_class = "SeparableConv2D";
+    sep.depth_multiplier = 2;
+    int s1 = b.add(sep, {x});
+    LayerNode sep2 = conv(5, 3, 1, Padding::Valid, false, {}, 2);
+    sep2.kind = LayerKind::SeparableConv2D;
+    sep2.keras_class = "SeparableConv2D";
+    int s2 = b.add(sep2, {x});
+    s2 = b.add(batch_norm(), {s2});
+    s2 = b.add(activation(relu()), {s2});
+    LayerNode ln = simple(LayerKind::LayerNormalization);
+    ln.use_bias = true;
+    int l1 = b.add(ln, {s1});
+    ln.use_bias = false;
+    int l2 = b.add(ln, {s2});
+    ln.scale = false;
+    ln.use_bias = true;
+    int d = b.add(dense(7), {b.add(simple(LayerKind::GlobalAveragePooling2D), {l2})});
+    int l3 = b.add(ln, {d});
+    cases.push_back({"separable_normalization", b.done({l1, l3})});
   }
   {  // ReLU with a threshold jumps from `threshold` to 0 there: half-precision rounding of a value
      // next to it moves it across, so only float32 is compared (kDiscontinuous)

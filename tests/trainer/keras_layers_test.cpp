@@ -80,6 +80,17 @@ TEST(KerasLayers, SqueezeExcitationReshapeMultiplyGlobalMaxMatchKeras) {
   check_every_layer("layers_se", o, 1e-5);
 }
 
+// SeparableConv2D (same/valid, stride 2, depth_multiplier 2, dilation, no bias, BN after it),
+// Normalization (adapted mean/variance) on images and vectors, LayerNormalization with and without
+// gamma/beta on images (over the channels) and vectors.
+TEST(KerasLayers, SeparableConvNormalizationLayerNormMatchKeras) {
+  check_every_layer("layers_norm_separable", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_norm_separable", o, 1e-5);
+}
+
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
 
 TEST(KerasLayers, WholeModelHasThreeOutputs) {
@@ -100,8 +111,8 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
 // model (written flat) at its output layer.
 TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
   const auto dir = vectors_dir() / "layers";
-  for (const std::string name :
-       {"layers_functional", "inception_resnet_block", "nested", "layers_activations", "layers_se"}) {
+  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested", "layers_activations",
+                                 "layers_se", "layers_norm_separable"}) {
     SCOPED_TRACE(name);
     test::TempDir out;
     const Model original = load_model(dir / (name + ".h5"));

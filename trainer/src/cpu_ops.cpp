@@ -301,6 +301,21 @@ void mul(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
   if (op.act.kind == ActKind::Softmax) apply_act(y, total / op.oc, op.oc, op.act);
 }
 
+void layer_norm(const Op& op, const float* x, float* y, int nb) {
+  const std::size_t rows = static_cast<std::size_t>(nb) * op.rows;
+  const float* scale = op.scale.empty() ? nullptr : op.scale.data();
+  const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 64), [&](const tbb::blocked_range<std::size_t>& r) {
+    auto load = [x](std::size_t i) { return x[i]; };
+    for (std::size_t row = r.begin(); row != r.end(); ++row) {
+      const std::size_t base = row * static_cast<std::size_t>(op.c);
+      const cudnn::RowStats s = cudnn::layer_norm_stats(load, base, op.c, op.epsilon);
+      for (int j = 0; j < op.c; ++j) y[base + j] = cudnn::layer_norm_value(x[base + j], s, scale, bias, j);
+    }
+    apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
+  });
+}
+
 }  // namespace
 
 Op prepare_op(detail::LoweredOp lowered, std::size_t out_size) {
@@ -331,6 +346,7 @@ void run_op(const Op& op, const std::vector<const float*>& in, float* out, int n
     case OpKind::GlobalAvgPool: return gap(op, in[0], out, nb);
     case OpKind::GlobalMaxPool: return gmp(op, in[0], out, nb);
     case OpKind::Mul: return mul(op, in, out, nb);
+    case OpKind::LayerNorm: return layer_norm(op, in[0], out, nb);
   }
 }
 

@@ -57,14 +57,16 @@ std::vector<int> infer_input(const LayerNode& n, const std::vector<std::vector<i
 std::vector<int> infer_window(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   const auto& s = one_input(n, in);
   need_rank(n, s, 3);
-  const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D;
+  const bool separable = n.kind == LayerKind::SeparableConv2D;
+  const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D || separable;
   const int dh = conv ? n.dilation_h : 1;
   const int dw = conv ? n.dilation_w : 1;
   need_at_least(n, conv ? "kernel_size" : "pool_size", std::min(n.kernel_h, n.kernel_w), 1);
   need_at_least(n, "strides", std::min(n.stride_h, n.stride_w), 1);
   need_at_least(n, "dilation_rate", std::min(dh, dw), 1);
   if (n.kind == LayerKind::Conv2D) need_at_least(n, "filters", n.filters, 1);
-  if (n.kind == LayerKind::DepthwiseConv2D) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+  if (n.kind == LayerKind::DepthwiseConv2D || separable) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+  if (separable) need_at_least(n, "filters", n.filters, 1);
   if ((static_cast<std::int64_t>(n.kernel_h) - 1) * dh + 1 > kMaxElements ||
       (static_cast<std::int64_t>(n.kernel_w) - 1) * dw + 1 > kMaxElements)
     fail(n, "kernel " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " with dilation " +
@@ -76,8 +78,9 @@ std::vector<int> infer_window(const LayerNode& n, const std::vector<std::vector<
                 shape_to_string(s));
   int c = s[2];
   if (n.kind == LayerKind::Conv2D) c = n.filters;
-  if (n.kind == LayerKind::DepthwiseConv2D)
+  if (n.kind == LayerKind::DepthwiseConv2D || separable)
     c = checked_int(n, static_cast<std::int64_t>(s[2]) * n.depth_multiplier, "output channels");
+  if (separable) c = n.filters;
   return {ph.out, pw.out, c};
 }
 
@@ -208,6 +211,27 @@ WeightShapes depthwise_weights(const LayerNode& n, int cin) {
   return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
 }
 
+WeightShapes separable_weights(const LayerNode& n, int cin) {
+  const int mid =
+      static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(cin) * n.depth_multiplier, kMaxElements));
+  WeightShapes w = {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
+                    {"pointwise_kernel", {1, 1, mid, n.filters}}};
+  if (n.use_bias) w.push_back({"bias", {n.filters}});
+  return w;
+}
+
+// Keras' adapted statistics (count: how many samples adapt() saw, kept for export).
+WeightShapes normalization_weights(const LayerNode&, int cin) {
+  return {{"mean", {cin}}, {"variance", {cin}}, {"count", {}}};
+}
+
+WeightShapes layer_norm_weights(const LayerNode& n, int cin) {
+  WeightShapes w;
+  if (n.scale) w.push_back({"gamma", {cin}});
+  if (n.use_bias) w.push_back({"beta", {cin}});
+  return w;
+}
+
 WeightShapes batch_norm_weights(const LayerNode& n, int cin) {
   WeightShapes w;
   if (n.scale) w.push_back({"gamma", {cin}});
@@ -267,6 +291,23 @@ void lower_convolution(Lowering& lw, int id, OpKind kind, const char* kernel) {
   take_weights(op, node, kernel);
 }
 
+// A depthwise convolution into a slot of its own, then the 1×1 convolution writing the node's
+// value, which takes the bias, a folded BatchNormalization, the activation and a residual.
+void lower_separable(Lowering& lw, int id) {
+  const LayerNode& node = lw.node(id);
+  const std::vector<int>& in = lw.input_shape(id);
+  const std::vector<int> mid = {node.out_shape[0], node.out_shape[1], in[2] * node.depth_multiplier};
+  LoweredOp& dw = lw.emit_inner(OpKind::DepthwiseConv, id, mid);
+  set_window(dw, node, in, node.dilation_h, node.dilation_w);
+  dw.depth_multiplier = node.depth_multiplier;
+  dw.weights = *node.weight("depthwise_kernel")->data;
+  const int mid_slot = dw.out;
+  LoweredOp& pw = lw.emit(OpKind::Conv, id);
+  pw.in = {mid_slot};
+  pw.h = mid[0], pw.w = mid[1], pw.c = mid[2];
+  take_weights(pw, node, "pointwise_kernel");
+}
+
 void lower_conv2d(Lowering& lw, int id) { lower_convolution(lw, id, OpKind::Conv, "kernel"); }
 void lower_depthwise(Lowering& lw, int id) { lower_convolution(lw, id, OpKind::DepthwiseConv, "depthwise_kernel"); }
 
@@ -322,6 +363,29 @@ void lower_channel_affine(Lowering& lw, int id, const BatchNormAffine& bn) {
 
 void lower_batch_norm(Lowering& lw, int id) {
   lower_channel_affine(lw, id, batch_norm_affine(lw.node(id), static_cast<std::size_t>(lw.input_shape(id).back())));
+}
+
+// (x - mean) / max(sqrt(variance), epsilon) with tf_keras' backend epsilon 1e-7, as x * scale + shift.
+void lower_normalization(Lowering& lw, int id) {
+  const LayerNode& n = lw.node(id);
+  const auto channels = static_cast<std::size_t>(lw.input_shape(id).back());
+  const float* mean = n.weight("mean")->ptr();
+  const float* var = n.weight("variance")->ptr();
+  BatchNormAffine a{std::vector<double>(channels), std::vector<double>(channels)};
+  for (std::size_t i = 0; i < channels; ++i) {
+    a.scale[i] = 1.0 / std::max(std::sqrt(double(var[i])), 1e-7);
+    a.shift[i] = -double(mean[i]) * a.scale[i];
+  }
+  lower_channel_affine(lw, id, a);
+}
+
+void lower_layer_norm(Lowering& lw, int id) {
+  const LayerNode& n = lw.node(id);
+  LoweredOp& op = lw.emit(OpKind::LayerNorm, id);
+  op.rows = rows_of(lw.input_shape(id));
+  op.epsilon = n.epsilon;
+  if (const Weight* g = n.weight("gamma")) op.scale = *g->data;
+  if (const Weight* b = n.weight("beta")) op.bias = *b->data;
 }
 
 void lower_rescaling(Lowering& lw, int id) {
@@ -433,6 +497,9 @@ constexpr LayerRule kRules[] = {
     {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", infer_global_average, no_weights, lower_global_max},
     {LayerKind::Reshape, "Reshape", infer_reshape, no_weights, lower_alias},
     {LayerKind::Multiply, "Multiply", infer_multiply, no_weights, lower_multiply},
+    {LayerKind::SeparableConv2D, "SeparableConv2D", infer_window, separable_weights, lower_separable},
+    {LayerKind::Normalization, "Normalization", infer_batch_norm, normalization_weights, lower_normalization},
+    {LayerKind::LayerNormalization, "LayerNormalization", infer_batch_norm, layer_norm_weights, lower_layer_norm},
 };
 
 constexpr bool in_enum_order() {

@@ -31,7 +31,8 @@ enum class OpKind {
   AvgPool,  // TensorFlow: the window's pixels inside the input only
   GlobalAvgPool,
   GlobalMaxPool,
-  Mul,  // y = in[0] * in[1]; in[1] is one value per image and channel when channel_broadcast
+  Mul,        // y = in[0] * in[1]; in[1] is one value per image and channel when channel_broadcast
+  LayerNorm,  // per row of c: (x - mean) / sqrt(var + epsilon) * scale[c] + bias[c] (scale/bias may be empty)
 };
 
 // What the lowering may fuse into an op of a kind: what every backend's kernel for the kind does
@@ -51,7 +52,8 @@ constexpr Fusions fusions(OpKind kind) {
     case OpKind::Add:
     case OpKind::GlobalAvgPool:
     case OpKind::GlobalMaxPool:
-    case OpKind::Mul: return {.activation = true};
+    case OpKind::Mul:
+    case OpKind::LayerNorm: return {.activation = true};
     case OpKind::ZeroPad:
     case OpKind::Concat:
     case OpKind::MaxPool:
@@ -80,6 +82,7 @@ struct LoweredOp {
   int residual = -1;               // Conv/DepthwiseConv/Dense: slot added before the activation (-1: none)
   float residual_scale = 1.0f;     // Add: the factor of in[1]; the residual's factor
   std::vector<int> in_channels;    // Concat: last-axis width of each input
+  float epsilon = 0.0f;            // LayerNorm
   bool channel_broadcast = false;  // Mul: in[1] is [1, 1, c] per image, in[0] (the geometry) h × w × c
 };
 
@@ -134,6 +137,9 @@ class Lowering {
   // input and its output (h, w, c, oh, ow, oc); the rule fills in the rest. Valid until the next
   // emit().
   LoweredOp& emit(OpKind kind, int id);
+  // An op inside node `id` (a layer lowered as more than one op): it reads the node's inputs and
+  // writes a new slot of `out_shape` per sample that only the node's next op reads (its `in`).
+  LoweredOp& emit_inner(OpKind kind, int id, const std::vector<int>& out_shape);
 
   LoweredGraph finish() &&;
 

@@ -100,6 +100,17 @@ __global__ void mul_kernel(const T* a, const T* b, T* y, I total, I per, int c, 
   }
 }
 
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, T* y, std::size_t rows, int c, float epsilon, const float* scale,
+                                  const float* bias, ActParams act) {
+  GRID_STRIDE(std::size_t, r, rows) {  // one thread per row
+    const std::size_t base = r * static_cast<std::size_t>(c);
+    const RowStats s = layer_norm_stats(Loader<T>{x}, base, c, epsilon);
+    for (int j = 0; j < c; ++j)
+      store(y, base + j, apply_act(layer_norm_value(load(x, base + j), s, scale, bias, j), act));
+  }
+}
+
 template <typename T, typename I>
 __global__ void concat_kernel(const T* x, T* y, I total, int ck, int oc, int offset) {
   GRID_STRIDE(I, e, total) y[concat_destination(e, ck, oc, offset)] = x[e];
@@ -282,6 +293,17 @@ void multiply(DType storage, const void* a, const void* b, void* y, std::size_t 
           <<<blocks_for(total), kThreads, 0, stream>>>(aa, bb, yy, total, per, c, channel_broadcast, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("mul_kernel");
+}
+
+void layer_norm(DType storage, const void* x, void* y, std::size_t rows, int c, float epsilon, const float* scale,
+                const float* bias, ActParams act, StreamHandle stream) {
+  if (rows == 0) return;
+  dispatch(storage, "layer_norm", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    layer_norm_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c,
+                                                                 epsilon, scale, bias, act);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("layer_norm_kernel");
 }
 
 void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck, int oc, int offset,

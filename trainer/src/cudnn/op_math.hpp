@@ -185,6 +185,32 @@ STOKER_HOST_DEVICE inline I mul_source(I e, I per, int c, bool channel_broadcast
   return channel_broadcast ? e / per * static_cast<I>(c) + e % static_cast<I>(c) : e;
 }
 
+// Layer normalization of the row of c values from `base`: its mean and 1 / sqrt(var + epsilon)
+// (two passes, float32), then value j is (x_j - mean) * rstd * scale[j] + bias[j] (scale/bias may
+// be null). The CPU backend, the host executor and the kernel all use these two.
+struct RowStats {
+  float mean, rstd;
+};
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline RowStats layer_norm_stats(const Load& x, I base, int c, float epsilon) {
+  float sum = 0.0f;
+  for (int j = 0; j < c; ++j) sum += x(base + static_cast<I>(j));
+  const float mean = sum / static_cast<float>(c);
+  float sq = 0.0f;
+  for (int j = 0; j < c; ++j) {
+    const float d = x(base + static_cast<I>(j)) - mean;
+    sq += d * d;
+  }
+  return {mean, 1.0f / sqrtf(sq / static_cast<float>(c) + epsilon)};
+}
+STOKER_HOST_DEVICE inline float layer_norm_value(float x, const RowStats& s, const float* scale, const float* bias,
+                                                 int j) {
+  float v = (x - s.mean) * s.rstd;
+  if (scale) v *= scale[j];
+  if (bias) v += bias[j];
+  return v;
+}
+
 // Concatenation: element e of an input with ck channels lands here in the output of oc channels.
 template <typename I>
 STOKER_HOST_DEVICE inline I concat_destination(I e, int ck, int oc, int offset) {

@@ -23,6 +23,7 @@ const char* to_string(OpType t) {
     case OpType::Gap: return "Gap";
     case OpType::Gmp: return "Gmp";
     case OpType::Mul: return "Mul";
+    case OpType::LayerNorm: return "LayerNorm";
   }
   return "?";
 }
@@ -122,6 +123,7 @@ void append_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptio
     case OpKind::GlobalAvgPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gap)); return;
     case OpKind::GlobalMaxPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gmp)); return;
     case OpKind::Mul: ops.push_back(gpu_op(std::move(lowered), OpType::Mul)); return;
+    case OpKind::LayerNorm: ops.push_back(gpu_op(std::move(lowered), OpType::LayerNorm)); return;
   }
 }
 

@@ -30,8 +30,11 @@ enum class LayerKind {
   Dropout,
   Rescaling,  // y = x * multiplier + offset (Keras' Rescaling with scalar scale and offset)
   GlobalMaxPooling2D,
-  Reshape,   // target_shape: a relabelling of the per-sample data (row-major, like Keras)
-  Multiply,  // two inputs of equal shapes, or [H, W, C] × [1, 1, C] (squeeze-and-excitation)
+  Reshape,             // target_shape: a relabelling of the per-sample data (row-major, like Keras)
+  Multiply,            // two inputs of equal shapes, or [H, W, C] × [1, 1, C] (squeeze-and-excitation)
+  SeparableConv2D,     // a depthwise conv (depth_multiplier) then a 1×1 conv to `filters`, + bias, act
+  Normalization,       // Keras' adapted Normalization: (x - mean) / max(sqrt(variance), 1e-7), last axis
+  LayerNormalization,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
 };
 const char* to_string(LayerKind kind);
 
@@ -82,12 +85,12 @@ struct LayerNode {
   Padding padding = Padding::Valid;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
   int depth_multiplier = 1;
-  bool use_bias = false;                   // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
-  bool scale = true;                       // BatchNormalization `scale` (gamma)
-  bool keepdims = false;                   // GlobalAveragePooling2D, GlobalMaxPooling2D
+  bool use_bias = false;  // Conv2D/DepthwiseConv2D/SeparableConv2D/Dense bias; (Layer/Batch)Normalization `center`
+  bool scale = true;      // BatchNormalization / LayerNormalization `scale` (gamma)
+  bool keepdims = false;  // GlobalAveragePooling2D, GlobalMaxPooling2D
   std::vector<int> target_shape;           // Reshape, as Keras writes it (one -1 allowed)
-  float epsilon = 1e-3f;                   // BatchNormalization
-  int axis = -1;                           // Concatenate, BatchNormalization
+  float epsilon = 1e-3f;                   // BatchNormalization, LayerNormalization
+  int axis = -1;                           // Concatenate, BatchNormalization, (Layer)Normalization
   float residual_scale = 1.0f;             // ScaledAdd
   float rate = 0.0f;                       // Dropout (kept for export; inference ignores it)
   float multiplier = 1.0f, offset = 0.0f;  // Rescaling
