@@ -674,6 +674,18 @@ TEST(CudnnPlan, KernelMathIsTheSameWith32And64BitIndices) {
     ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
   for (std::uint32_t e = 0; e < 100; ++e)
     ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
+  for (std::uint32_t e = 0; e < 2u * 6; ++e)
+    ASSERT_EQ(cudnn::gmp_value(load, 63, 6, e), cudnn::gmp_value(load, 63, 6, std::size_t{e}));
+  for (std::uint32_t e = 0; e < 2u * 9 * 7 * 6; ++e)
+    for (bool broadcast : {true, false})
+      ASSERT_EQ(std::size_t{cudnn::mul_source(e, 9u * 7 * 6, 6, broadcast)},
+                cudnn::mul_source(std::size_t{e}, std::size_t{9 * 7 * 6}, 6, broadcast));
+  for (std::uint32_t row = 0; row < 2u * 9 * 7; ++row) {
+    const cudnn::RowStats a = cudnn::layer_norm_stats(load, row * 6u, 6, 1e-3f);
+    const cudnn::RowStats b = cudnn::layer_norm_stats(load, std::size_t{row} * 6, 6, 1e-3f);
+    ASSERT_EQ(a.mean, b.mean);
+    ASSERT_EQ(a.rstd, b.rstd);
+  }
 }
 
 TEST(CudnnPlan, RejectsWhatItCannotRun) {
