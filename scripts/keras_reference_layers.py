@@ -253,3 +253,19 @@ nd = L.Normalization(name="normalization_dense")(ld)
 model = keras.Model(inp, [nd, s2], name="layers_norm_separable")
 x = (2.0 * rng.normal(0, 1, (2, 9, 8, 4)) + 0.5).astype(np.float32)
 dump("layers_norm_separable", model, x)
+
+# 8. Keras Applications' own EfficientNet builder, shrunk (width and depth 0.1, 32x32): the whole
+#    backbone as Keras builds it (Rescaling, adapted Normalization, ZeroPadding2D, depthwise convs,
+#    squeeze-and-excitation with Reshape and Multiply, swish, residual Adds) with random weights and
+#    statistics (efficientnet_tiny); only a few layers' outputs are stored, to keep the file small.
+from tf_keras.src.applications.efficientnet import EfficientNet  # noqa: E402
+
+model = EfficientNet(0.1, 0.1, 32, 0.2, model_name="efficientnet_tiny", weights=None, include_top=False,
+                     input_shape=(32, 32, 3), pooling="avg")
+randomise(model)
+model.save(out / "efficientnet_tiny.h5", save_format="h5", include_optimizer=False)
+keep = ["normalization", "stem_activation", "block1a_se_squeeze", "block1a_se_reshape", "block1a_se_excite",
+        "block2a_project_bn", "top_activation", model.layers[-1].name]
+probe = keras.Model(model.inputs, [model.get_layer(k).output for k in keep])
+x = rng.uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+write_vectors("efficientnet_tiny", x, dict(zip(keep, probe.predict(x, verbose=0))))

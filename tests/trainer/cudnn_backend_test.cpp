@@ -879,6 +879,25 @@ TEST(CudnnPlan, InceptionResNetV2OnTheHost) {
   }
 }
 
+// Keras Applications' EfficientNet builder, shrunk (tests/trainer/vectors/layers/efficientnet_tiny,
+// scripts/keras_reference_layers.py): the plan on the host against Keras' own outputs.
+TEST(CudnnPlan, EfficientNetTinyMatchesKerasOnTheHost) {
+  const auto dir = test::vectors_dir() / "layers";
+  const Model model = load_model(dir / "efficientnet_tiny.h5");
+  test::VectorFile ref(dir / "efficientnet_tiny.json");
+  const Tensor x = ref.tensor(ref.meta.at("input"));
+  for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
+    SCOPED_TRACE("layer " + layer);
+    const cudnn::Plan plan = cudnn::lower_graph(model.cut_at(layer).graph());
+    const Tensor expected = ref.tensor(entry);
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      const double e = max_rel_error(cudnn::run_plan_host(plan, x.data.data(), x.batch(), d)[0], expected.data);
+      std::printf("efficientnet_tiny %-20s host plan %s vs Keras: %.3g\n", layer.c_str(), to_string(d), e);
+      EXPECT_LT(e, d == DType::F32 ? 1e-5 : d == DType::F16 ? 1e-2 : 5e-2);
+    }
+  }
+}
+
 // ---- GPU ------------------------------------------------------------------------------------------------
 
 #define REQUIRE_GPU()                                                \

@@ -91,6 +91,16 @@ TEST(KerasLayers, SeparableConvNormalizationLayerNormMatchKeras) {
   check_every_layer("layers_norm_separable", o, 1e-5);
 }
 
+// Keras Applications' own EfficientNet builder at width/depth 0.1 on 32×32: the whole backbone
+// (Rescaling, Normalization, squeeze-and-excitation, swish, residual Adds) as Keras builds it.
+TEST(KerasLayers, EfficientNetTinyMatchesKeras) {
+  check_every_layer("efficientnet_tiny", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("efficientnet_tiny", o, 1e-5);
+}
+
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
 
 TEST(KerasLayers, WholeModelHasThreeOutputs) {
@@ -112,7 +122,7 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
 TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
   const auto dir = vectors_dir() / "layers";
   for (const std::string name : {"layers_functional", "inception_resnet_block", "nested", "layers_activations",
-                                 "layers_se", "layers_norm_separable"}) {
+                                 "layers_se", "layers_norm_separable", "efficientnet_tiny"}) {
     SCOPED_TRACE(name);
     test::TempDir out;
     const Model original = load_model(dir / (name + ".h5"));
