@@ -41,6 +41,11 @@ def randomise(model):
             randomise(layer)
             continue
         ws = layer.get_weights()
+        if isinstance(layer, L.Normalization):  # adapted statistics: mean, variance > 0, count
+            layer.set_weights([rng.normal(0, 1.0, ws[0].shape).astype(np.float32),
+                               rng.uniform(0.2, 3.0, ws[1].shape).astype(np.float32), ws[2]])
+            layer.finalize_state()  # Keras 3 computes its mean/variance tensors from the weights here
+            continue
         if isinstance(layer, L.BatchNormalization):
             ws = [rng.uniform(0.5, 1.5, w.shape) if i == len(ws) - 1 else rng.normal(0, 0.5, w.shape)
                   for i, w in enumerate(ws)]
@@ -111,3 +116,30 @@ nested = keras.Sequential([keras.Input((12, 10, 3), name="top_in"), backbone,
                            L.Dense(2, activation="sigmoid", name="head")], name="nested_case")
 randomise(nested)
 write("nested", nested, x, {"backbone": backbone.predict(x, verbose=0)})
+
+# The layers Keras Applications' newer backbones need, in Keras 3's format (Keras 3's own
+# hard_silu, which tf_keras lacks; SeparableConv2D, Normalization and LayerNormalization weights by
+# creation order), appended last so the cases above keep their random draws.
+x = rng.uniform(-4, 4, (2, 9, 8, 4)).astype(np.float32)
+inp = keras.Input((9, 8, 4), name="img")
+t = L.Normalization(name="norm")(inp)
+a = L.Activation("hard_silu", name="act_hard_silu")(t)
+c = L.Conv2D(6, 3, padding="same", activation="hard_swish", name="conv_hard_swish")(a)
+s_ = L.SeparableConv2D(6, 3, strides=2, padding="same", depth_multiplier=2, activation="gelu", name="sep")(c)
+ln = L.LayerNormalization(center=False, name="ln")(s_)
+se = L.GlobalAveragePooling2D(name="se_gap")(ln)
+se = L.Reshape((1, 1, 6), name="se_reshape")(se)
+se = L.Conv2D(6, 1, activation="sigmoid", name="se_conv")(se)
+m = L.Multiply(name="se_mul")([ln, se])
+g = L.GlobalMaxPooling2D(name="gmp")(m)
+t = L.Dense(3, activation="softmax", name="dense")(g)
+newer = keras.Model(inp, t, name="newer_case")
+randomise(newer)
+write("newer_layers", newer, x)
+reloaded = keras.models.load_model(out / "newer_layers.keras")
+assert np.allclose(reloaded.predict(x, verbose=0), newer.predict(x, verbose=0), atol=1e-6), "reload differs"
+
+# Keras 3's hard_sigmoid is relu6(x + 3) / 6, not tf_keras' clip(0.2 x + 0.5): stoker refuses it.
+inp = keras.Input((4,), name="vec")
+hs = keras.Model(inp, L.Activation("hard_sigmoid", name="act_hard_sigmoid")(inp), name="hard_sigmoid_case")
+hs.save(out / "hard_sigmoid.keras")

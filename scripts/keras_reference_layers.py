@@ -48,6 +48,10 @@ def randomise(model):
                 else:
                     new.append(rng.normal(0, 0.3, w.shape).astype(np.float32))
             layer.set_weights(new)
+        elif isinstance(layer, L.Normalization):  # adapted statistics: mean, variance > 0, count
+            mean, var, count = ws
+            layer.set_weights([rng.normal(0, 1.0, mean.shape).astype(np.float32),
+                               rng.uniform(0.2, 3.0, var.shape).astype(np.float32), count])
         else:
             layer.set_weights([rng.normal(0, 0.4, w.shape).astype(np.float32) for w in ws])
 
@@ -189,3 +193,79 @@ gap = L.GlobalAveragePooling2D(name="avg_pool")(act)
 model = keras.Model(inp, gap, name="inception_resnet_block")
 x = rng.normal(0, 1, (2, 11, 11, 4)).astype(np.float32)
 dump("inception_resnet_block", model, x)
+
+# 5. The activations Keras Applications' newer backbones use (layers_activations): each as an
+#    Activation layer and fused into a Conv2D / Dense, on inputs wide enough to reach hard_sigmoid's
+#    clipped ends and softplus' tails. Appended last, so the cases above keep their random draws.
+inp = keras.Input((6, 5, 3), name="act_input")
+names = ["elu", "selu", "gelu", "softplus", "hard_sigmoid"]
+feats = []
+for a in names:
+    t = L.Activation(a, name=f"act_{a}")(inp)
+    t = L.Conv2D(4, 3, padding="same", activation=a, name=f"conv_{a}")(t)
+    feats.append(L.GlobalAveragePooling2D(name=f"gap_{a}")(t))
+elu_layer = L.ELU(name="elu_layer")(inp)
+feats.append(L.GlobalAveragePooling2D(name="gap_elu_layer")(elu_layer))
+cat = L.Concatenate(name="act_concat")(feats)
+outs = [L.Dense(3, activation=a, name=f"dense_{a}")(cat) for a in names]
+model = keras.Model(inp, outs, name="layers_activations")
+x = (3.0 * rng.normal(0, 1, (2, 6, 5, 3))).astype(np.float32)
+dump("layers_activations", model, x)
+
+# 6. Squeeze-and-excitation as EfficientNet builds it (layers_se): GlobalAveragePooling2D, Reshape to
+#    [1, 1, C], two 1x1 convs, Multiply([x, se]) (and the other order), Multiply of equal shapes,
+#    GlobalMaxPooling2D (keepdims too), Reshape to rows [H*W, C] before a Dense.
+inp = keras.Input((7, 6, 8), name="se_input")
+x0 = L.Conv2D(8, 3, padding="same", activation="swish", name="se_conv")(inp)
+se = L.GlobalAveragePooling2D(name="se_squeeze")(x0)
+se = L.Reshape((1, 1, 8), name="se_reshape")(se)
+se = L.Conv2D(3, 1, activation="swish", name="se_reduce")(se)
+se = L.Conv2D(8, 1, activation="sigmoid", name="se_expand")(se)
+ex = L.Multiply(name="se_excite")([x0, se])
+ex2 = L.Multiply(name="se_excite_swapped")([se, inp])
+sq = L.Multiply(name="mul_equal")([ex, ex2])
+gm = L.GlobalMaxPooling2D(name="gmp")(sq)
+gk = L.GlobalMaxPooling2D(keepdims=True, name="gmp_keepdims")(ex2)
+rows = L.Reshape((-1, 8), name="reshape_rows")(sq)
+dr = L.Dense(3, activation="gelu", name="dense_rows")(rows)
+fl = L.Reshape((42 * 3,), name="reshape_flat")(dr)
+head = L.Dense(2, activation="softmax", name="se_head")(L.Concatenate(name="se_concat")([gm, fl]))
+model = keras.Model(inp, [head, gk], name="layers_se")
+x = rng.normal(0, 1, (2, 7, 6, 8)).astype(np.float32)
+dump("layers_se", model, x)
+
+# 7. SeparableConv2D (Xception's), Normalization (EfficientNet's adapted mean/variance) and
+#    LayerNormalization (ConvNeXt's, over the channels) (layers_norm_separable).
+inp = keras.Input((9, 8, 4), name="ns_input")
+nm = L.Normalization(axis=-1, name="normalization")(inp)
+s1 = L.SeparableConv2D(6, 3, padding="same", activation="relu", name="sep_same")(nm)
+s2 = L.SeparableConv2D(5, 3, strides=2, padding="same", depth_multiplier=2, use_bias=False, name="sep_s2_dm2")(s1)
+bn = L.BatchNormalization(name="sep_bn")(s2)
+s3 = L.SeparableConv2D(4, (3, 2), padding="valid", dilation_rate=2, activation="swish", name="sep_dilated")(nm)
+ln = L.LayerNormalization(epsilon=1e-6, name="layer_norm")(s1)
+ln2 = L.LayerNormalization(center=False, name="layer_norm_no_beta")(bn)
+ln3 = L.LayerNormalization(scale=False, axis=[3], name="layer_norm_no_gamma")(s3)
+g = L.Concatenate(name="ns_concat")([L.GlobalAveragePooling2D(name="ns_gap1")(ln), L.GlobalAveragePooling2D(name="ns_gap2")(ln2),
+                                     L.GlobalAveragePooling2D(name="ns_gap3")(ln3)])
+d = L.Dense(6, name="ns_dense")(g)
+ld = L.LayerNormalization(name="layer_norm_dense")(d)
+nd = L.Normalization(name="normalization_dense")(ld)
+model = keras.Model(inp, [nd, s2], name="layers_norm_separable")
+x = (2.0 * rng.normal(0, 1, (2, 9, 8, 4)) + 0.5).astype(np.float32)
+dump("layers_norm_separable", model, x)
+
+# 8. Keras Applications' own EfficientNet builder, shrunk (width and depth 0.1, 32x32): the whole
+#    backbone as Keras builds it (Rescaling, adapted Normalization, ZeroPadding2D, depthwise convs,
+#    squeeze-and-excitation with Reshape and Multiply, swish, residual Adds) with random weights and
+#    statistics (efficientnet_tiny); only a few layers' outputs are stored, to keep the file small.
+from tf_keras.src.applications.efficientnet import EfficientNet  # noqa: E402
+
+model = EfficientNet(0.1, 0.1, 32, 0.2, model_name="efficientnet_tiny", weights=None, include_top=False,
+                     input_shape=(32, 32, 3), pooling="avg")
+randomise(model)
+model.save(out / "efficientnet_tiny.h5", save_format="h5", include_optimizer=False)
+keep = ["normalization", "stem_activation", "block1a_se_squeeze", "block1a_se_reshape", "block1a_se_excite",
+        "block2a_project_bn", "top_activation", model.layers[-1].name]
+probe = keras.Model(model.inputs, [model.get_layer(k).output for k in keep])
+x = rng.uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+write_vectors("efficientnet_tiny", x, dict(zip(keep, probe.predict(x, verbose=0))))

@@ -43,14 +43,15 @@ using test::max_rel_error;
 // through deep graphs, so relative errors stay meaningful.
 void randomise_weights(LayerNode& n, int cin, std::mt19937& rng) {
   int fan_in = cin * n.kernel_h * n.kernel_w;
-  if (n.kind == LayerKind::DepthwiseConv2D) fan_in = n.kernel_h * n.kernel_w;
+  if (n.kind == LayerKind::DepthwiseConv2D || n.kind == LayerKind::SeparableConv2D) fan_in = n.kernel_h * n.kernel_w;
   for (const auto& [key, shape] : expected_weights(n, cin)) {
     std::vector<float> v(Tensor::element_count(shape));
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> uni(0.5f, 1.5f);
     for (auto& x : v) {
       if (key == "kernel" || key == "depthwise_kernel") x = normal(rng) / std::sqrt(static_cast<float>(fan_in));
-      else if (key == "moving_variance" || key == "gamma") x = uni(rng);
+      else if (key == "pointwise_kernel") x = normal(rng) / std::sqrt(static_cast<float>(shape[2]));
+      else if (key == "moving_variance" || key == "gamma" || key == "variance") x = uni(rng);
       else x = 0.3f * normal(rng);  // bias, beta, moving_mean
     }
     n.weights[key] = Weight{shape, std::make_shared<const std::vector<float>>(std::move(v))};
@@ -233,6 +234,64 @@ std::vector<std::pair<std::string, Graph>> layer_cases() {
     int c = b.add(cat, {l, r, s, w, t});
     cases.push_back({"activations_concat", b.done({c})});
   }
+  {  // the newer activations, on their own and fused into a conv and a dense
+    Builder b({6, 7, 5});
+    std::vector<int> parts;
+    for (ActKind k :
+         {ActKind::Elu, ActKind::Selu, ActKind::Gelu, ActKind::Softplus, ActKind::HardSigmoid, ActKind::HardSwish}) {
+      parts.push_back(b.add(activation(act_of(k)), {0}));
+      parts.push_back(b.add(conv(3, 3, 1, Padding::Same, true, act_of(k)), {0}));
+    }
+    LayerNode cat = simple(LayerKind::Concatenate);
+    cases.push_back({"newer_activations", b.done({b.add(cat, parts)})});
+  }
+  {  // squeeze-and-excitation: GAP, Reshape [1, 1, C], 1×1 convs, Multiply broadcast both ways and
+     // of equal shapes (+ a fused activation), GlobalMaxPooling2D with and without keepdims
+    Builder b({7, 6, 8});
+    int x = b.add(conv(8, 3, 1, Padding::Same, true, act_of(ActKind::Swish)), {0});
+    int se = b.add(simple(LayerKind::GlobalAveragePooling2D), {x});
+    LayerNode rs = simple(LayerKind::Reshape);
+    rs.target_shape = {1, 1, -1};
+    se = b.add(rs, {se});
+    se = b.add(conv(3, 1, 1, Padding::Valid, true, act_of(ActKind::Swish)), {se});
+    se = b.add(conv(8, 1, 1, Padding::Valid, true, act_of(ActKind::Sigmoid)), {se});
+    int m1 = b.add(simple(LayerKind::Multiply), {x, se});
+    int m2 = b.add(simple(LayerKind::Multiply), {se, 0});
+    int m3 = b.add(simple(LayerKind::Multiply), {m1, m2});
+    m3 = b.add(activation(act_of(ActKind::HardSwish)), {m3});
+    int g1 = b.add(simple(LayerKind::GlobalMaxPooling2D), {m3});
+    LayerNode gk = simple(LayerKind::GlobalMaxPooling2D);
+    gk.keepdims = true;
+    int g2 = b.add(gk, {m2});
+    cases.push_back({"squeeze_excitation", b.done({g1, g2, m3})});
+  }
+  {  // Normalization (folded into nothing: after the input), SeparableConv2D (stride 2 'same' with
+     // depth multiplier 2, dilated 'valid', BN folded into its 1×1 conv, a fused activation),
+     // LayerNormalization with and without gamma/beta, on images and after a Dense
+    Builder b({10, 9, 4});
+    int x = b.add(simple(LayerKind::Normalization), {0});
+    LayerNode sep = conv(6, 3, 2, Padding::Same, true, act_of(ActKind::Gelu));
+    sep.kind = LayerKind::SeparableConv2D;
+    sep.keras_class = "SeparableConv2D";
+    sep.depth_multiplier = 2;
+    int s1 = b.add(sep, {x});
+    LayerNode sep2 = conv(5, 3, 1, Padding::Valid, false, {}, 2);
+    sep2.kind = LayerKind::SeparableConv2D;
+    sep2.keras_class = "SeparableConv2D";
+    int s2 = b.add(sep2, {x});
+    s2 = b.add(batch_norm(), {s2});
+    s2 = b.add(activation(relu()), {s2});
+    LayerNode ln = simple(LayerKind::LayerNormalization);
+    ln.use_bias = true;
+    int l1 = b.add(ln, {s1});
+    ln.use_bias = false;
+    int l2 = b.add(ln, {s2});
+    ln.scale = false;
+    ln.use_bias = true;
+    int d = b.add(dense(7), {b.add(simple(LayerKind::GlobalAveragePooling2D), {l2})});
+    int l3 = b.add(ln, {d});
+    cases.push_back({"separable_normalization", b.done({l1, l3})});
+  }
   {  // ReLU with a threshold jumps from `threshold` to 0 there: half-precision rounding of a value
      // next to it moves it across, so only float32 is compared (kDiscontinuous)
     Builder b({6, 7, 5});
@@ -333,6 +392,38 @@ TEST(CudnnPlan, MatchesCpuBackendInFloat32AndHalf) {
       }
     }
   }
+}
+
+// Shapes Reshape and Multiply cannot take: InvalidArgument naming the layer.
+TEST(Lowering, ReshapeAndMultiplyRefuseOtherShapesNamingTheLayer) {
+  auto expect_refused = [](const std::vector<int>& in, LayerNode n, const std::vector<int>& other) {
+    Builder b(in);
+    n.name = "the_layer";
+    std::vector<int> inputs = {0};
+    if (!other.empty()) {
+      LayerNode rs = simple(LayerKind::Reshape);
+      rs.name = "other";
+      rs.target_shape = other;
+      inputs.push_back(b.add(rs, {0}));
+    }
+    try {
+      b.add(n, inputs);
+      b.done({static_cast<int>(inputs.size())});
+      FAIL() << "accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("the_layer"), std::string::npos) << e.what();
+    }
+  };
+  LayerNode rs = simple(LayerKind::Reshape);
+  rs.target_shape = {5, -1};  // 4 × 4 × 3 = 48 values: not a multiple of 5
+  expect_refused({4, 4, 3}, rs, {});
+  rs.target_shape = {-1, -1};
+  expect_refused({4, 4, 3}, rs, {});
+  rs.target_shape = {4, 4, 4};
+  expect_refused({4, 4, 3}, rs, {});
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {4, 12});     // not the same shape
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {1, 4, 12});  // not [1, 1, C]
+  expect_refused({4, 4, 3}, simple(LayerKind::Multiply), {48});
 }
 
 TEST(CudnnPlan, TensorFlowPaddingDecisions) {
@@ -583,6 +674,18 @@ TEST(CudnnPlan, KernelMathIsTheSameWith32And64BitIndices) {
     ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
   for (std::uint32_t e = 0; e < 100; ++e)
     ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
+  for (std::uint32_t e = 0; e < 2u * 6; ++e)
+    ASSERT_EQ(cudnn::gmp_value(load, 63, 6, e), cudnn::gmp_value(load, 63, 6, std::size_t{e}));
+  for (std::uint32_t e = 0; e < 2u * 9 * 7 * 6; ++e)
+    for (bool broadcast : {true, false})
+      ASSERT_EQ(std::size_t{cudnn::mul_source(e, 9u * 7 * 6, 6, broadcast)},
+                cudnn::mul_source(std::size_t{e}, std::size_t{9 * 7 * 6}, 6, broadcast));
+  for (std::uint32_t row = 0; row < 2u * 9 * 7; ++row) {
+    const cudnn::RowStats a = cudnn::layer_norm_stats(load, row * 6u, 6, 1e-3f);
+    const cudnn::RowStats b = cudnn::layer_norm_stats(load, std::size_t{row} * 6, 6, 1e-3f);
+    ASSERT_EQ(a.mean, b.mean);
+    ASSERT_EQ(a.rstd, b.rstd);
+  }
 }
 
 TEST(CudnnPlan, RejectsWhatItCannotRun) {
@@ -773,6 +876,25 @@ TEST(CudnnPlan, InceptionResNetV2OnTheHost) {
     const double e = max_rel_error(cudnn::run_plan_host(plan, x.data(), 1, d)[0], cpu[0].data);
     std::printf("inception_resnet_v2 host plan %s vs cpu backend: %.3g\n", to_string(d), e);
     EXPECT_LT(e, d == DType::F32 ? 1e-5 : 1e-2);
+  }
+}
+
+// Keras Applications' EfficientNet builder, shrunk (tests/trainer/vectors/layers/efficientnet_tiny,
+// scripts/keras_reference_layers.py): the plan on the host against Keras' own outputs.
+TEST(CudnnPlan, EfficientNetTinyMatchesKerasOnTheHost) {
+  const auto dir = test::vectors_dir() / "layers";
+  const Model model = load_model(dir / "efficientnet_tiny.h5");
+  test::VectorFile ref(dir / "efficientnet_tiny.json");
+  const Tensor x = ref.tensor(ref.meta.at("input"));
+  for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
+    SCOPED_TRACE("layer " + layer);
+    const cudnn::Plan plan = cudnn::lower_graph(model.cut_at(layer).graph());
+    const Tensor expected = ref.tensor(entry);
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+      const double e = max_rel_error(cudnn::run_plan_host(plan, x.data.data(), x.batch(), d)[0], expected.data);
+      std::printf("efficientnet_tiny %-20s host plan %s vs Keras: %.3g\n", layer.c_str(), to_string(d), e);
+      EXPECT_LT(e, d == DType::F32 ? 1e-5 : d == DType::F16 ? 1e-2 : 5e-2);
+    }
   }
 }
 

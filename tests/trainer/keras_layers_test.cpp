@@ -3,6 +3,8 @@
 // and run on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include <stoker/core/error.hpp>
@@ -24,6 +26,7 @@ void check_every_layer(const std::string& name, const CpuBackendOptions& options
   VectorFile ref(dir / (name + ".json"));
   const Tensor x = ref.tensor(ref.meta.at("input"));
   int checked = 0;
+  double worst = 0.0;
   for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
     SCOPED_TRACE("layer " + layer);
     Model cut = model.cut_at(layer);
@@ -33,8 +36,10 @@ void check_every_layer(const std::string& name, const CpuBackendOptions& options
     ASSERT_EQ(y.shape, expected.shape);
     const double err = max_rel_error(y.data, expected.data);
     EXPECT_LE(err, tolerance) << "relative error " << err;
+    worst = std::max(worst, err);
     ++checked;
   }
+  std::printf("%s: %d layers, max relative error vs Keras %.3g\n", name.c_str(), checked, worst);
   EXPECT_GE(checked, 3);
 }
 
@@ -53,6 +58,47 @@ TEST(KerasLayers, InceptionResNetBlockMatchesKeras) {
   o.fold_batch_norm = false;
   o.fuse_activations = false;
   check_every_layer("inception_resnet_block", o, 1e-5);
+}
+
+// elu, selu, gelu (erf form), softplus, hard_sigmoid (tf_keras' 0.2 x + 0.5) as Activation layers,
+// fused into Conv2D and Dense, and the ELU layer.
+TEST(KerasLayers, NewerActivationsMatchKeras) {
+  check_every_layer("layers_activations", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_activations", o, 1e-5);
+}
+
+// Squeeze-and-excitation (EfficientNet's): Reshape to [1, 1, C], Multiply with the broadcast either
+// way round and of equal shapes, GlobalMaxPooling2D (keepdims too), Reshape to rows before a Dense.
+TEST(KerasLayers, SqueezeExcitationReshapeMultiplyGlobalMaxMatchKeras) {
+  check_every_layer("layers_se", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_se", o, 1e-5);
+}
+
+// SeparableConv2D (same/valid, stride 2, depth_multiplier 2, dilation, no bias, BN after it),
+// Normalization (adapted mean/variance) on images and vectors, LayerNormalization with and without
+// gamma/beta on images (over the channels) and vectors.
+TEST(KerasLayers, SeparableConvNormalizationLayerNormMatchKeras) {
+  check_every_layer("layers_norm_separable", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("layers_norm_separable", o, 1e-5);
+}
+
+// Keras Applications' own EfficientNet builder at width/depth 0.1 on 32×32: the whole backbone
+// (Rescaling, Normalization, squeeze-and-excitation, swish, residual Adds) as Keras builds it.
+TEST(KerasLayers, EfficientNetTinyMatchesKeras) {
+  check_every_layer("efficientnet_tiny", {}, 1e-5);
+  CpuBackendOptions o;
+  o.fold_batch_norm = false;
+  o.fuse_activations = false;
+  check_every_layer("efficientnet_tiny", o, 1e-5);
 }
 
 TEST(KerasLayers, NestedSequentialAndFunctional) { check_every_layer("nested", {}, 1e-5); }
@@ -75,7 +121,8 @@ TEST(KerasLayers, WholeModelHasThreeOutputs) {
 // model (written flat) at its output layer.
 TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
   const auto dir = vectors_dir() / "layers";
-  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested"}) {
+  for (const std::string name : {"layers_functional", "inception_resnet_block", "nested", "layers_activations",
+                                 "layers_se", "layers_norm_separable", "efficientnet_tiny"}) {
     SCOPED_TRACE(name);
     test::TempDir out;
     const Model original = load_model(dir / (name + ".h5"));
@@ -105,17 +152,20 @@ TEST(KerasLayers, WrittenAsKerasH5EveryLayerStillMatchesKeras) {
 // a Sequential holding a Functional backbone, cut at the backbone as with .h5 files.
 TEST(KerasLayers, Keras3FilesMatchKeras) {
   const auto dir = vectors_dir() / "keras3";
-  for (const std::string name : {"functional", "nested"}) {
+  for (const std::string name : {"functional", "nested", "newer_layers"}) {
     SCOPED_TRACE(name);
     const Model model = load_model(dir / (name + ".keras"));
     VectorFile ref(dir / (name + ".json"));
     const Tensor x = ref.tensor(ref.meta.at("input"));
+    double worst = 0.0;
     for (const auto& [layer, entry] : ref.meta.at("outputs").items()) {
       SCOPED_TRACE("layer " + layer);
       const Tensor y = model.cut_at(layer).forward(x.data.data(), x.batch());
       const double err = max_rel_error(y.data, ref.tensor(entry).data);
       EXPECT_LE(err, 1e-5) << "relative error " << err;
+      worst = std::max(worst, err);
     }
+    std::printf("keras3 %s: max relative error vs Keras 3 %.3g\n", name.c_str(), worst);
   }
   EXPECT_EQ(load_model(dir / "nested.keras").cut_at("backbone").output_shape(), (std::vector<int>{5}));
   // Not a zip, or a zip without the members: IoError naming the file.
@@ -126,6 +176,18 @@ TEST(KerasLayers, Keras3FilesMatchKeras) {
     FAIL() << "a text file loaded as .keras";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("fake.keras"), std::string::npos) << e.what();
+  }
+}
+
+// Keras 3 redefined hard_sigmoid as relu6(x + 3) / 6; stoker's is tf_keras' clip(0.2 x + 0.5, 0, 1),
+// so a Keras 3 file using it is refused, naming the layer.
+TEST(KerasLayers, Keras3HardSigmoidIsRefusedNamingTheLayer) {
+  try {
+    load_model(vectors_dir() / "keras3" / "hard_sigmoid.keras");
+    FAIL() << "loaded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("act_hard_sigmoid"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Keras 3's hard_sigmoid"), std::string::npos) << e.what();
   }
 }
 

@@ -12,6 +12,7 @@
 #include <tbb/parallel_for.h>
 
 #include "cpu_depthwise.hpp"
+#include "cudnn/op_math.hpp"
 
 namespace stoker::trainer::cpu {
 
@@ -36,6 +37,24 @@ void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a) {
       return;
     case ActKind::Tanh:
       for (std::size_t i = 0; i < total; ++i) x[i] = std::tanh(x[i]);
+      return;
+    case ActKind::Elu:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::elu_value(x[i]);
+      return;
+    case ActKind::Selu:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::selu_value(x[i]);
+      return;
+    case ActKind::Gelu:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::gelu_value(x[i]);
+      return;
+    case ActKind::Softplus:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::softplus_value(x[i]);
+      return;
+    case ActKind::HardSigmoid:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::hard_sigmoid_value(x[i]);
+      return;
+    case ActKind::HardSwish:
+      for (std::size_t i = 0; i < total; ++i) x[i] = cudnn::hard_swish_value(x[i]);
       return;
     case ActKind::Softmax:
       for (std::size_t r = 0; r < rows; ++r) {
@@ -254,6 +273,49 @@ void gap(const Op& op, const float* x, float* y, int nb) {
   }
 }
 
+void gmp(const Op& op, const float* x, float* y, int nb) {
+  const std::size_t hw = static_cast<std::size_t>(op.h) * op.w;
+  for (int n = 0; n < nb; ++n) {
+    float* acc = y + static_cast<std::size_t>(n) * op.c;
+    std::fill(acc, acc + op.c, -std::numeric_limits<float>::infinity());
+    const float* xs = x + static_cast<std::size_t>(n) * hw * op.c;
+    for (std::size_t p = 0; p < hw; ++p)
+      for (int c = 0; c < op.c; ++c) acc[c] = std::max(acc[c], xs[p * op.c + c]);
+    apply_act(acc, 1, op.c, op.act);
+  }
+}
+
+void mul(const Op& op, const std::vector<const float*>& in, float* y, int nb) {
+  const std::size_t per = static_cast<std::size_t>(op.h) * op.w * op.c;
+  const std::size_t total = per * static_cast<std::size_t>(nb);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 16384), [&](const tbb::blocked_range<std::size_t>& r) {
+    if (op.channel_broadcast) {
+      const auto c = static_cast<std::size_t>(op.c);
+      for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] * in[1][i / per * c + i % c];
+    } else {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) y[i] = in[0][i] * in[1][i];
+    }
+    apply_act(y + r.begin(), 1, static_cast<int>(r.size()),
+              op.act.kind == ActKind::Softmax ? ActivationSpec{} : op.act);
+  });
+  if (op.act.kind == ActKind::Softmax) apply_act(y, total / op.oc, op.oc, op.act);
+}
+
+void layer_norm(const Op& op, const float* x, float* y, int nb) {
+  const std::size_t rows = static_cast<std::size_t>(nb) * op.rows;
+  const float* scale = op.scale.empty() ? nullptr : op.scale.data();
+  const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, 64), [&](const tbb::blocked_range<std::size_t>& r) {
+    auto load = [x](std::size_t i) { return x[i]; };
+    for (std::size_t row = r.begin(); row != r.end(); ++row) {
+      const std::size_t base = row * static_cast<std::size_t>(op.c);
+      const cudnn::RowStats s = cudnn::layer_norm_stats(load, base, op.c, op.epsilon);
+      for (int j = 0; j < op.c; ++j) y[base + j] = cudnn::layer_norm_value(x[base + j], s, scale, bias, j);
+    }
+    apply_act(y + r.begin() * op.c, r.size(), op.c, op.act);
+  });
+}
+
 }  // namespace
 
 Op prepare_op(detail::LoweredOp lowered, std::size_t out_size) {
@@ -282,6 +344,9 @@ void run_op(const Op& op, const std::vector<const float*>& in, float* out, int n
     case OpKind::MaxPool:
     case OpKind::AvgPool: return pool(op, in[0], out, nb);
     case OpKind::GlobalAvgPool: return gap(op, in[0], out, nb);
+    case OpKind::GlobalMaxPool: return gmp(op, in[0], out, nb);
+    case OpKind::Mul: return mul(op, in, out, nb);
+    case OpKind::LayerNorm: return layer_norm(op, in[0], out, nb);
   }
 }
 

@@ -36,9 +36,16 @@ ActivationSpec parse_activation(const std::string& name, const std::string& laye
   else if (name == "softmax") a.kind = ActKind::Softmax;
   else if (name == "swish" || name == "silu") a.kind = ActKind::Swish;
   else if (name == "tanh") a.kind = ActKind::Tanh;
+  else if (name == "elu") a.kind = ActKind::Elu;
+  else if (name == "selu") a.kind = ActKind::Selu;
+  else if (name == "gelu") a.kind = ActKind::Gelu;
+  else if (name == "softplus") a.kind = ActKind::Softplus;
+  else if (name == "hard_sigmoid") a.kind = ActKind::HardSigmoid;
+  else if (name == "hard_swish" || name == "hard_silu") a.kind = ActKind::HardSwish;
   else
     throw InvalidArgument("layer '" + layer + "': activation '" + name +
-                          "' is not supported (linear, relu, relu6, sigmoid, softmax, swish/silu, tanh)");
+                          "' is not supported (linear, relu, relu6, sigmoid, softmax, swish/silu, tanh, elu, selu, "
+                          "gelu, softplus, hard_sigmoid, hard_swish/hard_silu)");
   return a;
 }
 
@@ -49,6 +56,12 @@ std::string to_string(const ActivationSpec& a) {
     case ActKind::Softmax: return "softmax";
     case ActKind::Swish: return "swish";
     case ActKind::Tanh: return "tanh";
+    case ActKind::Elu: return "elu";
+    case ActKind::Selu: return "selu";
+    case ActKind::Gelu: return "gelu";
+    case ActKind::Softplus: return "softplus";
+    case ActKind::HardSigmoid: return "hard_sigmoid";
+    case ActKind::HardSwish: return "hard_silu";
     case ActKind::ReLU: {
       std::ostringstream s;
       s << "relu";

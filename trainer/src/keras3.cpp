@@ -58,7 +58,12 @@ std::vector<std::string> variable_names(const json* layer, std::size_t count) {
   std::vector<std::string> names;
   if (cls == "Conv2D" || cls == "Dense") names = {"kernel", "bias"};
   else if (cls == "DepthwiseConv2D") names = {"depthwise_kernel", "bias"};
-  else if (cls == "BatchNormalization") {
+  else if (cls == "SeparableConv2D") names = {"depthwise_kernel", "pointwise_kernel", "bias"};
+  else if (cls == "Normalization") names = {"mean", "variance", "count"};
+  else if (cls == "LayerNormalization") {
+    if (cfg.value("scale", true)) names.push_back("gamma");
+    if (cfg.value("center", true)) names.push_back("beta");
+  } else if (cls == "BatchNormalization") {
     if (cfg.value("scale", true)) names.push_back("gamma");
     if (cfg.value("center", true)) names.push_back("beta");
     names.insert(names.end(), {"moving_mean", "moving_variance"});

@@ -75,6 +75,36 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
       with_weights({depthwise ? "depthwise_kernel" : "kernel", "bias"});
       break;
     }
+    case LayerKind::SeparableConv2D:
+      l.class_name = "SeparableConv2D";
+      c["filters"] = n.filters;
+      c["kernel_size"] = {n.kernel_h, n.kernel_w};
+      c["strides"] = {n.stride_h, n.stride_w};
+      c["padding"] = padding_name(n.padding);
+      c["data_format"] = "channels_last";
+      c["dilation_rate"] = {n.dilation_h, n.dilation_w};
+      c["depth_multiplier"] = n.depth_multiplier;
+      c["use_bias"] = n.use_bias;
+      split_activation = !nameable(n.activation);
+      c["activation"] = split_activation ? "linear" : activation_name(n.activation);
+      with_weights({"depthwise_kernel", "pointwise_kernel", "bias"});
+      break;
+    case LayerKind::Normalization:
+      l.class_name = "Normalization";
+      c["axis"] = {n.axis};
+      c["invert"] = false;
+      c["mean"] = nullptr;
+      c["variance"] = nullptr;
+      with_weights({"mean", "variance", "count"});
+      break;
+    case LayerKind::LayerNormalization:
+      l.class_name = "LayerNormalization";
+      c["axis"] = {n.axis};
+      c["epsilon"] = n.epsilon;
+      c["center"] = n.use_bias;
+      c["scale"] = n.scale;
+      with_weights({"gamma", "beta"});
+      break;
     case LayerKind::Dense:
       l.class_name = "Dense";
       c["units"] = n.filters;
@@ -142,6 +172,16 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
       c["data_format"] = "channels_last";
       c["keepdims"] = n.keepdims;
       break;
+    case LayerKind::GlobalMaxPooling2D:
+      l.class_name = "GlobalMaxPooling2D";
+      c["data_format"] = "channels_last";
+      c["keepdims"] = n.keepdims;
+      break;
+    case LayerKind::Reshape:
+      l.class_name = "Reshape";
+      c["target_shape"] = n.target_shape;
+      break;
+    case LayerKind::Multiply: l.class_name = "Multiply"; break;
     case LayerKind::Flatten:
       l.class_name = "Flatten";
       c["data_format"] = "channels_last";
@@ -166,7 +206,8 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
 
 // The Keras layer that holds a node's value: its last one when keras_layers() split it in two.
 std::string output_name(const LayerNode& n) {
-  const bool fused = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D || n.kind == LayerKind::Dense;
+  const bool fused = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ||
+                     n.kind == LayerKind::SeparableConv2D || n.kind == LayerKind::Dense;
   return fused && !nameable(n.activation) ? n.name + "_activation" : n.name;
 }
 

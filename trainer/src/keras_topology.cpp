@@ -93,6 +93,16 @@ float float_or(const json& cfg, const char* key, float fallback) {
   return cfg[key].get<float>();
 }
 
+// An axis given as an int or a list of one int (Normalization, LayerNormalization); the shape
+// inference checks that it is the last.
+int single_axis(const json& cfg, const std::string& layer, const char* cls) {
+  if (!cfg.contains("axis")) return -1;
+  const json& a = cfg["axis"];
+  if (a.is_number_integer()) return to_int(a, layer, "axis");
+  if (a.is_array() && a.size() == 1) return to_int(a[0], layer, "axis");
+  fail(layer, std::string(cls) + " over axis " + a.dump() + " is not supported (only the last axis)");
+}
+
 // The one Lambda we recognise: Keras Applications' InceptionResNetV2 residual scaling, named
 // block35_N / block17_N / block8_N with arguments {"scale": s}. Any other Lambda is Python code we
 // cannot run.
@@ -142,6 +152,33 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.padding = parse_padding(cfg, name);
     n.use_bias = cfg.value("use_bias", true);
     n.activation = activation_of(cfg, name);
+  } else if (cls == "SeparableConv2D" || cls == "SeparableConvolution2D") {
+    n.kind = LayerKind::SeparableConv2D;
+    check_channels_last(cfg, name);
+    n.filters = int_at(cfg, "filters", name);
+    auto k = int_list(cfg, "kernel_size", 2, 1, name);
+    auto s = int_list(cfg, "strides", 2, 1, name);
+    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
+    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
+    n.dilation_w = d[1];
+    n.depth_multiplier = int_or(cfg, "depth_multiplier", 1, name);
+    n.padding = parse_padding(cfg, name);
+    n.use_bias = cfg.value("use_bias", true);
+    n.activation = activation_of(cfg, name);
+  } else if (cls == "Normalization") {
+    n.kind = LayerKind::Normalization;
+    n.axis = single_axis(cfg, name, "Normalization");
+    if (cfg.value("invert", false)) fail(name, "Normalization with invert=True is not supported");
+    for (const char* key : {"mean", "variance"})
+      if (cfg.contains(key) && !cfg[key].is_null())
+        fail(name, std::string("Normalization with a ") + key +
+                       " in its config is not supported (only adapted weights mean/variance)");
+  } else if (cls == "LayerNormalization") {
+    n.kind = LayerKind::LayerNormalization;
+    n.axis = single_axis(cfg, name, "LayerNormalization");
+    n.epsilon = float_or(cfg, "epsilon", 1e-3f);
+    n.use_bias = cfg.value("center", true);
+    n.scale = cfg.value("scale", true);
   } else if (cls == "BatchNormalization") {
     n.kind = LayerKind::BatchNormalization;
     int axis = -1;
@@ -166,6 +203,11 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.activation.kind = ActKind::ReLU;
     n.activation.negative_slope =
         cfg.contains("alpha") ? float_or(cfg, "alpha", 0.3f) : float_or(cfg, "negative_slope", 0.3f);
+  } else if (cls == "ELU") {
+    n.kind = LayerKind::Activation;
+    if (float_or(cfg, "alpha", 1.0f) != 1.0f)
+      fail(name, "ELU with alpha " + cfg["alpha"].dump() + " is not supported (only alpha 1)");
+    n.activation.kind = ActKind::Elu;
   } else if (cls == "Activation") {
     n.kind = LayerKind::Activation;
     n.activation = activation_of(cfg, name);
@@ -217,6 +259,17 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.kind = LayerKind::GlobalAveragePooling2D;
     check_channels_last(cfg, name);
     n.keepdims = cfg.value("keepdims", false);
+  } else if (cls == "GlobalMaxPooling2D" || cls == "GlobalMaxPool2D") {
+    n.kind = LayerKind::GlobalMaxPooling2D;
+    check_channels_last(cfg, name);
+    n.keepdims = cfg.value("keepdims", false);
+  } else if (cls == "Reshape") {
+    n.kind = LayerKind::Reshape;
+    const json& t = cfg.at("target_shape");
+    if (!t.is_array() || t.empty()) fail(name, "target_shape " + t.dump() + " must be a non-empty list");
+    for (const auto& d : t) n.target_shape.push_back(to_int(d, name, "target_shape"));
+  } else if (cls == "Multiply") {
+    n.kind = LayerKind::Multiply;
   } else if (cls == "Flatten") {
     n.kind = LayerKind::Flatten;
     check_channels_last(cfg, name);
@@ -239,9 +292,11 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.rate = cfg.contains("rate") && cfg["rate"].is_number() ? cfg["rate"].get<float>() : 0.0f;
   } else {
     fail(name, "layer class '" + cls +
-                   "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, "
-                   "BatchNormalization, ReLU, LeakyReLU, Activation, ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
-                   "AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, Rescaling, CustomScaleLayer)");
+                   "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, SeparableConv2D, "
+                   "BatchNormalization, LayerNormalization, Normalization, ReLU, LeakyReLU, ELU, Activation, "
+                   "ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
+                   "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Multiply, Flatten, Dense, "
+                   "Dropout, Rescaling, CustomScaleLayer)");
   }
   return n;
 }
@@ -350,6 +405,10 @@ class Flattener {
     if (cls == "TFOpLambda" || (cls == "Lambda" && !is_inception_resnet_lambda(layer.at("config"), name)))
       fail(name, "layer class '" + cls + "' (arbitrary Python code) is not supported");
     LayerNode n = make_node(cls, layer.at("config"), name);
+    // Keras 3 (its layers carry "module") redefined hard_sigmoid as relu6(x + 3) / 6; stoker's is
+    // tf_keras' clip(0.2 x + 0.5, 0, 1).
+    if (layer.contains("module") && n.activation.kind == ActKind::HardSigmoid)
+      fail(name, "Keras 3's hard_sigmoid (relu6(x + 3) / 6) is not supported (only tf_keras' clip(0.2 x + 0.5, 0, 1))");
     n.inputs = inputs;
     return {add_node(std::move(n))};
   }

@@ -57,14 +57,16 @@ std::vector<int> infer_input(const LayerNode& n, const std::vector<std::vector<i
 std::vector<int> infer_window(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   const auto& s = one_input(n, in);
   need_rank(n, s, 3);
-  const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D;
+  const bool separable = n.kind == LayerKind::SeparableConv2D;
+  const bool conv = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D || separable;
   const int dh = conv ? n.dilation_h : 1;
   const int dw = conv ? n.dilation_w : 1;
   need_at_least(n, conv ? "kernel_size" : "pool_size", std::min(n.kernel_h, n.kernel_w), 1);
   need_at_least(n, "strides", std::min(n.stride_h, n.stride_w), 1);
   need_at_least(n, "dilation_rate", std::min(dh, dw), 1);
   if (n.kind == LayerKind::Conv2D) need_at_least(n, "filters", n.filters, 1);
-  if (n.kind == LayerKind::DepthwiseConv2D) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+  if (n.kind == LayerKind::DepthwiseConv2D || separable) need_at_least(n, "depth_multiplier", n.depth_multiplier, 1);
+  if (separable) need_at_least(n, "filters", n.filters, 1);
   if ((static_cast<std::int64_t>(n.kernel_h) - 1) * dh + 1 > kMaxElements ||
       (static_cast<std::int64_t>(n.kernel_w) - 1) * dw + 1 > kMaxElements)
     fail(n, "kernel " + std::to_string(n.kernel_h) + "x" + std::to_string(n.kernel_w) + " with dilation " +
@@ -76,8 +78,9 @@ std::vector<int> infer_window(const LayerNode& n, const std::vector<std::vector<
                 shape_to_string(s));
   int c = s[2];
   if (n.kind == LayerKind::Conv2D) c = n.filters;
-  if (n.kind == LayerKind::DepthwiseConv2D)
+  if (n.kind == LayerKind::DepthwiseConv2D || separable)
     c = checked_int(n, static_cast<std::int64_t>(s[2]) * n.depth_multiplier, "output channels");
+  if (separable) c = n.filters;
   return {ph.out, pw.out, c};
 }
 
@@ -133,6 +136,51 @@ std::vector<int> infer_global_average(const LayerNode& n, const std::vector<std:
   return {s[2]};
 }
 
+// Keras' Reshape is numpy's row-major reshape of each sample, which is how stoker stores values
+// (NHWC, contiguous): every valid target shape relabels the same memory.
+std::vector<int> infer_reshape(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  const std::int64_t count = static_cast<std::int64_t>(Tensor::element_count(s));
+  auto mismatch = [&] {
+    fail(n, "cannot reshape " + shape_to_string(s) + " (" + std::to_string(count) + " values) to target_shape " +
+                shape_to_string(n.target_shape));
+  };
+  if (n.target_shape.empty()) mismatch();
+  std::int64_t known = 1;
+  int unknown = -1;
+  for (std::size_t i = 0; i < n.target_shape.size(); ++i) {
+    const int d = n.target_shape[i];
+    if (d == -1 && unknown < 0) {
+      unknown = static_cast<int>(i);
+    } else {
+      if (d < 1) fail(n, "target_shape " + shape_to_string(n.target_shape) + " is not a valid shape");
+      known *= d;
+      if (known > kMaxElements) mismatch();
+    }
+  }
+  std::vector<int> out = n.target_shape;
+  if (unknown >= 0) {
+    if (count % known != 0) mismatch();
+    out[static_cast<std::size_t>(unknown)] = static_cast<int>(count / known);
+  } else if (known != count) {
+    mismatch();
+  }
+  return out;
+}
+
+// Equal shapes, or [H, W, C] and [1, 1, C] in either order (squeeze-and-excitation's scaling).
+bool channel_vector_of(const std::vector<int>& big, const std::vector<int>& small) {
+  return big.size() == 3 && small.size() == 3 && small[0] == 1 && small[1] == 1 && small[2] == big[2];
+}
+
+std::vector<int> infer_multiply(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  if (in.size() != 2) fail(n, "expects 2 inputs, received " + std::to_string(in.size()));
+  if (in[0] == in[1] || channel_vector_of(in[0], in[1])) return in[0];
+  if (channel_vector_of(in[1], in[0])) return in[1];
+  fail(n, "inputs " + shape_to_string(in[0]) + " and " + shape_to_string(in[1]) +
+              " are not supported (only equal shapes, or [H, W, C] and [1, 1, C])");
+}
+
 std::vector<int> infer_flatten(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   const auto& s = one_input(n, in);
   std::int64_t count = 1;
@@ -161,6 +209,27 @@ WeightShapes depthwise_weights(const LayerNode& n, int cin) {
     return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
             {"bias", {cin * n.depth_multiplier}}};
   return {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}}};
+}
+
+WeightShapes separable_weights(const LayerNode& n, int cin) {
+  const int mid =
+      static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(cin) * n.depth_multiplier, kMaxElements));
+  WeightShapes w = {{"depthwise_kernel", {n.kernel_h, n.kernel_w, cin, n.depth_multiplier}},
+                    {"pointwise_kernel", {1, 1, mid, n.filters}}};
+  if (n.use_bias) w.push_back({"bias", {n.filters}});
+  return w;
+}
+
+// Keras' adapted statistics (count: how many samples adapt() saw, kept for export).
+WeightShapes normalization_weights(const LayerNode&, int cin) {
+  return {{"mean", {cin}}, {"variance", {cin}}, {"count", {}}};
+}
+
+WeightShapes layer_norm_weights(const LayerNode& n, int cin) {
+  WeightShapes w;
+  if (n.scale) w.push_back({"gamma", {cin}});
+  if (n.use_bias) w.push_back({"beta", {cin}});
+  return w;
 }
 
 WeightShapes batch_norm_weights(const LayerNode& n, int cin) {
@@ -203,7 +272,7 @@ void take_weights(LoweredOp& op, const LayerNode& n, const char* kernel) {
 
 void lower_input(Lowering& lw, int id) { lw.set_input(id); }
 
-// Dropout (identity at inference), Flatten (the same memory in NHWC).
+// Dropout (identity at inference), Flatten and Reshape (the same memory in NHWC).
 void lower_alias(Lowering& lw, int id) { lw.alias(id, lw.input_slot(id, 0)); }
 
 void lower_convolution(Lowering& lw, int id, OpKind kind, const char* kernel) {
@@ -220,6 +289,23 @@ void lower_convolution(Lowering& lw, int id, OpKind kind, const char* kernel) {
   }
   if (kind == OpKind::DepthwiseConv) op.depth_multiplier = node.depth_multiplier;
   take_weights(op, node, kernel);
+}
+
+// A depthwise convolution into a slot of its own, then the 1×1 convolution writing the node's
+// value, which takes the bias, a folded BatchNormalization, the activation and a residual.
+void lower_separable(Lowering& lw, int id) {
+  const LayerNode& node = lw.node(id);
+  const std::vector<int>& in = lw.input_shape(id);
+  const std::vector<int> mid = {node.out_shape[0], node.out_shape[1], in[2] * node.depth_multiplier};
+  LoweredOp& dw = lw.emit_inner(OpKind::DepthwiseConv, id, mid);
+  set_window(dw, node, in, node.dilation_h, node.dilation_w);
+  dw.depth_multiplier = node.depth_multiplier;
+  dw.weights = *node.weight("depthwise_kernel")->data;
+  const int mid_slot = dw.out;
+  LoweredOp& pw = lw.emit(OpKind::Conv, id);
+  pw.in = {mid_slot};
+  pw.h = mid[0], pw.w = mid[1], pw.c = mid[2];
+  take_weights(pw, node, "pointwise_kernel");
 }
 
 void lower_conv2d(Lowering& lw, int id) { lower_convolution(lw, id, OpKind::Conv, "kernel"); }
@@ -277,6 +363,29 @@ void lower_channel_affine(Lowering& lw, int id, const BatchNormAffine& bn) {
 
 void lower_batch_norm(Lowering& lw, int id) {
   lower_channel_affine(lw, id, batch_norm_affine(lw.node(id), static_cast<std::size_t>(lw.input_shape(id).back())));
+}
+
+// (x - mean) / max(sqrt(variance), epsilon) with tf_keras' backend epsilon 1e-7, as x * scale + shift.
+void lower_normalization(Lowering& lw, int id) {
+  const LayerNode& n = lw.node(id);
+  const auto channels = static_cast<std::size_t>(lw.input_shape(id).back());
+  const float* mean = n.weight("mean")->ptr();
+  const float* var = n.weight("variance")->ptr();
+  BatchNormAffine a{std::vector<double>(channels), std::vector<double>(channels)};
+  for (std::size_t i = 0; i < channels; ++i) {
+    a.scale[i] = 1.0 / std::max(std::sqrt(double(var[i])), 1e-7);
+    a.shift[i] = -double(mean[i]) * a.scale[i];
+  }
+  lower_channel_affine(lw, id, a);
+}
+
+void lower_layer_norm(Lowering& lw, int id) {
+  const LayerNode& n = lw.node(id);
+  LoweredOp& op = lw.emit(OpKind::LayerNorm, id);
+  op.rows = rows_of(lw.input_shape(id));
+  op.epsilon = n.epsilon;
+  if (const Weight* g = n.weight("gamma")) op.scale = *g->data;
+  if (const Weight* b = n.weight("beta")) op.bias = *b->data;
 }
 
 void lower_rescaling(Lowering& lw, int id) {
@@ -350,6 +459,20 @@ void lower_pool(Lowering& lw, int id, OpKind kind) {
 void lower_max_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::MaxPool); }
 void lower_average_pool(Lowering& lw, int id) { lower_pool(lw, id, OpKind::AvgPool); }
 void lower_global_average(Lowering& lw, int id) { lw.emit(OpKind::GlobalAvgPool, id); }
+void lower_global_max(Lowering& lw, int id) { lw.emit(OpKind::GlobalMaxPool, id); }
+
+// The full-size input first: the op's geometry is its.
+void lower_multiply(Lowering& lw, int id) {
+  const std::vector<int>& a = lw.input_shape(id, 0);
+  const std::vector<int>& b = lw.input_shape(id, 1);
+  LoweredOp& op = lw.emit(OpKind::Mul, id);
+  if (a == b) return;
+  op.channel_broadcast = true;
+  if (channel_vector_of(b, a)) {  // [1, 1, C] × [H, W, C]
+    std::swap(op.in[0], op.in[1]);
+    op.h = b[0], op.w = b[1], op.c = b[2];
+  }
+}
 
 // ---- the table ------------------------------------------------------------------------------------
 
@@ -371,6 +494,12 @@ constexpr LayerRule kRules[] = {
     {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
     {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
     {LayerKind::Rescaling, "Rescaling", infer_same, no_weights, lower_rescaling},
+    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", infer_global_average, no_weights, lower_global_max},
+    {LayerKind::Reshape, "Reshape", infer_reshape, no_weights, lower_alias},
+    {LayerKind::Multiply, "Multiply", infer_multiply, no_weights, lower_multiply},
+    {LayerKind::SeparableConv2D, "SeparableConv2D", infer_window, separable_weights, lower_separable},
+    {LayerKind::Normalization, "Normalization", infer_batch_norm, normalization_weights, lower_normalization},
+    {LayerKind::LayerNormalization, "LayerNormalization", infer_batch_norm, layer_norm_weights, lower_layer_norm},
 };
 
 constexpr bool in_enum_order() {

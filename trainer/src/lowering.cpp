@@ -82,6 +82,25 @@ LoweredOp& Lowering::emit(OpKind kind, int id) {
   return out_.ops.back();
 }
 
+LoweredOp& Lowering::emit_inner(OpKind kind, int id, const std::vector<int>& out_shape) {
+  const LayerNode& n = node(id);
+  LoweredOp op;
+  op.kind = kind;
+  op.name = n.name;
+  for (std::size_t k = 0; k < n.inputs.size(); ++k) op.in.push_back(input_slot(id, k));
+  const std::vector<int>& in = input_shape(id);
+  if (in.size() == 3) op.h = in[0], op.w = in[1];
+  op.c = in.back();
+  if (out_shape.size() == 3) op.oh = out_shape[0], op.ow = out_shape[1];
+  op.oc = out_shape.back();
+  op.out = static_cast<int>(out_.slot_size.size());
+  out_.slot_size.push_back(Tensor::element_count(out_shape));
+  readers_.push_back(1);
+  producer_.push_back(static_cast<int>(out_.ops.size()));
+  out_.ops.push_back(std::move(op));
+  return out_.ops.back();
+}
+
 LoweredGraph Lowering::finish() && {
   for (int o : g_.outputs) {
     out_.outputs.push_back(slot_of_[at(o)]);

@@ -30,6 +30,9 @@ enum class OpKind {
   MaxPool,
   AvgPool,  // TensorFlow: the window's pixels inside the input only
   GlobalAvgPool,
+  GlobalMaxPool,
+  Mul,        // y = in[0] * in[1]; in[1] is one value per image and channel when channel_broadcast
+  LayerNorm,  // per row of c: (x - mean) / sqrt(var + epsilon) * scale[c] + bias[c] (scale/bias may be empty)
 };
 
 // What the lowering may fuse into an op of a kind: what every backend's kernel for the kind does
@@ -47,7 +50,10 @@ constexpr Fusions fusions(OpKind kind) {
     case OpKind::Affine:
     case OpKind::Activation:
     case OpKind::Add:
-    case OpKind::GlobalAvgPool: return {.activation = true};
+    case OpKind::GlobalAvgPool:
+    case OpKind::GlobalMaxPool:
+    case OpKind::Mul:
+    case OpKind::LayerNorm: return {.activation = true};
     case OpKind::ZeroPad:
     case OpKind::Concat:
     case OpKind::MaxPool:
@@ -69,13 +75,15 @@ struct LoweredOp {
   int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
   int depth_multiplier = 1;
-  ActivationSpec act;            // applied last (Softmax: over the last axis)
-  std::vector<float> weights;    // Keras order (above), BatchNormalization folded in
-  std::vector<float> bias;       // per output channel (may be empty)
-  std::vector<float> scale;      // Affine: per channel
-  int residual = -1;             // Conv/DepthwiseConv/Dense: slot added before the activation (-1: none)
-  float residual_scale = 1.0f;   // Add: the factor of in[1]; the residual's factor
-  std::vector<int> in_channels;  // Concat: last-axis width of each input
+  ActivationSpec act;              // applied last (Softmax: over the last axis)
+  std::vector<float> weights;      // Keras order (above), BatchNormalization folded in
+  std::vector<float> bias;         // per output channel (may be empty)
+  std::vector<float> scale;        // Affine: per channel
+  int residual = -1;               // Conv/DepthwiseConv/Dense: slot added before the activation (-1: none)
+  float residual_scale = 1.0f;     // Add: the factor of in[1]; the residual's factor
+  std::vector<int> in_channels;    // Concat: last-axis width of each input
+  float epsilon = 0.0f;            // LayerNorm
+  bool channel_broadcast = false;  // Mul: in[1] is [1, 1, c] per image, in[0] (the geometry) h × w × c
 };
 
 struct LoweredGraph {
@@ -129,6 +137,9 @@ class Lowering {
   // input and its output (h, w, c, oh, ow, oc); the rule fills in the rest. Valid until the next
   // emit().
   LoweredOp& emit(OpKind kind, int id);
+  // An op inside node `id` (a layer lowered as more than one op): it reads the node's inputs and
+  // writes a new slot of `out_shape` per sample that only the node's next op reads (its `in`).
+  LoweredOp& emit_inner(OpKind kind, int id, const std::vector<int>& out_shape);
 
   LoweredGraph finish() &&;
 

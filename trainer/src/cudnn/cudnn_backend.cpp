@@ -366,6 +366,15 @@ class CudnnBackendImpl final : public CudnnBackend {
         case OpType::Gap:
           cudnn::gpu::global_average(st, value(op.in[0], input), y, nb, op.h * op.w, op.c, g.act, s);
           break;
+        case OpType::Gmp: cudnn::gpu::global_max(st, value(op.in[0], input), y, nb, op.h * op.w, op.c, g.act, s); break;
+        case OpType::LayerNorm:
+          cudnn::gpu::layer_norm(st, value(op.in[0], input), y, total / static_cast<std::size_t>(op.c), op.c,
+                                 op.epsilon, scale, bias, g.act, s);
+          break;
+        case OpType::Mul:
+          cudnn::gpu::multiply(st, value(op.in[0], input), value(op.in[1], input), y, total,
+                               static_cast<std::size_t>(op.h) * op.w * op.c, op.c, op.channel_broadcast, g.act, s);
+          break;
       }
       if (op.act.kind == ActKind::Softmax)
         cudnn::gpu::softmax_rows(st, y, total / static_cast<std::size_t>(op.oc), op.oc, s);

@@ -89,6 +89,29 @@ __global__ void gap_kernel(const T* x, T* y, I total, int hw, int c, ActParams a
 }
 
 template <typename T, typename I>
+__global__ void gmp_kernel(const T* x, T* y, I total, int hw, int c, ActParams act) {
+  GRID_STRIDE(I, e, total) store(y, e, apply_act(gmp_value(Loader<T>{x}, hw, c, e), act));
+}
+
+template <typename T, typename I>
+__global__ void mul_kernel(const T* a, const T* b, T* y, I total, I per, int c, bool channel_broadcast, ActParams act) {
+  GRID_STRIDE(I, e, total) {
+    store(y, e, apply_act(load(a, e) * load(b, mul_source(e, per, c, channel_broadcast)), act));
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, T* y, std::size_t rows, int c, float epsilon, const float* scale,
+                                  const float* bias, ActParams act) {
+  GRID_STRIDE(std::size_t, r, rows) {  // one thread per row
+    const std::size_t base = r * static_cast<std::size_t>(c);
+    const RowStats s = layer_norm_stats(Loader<T>{x}, base, c, epsilon);
+    for (int j = 0; j < c; ++j)
+      store(y, base + j, apply_act(layer_norm_value(load(x, base + j), s, scale, bias, j), act));
+  }
+}
+
+template <typename T, typename I>
 __global__ void concat_kernel(const T* x, T* y, I total, int ck, int oc, int offset) {
   GRID_STRIDE(I, e, total) y[concat_destination(e, ck, oc, offset)] = x[e];
 }
@@ -236,6 +259,51 @@ void global_average(DType storage, const void* x, void* y, std::size_t images, i
     else gap_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("gap_kernel");
+}
+
+void global_max(DType storage, const void* x, void* y, std::size_t images, int hw, int c, ActParams act,
+                StreamHandle stream) {
+  const std::size_t total = images * c;
+  if (total == 0) return;
+  dispatch(storage, "global_max", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(images * hw * c))
+      gmp_kernel<T, std::uint32_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
+    else gmp_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("gmp_kernel");
+}
+
+void multiply(DType storage, const void* a, const void* b, void* y, std::size_t total, std::size_t per, int c,
+              bool channel_broadcast, ActParams act, StreamHandle stream) {
+  if (total == 0) return;
+  dispatch(storage, "multiply", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* aa = static_cast<const T*>(a);
+    const T* bb = static_cast<const T*>(b);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total))
+      mul_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          aa, bb, yy, static_cast<std::uint32_t>(total), static_cast<std::uint32_t>(per), c, channel_broadcast, act);
+    else
+      mul_kernel<T, std::size_t>
+          <<<blocks_for(total), kThreads, 0, stream>>>(aa, bb, yy, total, per, c, channel_broadcast, act);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("mul_kernel");
+}
+
+void layer_norm(DType storage, const void* x, void* y, std::size_t rows, int c, float epsilon, const float* scale,
+                const float* bias, ActParams act, StreamHandle stream) {
+  if (rows == 0) return;
+  dispatch(storage, "layer_norm", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    layer_norm_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c,
+                                                                 epsilon, scale, bias, act);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("layer_norm_kernel");
 }
 
 void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck, int oc, int offset,

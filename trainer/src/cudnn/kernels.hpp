@@ -38,6 +38,20 @@ void pool(DType storage, bool max, const void* x, void* y, std::size_t images, P
 void global_average(DType storage, const void* x, void* y, std::size_t images, int hw, int c, ActParams act,
                     StreamHandle stream);
 
+// Global max pooling: images × hw × c -> images × c, then act.
+void global_max(DType storage, const void* x, void* y, std::size_t images, int hw, int c, ActParams act,
+                StreamHandle stream);
+
+// y[e] = act(a[e] * b[mul_source(e)]): b of the same size, or (channel_broadcast) per image and
+// channel of `per` = h × w × c values per image.
+void multiply(DType storage, const void* a, const void* b, void* y, std::size_t total, std::size_t per, int c,
+              bool channel_broadcast, ActParams act, StreamHandle stream);
+
+// Layer normalization of each row of c values (op_math.hpp's layer_norm_stats/value), then act;
+// scale/bias may be null. One thread per row.
+void layer_norm(DType storage, const void* x, void* y, std::size_t rows, int c, float epsilon, const float* scale,
+                const float* bias, ActParams act, StreamHandle stream);
+
 // Copies rows × ck values into columns [offset, offset + ck) of rows × oc.
 void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck, int oc, int offset,
                  StreamHandle stream);

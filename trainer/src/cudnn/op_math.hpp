@@ -30,6 +30,22 @@ inline ActParams act_params(const ActivationSpec& a) {
   return p;
 }
 
+// The newer element-wise activations, one formula each for the CPU backend (cpu_ops.cpp), the
+// kernels and the host executor. Keras' definitions (graph.hpp's ActKind); expm1/log1p for
+// accuracy near 0, softplus as max(x, 0) + log1p(exp(-|x|)) so that it neither overflows nor
+// loses the small values.
+STOKER_HOST_DEVICE inline float elu_value(float x) { return x > 0.0f ? x : expm1f(x); }
+STOKER_HOST_DEVICE inline float selu_value(float x) {
+  constexpr float kAlpha = 1.67326324f, kScale = 1.05070098f;
+  return x > 0.0f ? kScale * x : kScale * kAlpha * expm1f(x);
+}
+STOKER_HOST_DEVICE inline float gelu_value(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+STOKER_HOST_DEVICE inline float softplus_value(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+STOKER_HOST_DEVICE inline float hard_sigmoid_value(float x) { return fminf(fmaxf(0.2f * x + 0.5f, 0.0f), 1.0f); }
+STOKER_HOST_DEVICE inline float hard_swish_value(float x) {
+  return x * (fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f));
+}
+
 // Element-wise activations (Softmax is a row operation and is applied separately: identity here).
 // Same formulas as the CPU backend's apply_act (cpu_ops.cpp).
 STOKER_HOST_DEVICE inline float apply_act(float x, const ActParams& a) {
@@ -40,6 +56,12 @@ STOKER_HOST_DEVICE inline float apply_act(float x, const ActParams& a) {
     case ActKind::Sigmoid: return 1.0f / (1.0f + expf(-x));
     case ActKind::Swish: return x / (1.0f + expf(-x));
     case ActKind::Tanh: return tanhf(x);
+    case ActKind::Elu: return elu_value(x);
+    case ActKind::Selu: return selu_value(x);
+    case ActKind::Gelu: return gelu_value(x);
+    case ActKind::Softplus: return softplus_value(x);
+    case ActKind::HardSigmoid: return hard_sigmoid_value(x);
+    case ActKind::HardSwish: return hard_swish_value(x);
     case ActKind::Linear:
     case ActKind::Softmax: return x;
   }
@@ -144,6 +166,49 @@ STOKER_HOST_DEVICE inline float gap_value(const Load& x, int hw, int c, I e) {
   float acc = 0.0f;
   for (int p = 0; p < hw; ++p) acc += x(base + static_cast<I>(p) * static_cast<I>(c));
   return acc / static_cast<float>(hw);
+}
+
+// Global max pooling: e = image * c + channel.
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline float gmp_value(const Load& x, int hw, int c, I e) {
+  const I image = e / static_cast<I>(c);
+  const I base = image * static_cast<I>(hw) * static_cast<I>(c) + e % static_cast<I>(c);
+  float acc = -INFINITY;
+  for (int p = 0; p < hw; ++p) acc = fmaxf(acc, x(base + static_cast<I>(p) * static_cast<I>(c)));
+  return acc;
+}
+
+// Multiply: the element of the second input that element e of the first (per image `per` values,
+// c channels) is multiplied by: the same, or its image's channel with channel_broadcast.
+template <typename I>
+STOKER_HOST_DEVICE inline I mul_source(I e, I per, int c, bool channel_broadcast) {
+  return channel_broadcast ? e / per * static_cast<I>(c) + e % static_cast<I>(c) : e;
+}
+
+// Layer normalization of the row of c values from `base`: its mean and 1 / sqrt(var + epsilon)
+// (two passes, float32), then value j is (x_j - mean) * rstd * scale[j] + bias[j] (scale/bias may
+// be null). The CPU backend, the host executor and the kernel all use these two.
+struct RowStats {
+  float mean, rstd;
+};
+template <typename Load, typename I>
+STOKER_HOST_DEVICE inline RowStats layer_norm_stats(const Load& x, I base, int c, float epsilon) {
+  float sum = 0.0f;
+  for (int j = 0; j < c; ++j) sum += x(base + static_cast<I>(j));
+  const float mean = sum / static_cast<float>(c);
+  float sq = 0.0f;
+  for (int j = 0; j < c; ++j) {
+    const float d = x(base + static_cast<I>(j)) - mean;
+    sq += d * d;
+  }
+  return {mean, 1.0f / sqrtf(sq / static_cast<float>(c) + epsilon)};
+}
+STOKER_HOST_DEVICE inline float layer_norm_value(float x, const RowStats& s, const float* scale, const float* bias,
+                                                 int j) {
+  float v = (x - s.mean) * s.rstd;
+  if (scale) v *= scale[j];
+  if (bias) v += bias[j];
+  return v;
 }
 
 // Concatenation: element e of an input with ck channels lands here in the output of oc channels.

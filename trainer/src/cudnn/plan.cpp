@@ -21,6 +21,9 @@ const char* to_string(OpType t) {
     case OpType::MaxPool: return "MaxPool";
     case OpType::AvgPool: return "AvgPool";
     case OpType::Gap: return "Gap";
+    case OpType::Gmp: return "Gmp";
+    case OpType::Mul: return "Mul";
+    case OpType::LayerNorm: return "LayerNorm";
   }
   return "?";
 }
@@ -118,6 +121,9 @@ void append_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptio
     case OpKind::MaxPool: ops.push_back(gpu_op(std::move(lowered), OpType::MaxPool)); return;
     case OpKind::AvgPool: ops.push_back(gpu_op(std::move(lowered), OpType::AvgPool)); return;
     case OpKind::GlobalAvgPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gap)); return;
+    case OpKind::GlobalMaxPool: ops.push_back(gpu_op(std::move(lowered), OpType::Gmp)); return;
+    case OpKind::Mul: ops.push_back(gpu_op(std::move(lowered), OpType::Mul)); return;
+    case OpKind::LayerNorm: ops.push_back(gpu_op(std::move(lowered), OpType::LayerNorm)); return;
   }
 }
 

@@ -38,7 +38,10 @@ enum class OpType {
   Concat,  // last axis
   MaxPool,
   AvgPool,
-  Gap,  // global average pooling (+ act)
+  Gap,        // global average pooling (+ act)
+  Gmp,        // global max pooling (+ act)
+  Mul,        // y = act(in[0] * in[1]), in[1] per image and channel when channel_broadcast
+  LayerNorm,  // over the last axis (+ act)
 };
 const char* to_string(OpType t);
 

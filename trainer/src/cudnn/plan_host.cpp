@@ -210,6 +210,35 @@ void run_op_host(const Op& op, HostValues& value, float* y, std::size_t total, c
         y[e] = round_to_storage(apply_act(gap_value(x, op.h * op.w, op.c, e), act), run.round_to);
       return;
     }
+    case OpType::Gmp: {
+      const ActParams act = act_params(op.act);
+      const HostLoad x{value(op.in[0])};
+      for (std::size_t e = 0; e < total; ++e)
+        y[e] = round_to_storage(apply_act(gmp_value(x, op.h * op.w, op.c, e), act), run.round_to);
+      return;
+    }
+    case OpType::LayerNorm: {
+      const ActParams act = act_params(op.act);
+      const HostLoad x{value(op.in[0])};
+      const float* scale = op.scale.empty() ? nullptr : op.scale.data();
+      const float* bias = op.bias.empty() ? nullptr : op.bias.data();
+      for (std::size_t base = 0; base < total; base += static_cast<std::size_t>(op.c)) {
+        const RowStats s = layer_norm_stats(x, base, op.c, op.epsilon);
+        for (int j = 0; j < op.c; ++j)
+          y[base + j] =
+              round_to_storage(apply_act(layer_norm_value(x(base + j), s, scale, bias, j), act), run.round_to);
+      }
+      return;
+    }
+    case OpType::Mul: {
+      const ActParams act = act_params(op.act);
+      const float* a = value(op.in[0]);
+      const float* b = value(op.in[1]);
+      const std::size_t per = static_cast<std::size_t>(op.h) * op.w * op.c;
+      for (std::size_t e = 0; e < total; ++e)
+        y[e] = round_to_storage(apply_act(a[e] * b[mul_source(e, per, op.c, op.channel_broadcast)], act), run.round_to);
+      return;
+    }
   }
 }
 

@@ -29,10 +29,20 @@ enum class LayerKind {
   Dense,
   Dropout,
   Rescaling,  // y = x * multiplier + offset (Keras' Rescaling with scalar scale and offset)
+  GlobalMaxPooling2D,
+  Reshape,             // target_shape: a relabelling of the per-sample data (row-major, like Keras)
+  Multiply,            // two inputs of equal shapes, or [H, W, C] × [1, 1, C] (squeeze-and-excitation)
+  SeparableConv2D,     // a depthwise conv (depth_multiplier) then a 1×1 conv to `filters`, + bias, act
+  Normalization,       // Keras' adapted Normalization: (x - mean) / max(sqrt(variance), 1e-7), last axis
+  LayerNormalization,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
 };
 const char* to_string(LayerKind kind);
 
-enum class ActKind { Linear, ReLU, Sigmoid, Softmax, Swish, Tanh };
+// Elu: x > 0 ? x : exp(x) - 1 (alpha 1); Selu: scale * elu(x, alpha) with Keras' constants; Gelu:
+// the exact erf form x * (1 + erf(x / sqrt 2)) / 2 (Keras' default, approximate=False); Softplus:
+// log(1 + exp(x)); HardSigmoid: tf_keras' clip(0.2 x + 0.5, 0, 1); HardSwish: Keras 3's hard_silu,
+// x * relu6(x + 3) / 6.
+enum class ActKind { Linear, ReLU, Sigmoid, Softmax, Swish, Tanh, Elu, Selu, Gelu, Softplus, HardSigmoid, HardSwish };
 
 // y = relu-like(x) with Keras ReLU semantics: x >= threshold ? min(x, max_value)
 //                                                  : negative_slope * (x - threshold);
@@ -45,7 +55,8 @@ struct ActivationSpec {
   bool is_linear() const { return kind == ActKind::Linear; }
 };
 // Parses a Keras activation name ("relu", "relu6", "linear", "sigmoid", "softmax", "swish", "silu",
-// "tanh"); throws InvalidArgument naming `layer` for anything else.
+// "tanh", "elu", "selu", "gelu", "softplus", "hard_sigmoid", "hard_swish", "hard_silu"); throws
+// InvalidArgument naming `layer` for anything else.
 ActivationSpec parse_activation(const std::string& name, const std::string& layer);
 std::string to_string(const ActivationSpec& act);
 
@@ -74,11 +85,12 @@ struct LayerNode {
   Padding padding = Padding::Valid;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
   int depth_multiplier = 1;
-  bool use_bias = false;                   // Conv2D/DepthwiseConv2D/Dense bias; BatchNormalization `center` (beta)
-  bool scale = true;                       // BatchNormalization `scale` (gamma)
-  bool keepdims = false;                   // GlobalAveragePooling2D
-  float epsilon = 1e-3f;                   // BatchNormalization
-  int axis = -1;                           // Concatenate, BatchNormalization
+  bool use_bias = false;  // Conv2D/DepthwiseConv2D/SeparableConv2D/Dense bias; (Layer/Batch)Normalization `center`
+  bool scale = true;      // BatchNormalization / LayerNormalization `scale` (gamma)
+  bool keepdims = false;  // GlobalAveragePooling2D, GlobalMaxPooling2D
+  std::vector<int> target_shape;           // Reshape, as Keras writes it (one -1 allowed)
+  float epsilon = 1e-3f;                   // BatchNormalization, LayerNormalization
+  int axis = -1;                           // Concatenate, BatchNormalization, (Layer)Normalization
   float residual_scale = 1.0f;             // ScaledAdd
   float rate = 0.0f;                       // Dropout (kept for export; inference ignores it)
   float multiplier = 1.0f, offset = 0.0f;  // Rescaling
