@@ -13,12 +13,14 @@
 #include "commands.hpp"
 #include "plot.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/autotune.hpp"
 
 namespace stoker::app {
 namespace {
 
 struct BenchArgs {
   BenchSettings settings;
+  double autotune = 0;  // a consumer's img/s: show tune_loader's curve and choice for it instead
   std::vector<std::string> suites = {"loader", "cache", "augment", "gpu", "peers"};
   std::string json;
   std::string chart;
@@ -33,9 +35,20 @@ std::string find_peers_script() {
   return "bench/loader_peers.py";
 }
 
+// What `train` does for a GPU backbone, for a consumer of the given rate: the measured curve.
+void run_autotune(const BenchArgs& args, const Dataset& ds) {
+  const BenchSettings& s = args.settings;
+  const int most = s.threads.empty() ? 0 : *std::max_element(s.threads.begin(), s.threads.end());
+  const LoaderTuning t = tune_loader(ds, s.loader.options(), args.autotune, most);
+  std::printf("%-10s %10s\n", "threads", "img/s");
+  for (const auto& [threads, rate] : t.curve) std::printf("%-10d %10.0f\n", threads, rate);
+  std::printf("choice: %s\n", t.reason.c_str());
+}
+
 void run_bench(BenchArgs& args) {
   BenchSettings& s = args.settings;
   const Dataset ds = s.loader.dataset();
+  if (args.autotune > 0) return run_autotune(args, ds);
   if (s.threads.empty()) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     for (int t = 1; t < hw; t *= 2) s.threads.push_back(t);
@@ -121,6 +134,10 @@ void add_bench_command(CLI::App& app) {
       ->default_val("python3");
   cmd->add_option("--keras-python", args->settings.keras_python, "Python with tf_keras (ImageDataGenerator peer)")
       ->default_val("python3");
+  cmd->add_option("--autotune", args->autotune,
+                  "IMG_PER_S: the loader's measured rate at 1, 2, 4... threads (at most the largest of "
+                  "--threads-list) and the threads train would choose for a consumer of this rate")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args] { run_bench(*args); });
 }
 

@@ -636,6 +636,18 @@ TEST_F(Cli, TrainOnShardsEqualsTrainingOnTheFolder) {
             stoker::trainer::Head::load(dir / "folder" / "head.stkh").serialize());
 }
 
+// bench --autotune: the loader's curve and the threads train would choose (a slow consumer: one;
+// one too fast for any count: all of them).
+TEST_F(Cli, BenchAutotuneShowsTheCurveAndTheChoice) {
+  const std::string common = "bench --data " + (dir / "data").string() + " --image-size 32 --batch-size 4";
+  const CommandResult slow = stoker(common + " --autotune 1 --threads-list 2");
+  ASSERT_EQ(slow.exit_code, 0) << slow.out;
+  EXPECT_NE(slow.out.find("choice: 1 thread load"), std::string::npos) << slow.out;
+  const CommandResult fast = stoker(common + " --autotune 1e12 --threads-list 2");
+  ASSERT_EQ(fast.exit_code, 0) << fast.out;
+  EXPECT_NE(fast.out.find("choice: all 2 threads"), std::string::npos) << fast.out;
+}
+
 TEST_F(Cli, ShardAFolderThenLoadTheShards) {
   const std::string pattern = (dir / "shards" / "train-%06d.tar").string();
   const CommandResult w =
