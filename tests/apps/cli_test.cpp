@@ -257,7 +257,8 @@ TEST_F(Cli, KerasFitOptions) {
   // (0.9, 0.1), 0.325.
   const CommandResult smooth = stoker(train_args("--device cpu --label-smoothing 0.2 --class-weight cat:1,dog:3"));
   ASSERT_EQ(smooth.exit_code, 0) << smooth.out;
-  for (const auto& e : history()["epochs"]) EXPECT_GT(e["val_loss"].get<double>(), 0.325) << e.dump();
+  const nlohmann::json smoothed = history();  // named: a range-for over a temporary's member dangles
+  for (const auto& e : smoothed["epochs"]) EXPECT_GT(e["val_loss"].get<double>(), 0.325) << e.dump();
   const CommandResult balanced = stoker(train_args("--device cpu --class-weight auto"));
   EXPECT_EQ(balanced.exit_code, 0) << balanced.out;
 
