@@ -435,6 +435,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
       observer.on_warning(why);
       gpu.reset();
       backbone.set_backend(nullptr);
+      if (o.tune_loader) sources.use_threads(o.loader.threads, o.loader.prefetch);  // the CPU's: all cores
       sources.make(nullptr);
       validation = extract(sources.validation(), "validation features", observer);
     }
