@@ -4,6 +4,8 @@ Trains a tiny model with DDP (gloo, CPU) on stoker.torch.DataLoader, which takes
 world size from torch.distributed; each epoch all-gathers the sample ids every rank saw, and
 rank 0 checks that every sample was seen once (padding repeats aside) and writes a report."""
 
+import datetime
+import faulthandler
 import json
 import sys
 
@@ -15,7 +17,9 @@ import stoker.torch
 
 
 def main(folder, report):
-    dist.init_process_group("gloo")
+    # A rank that cannot reach the other fails within a minute, and a hang prints every thread's stack.
+    faulthandler.dump_traceback_later(120, exit=True)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     dl = stoker.torch.DataLoader(folder, 16, batch_size=4, seed=3, threads=1, normalize="imagenet")

@@ -34,17 +34,42 @@ def torchrun_works(env):
     return probe.returncode == 0
 
 
+def run_two_ranks(worker, env, port, logs):
+    """Rank 0 and 1 as torchrun starts them, each writing to a log file (a full pipe would block a
+    rank inside a collective); a rank still running after 150 s is killed. Returns (both exited
+    with 0, both logs)."""
+    logs.mkdir()
+    env = {**env, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GLOO_SOCKET_IFNAME": "lo"}
+    files = [open(logs / f"rank{r}.log", "w") for r in range(2)]
+    ranks = [subprocess.Popen([sys.executable, *worker], stdout=f, stderr=subprocess.STDOUT, text=True,
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r, f in enumerate(files)]
+    ok = True
+    for p in ranks:
+        try:
+            ok &= p.wait(timeout=150) == 0
+        except subprocess.TimeoutExpired:
+            ok = False
+    for p in ranks:
+        p.kill()
+        p.wait()
+    for f in files:
+        f.close()
+    text = "\n".join(f"--- rank {r} (port {port}):\n" + (logs / f"rank{r}.log").read_text() for r in range(2))
+    return ok, text
+
+
 def test_two_ranks_under_torchrun_see_every_sample_once_per_epoch(tmp_path):
     rng = np.random.default_rng(0)
+    images = tmp_path / "images"
     for c, name in enumerate(["blue", "red"]):
-        (tmp_path / name).mkdir()
+        (images / name).mkdir(parents=True)
         for i in range(11):  # 22 samples, 11 per rank
             px = rng.integers(0, 60, (20, 20, 3), dtype=np.uint8)
             px[..., 2 - 2 * c] += 150
-            Image.fromarray(px).save(tmp_path / name / f"{i}.png")
+            Image.fromarray(px).save(images / name / f"{i}.png")
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    worker = [os.path.join(os.path.dirname(__file__), "ddp_worker.py"), str(tmp_path), str(report)]
+    worker = [os.path.join(os.path.dirname(__file__), "ddp_worker.py"), str(images), str(report)]
     use_torchrun = torchrun_works(env)
     port = str(free_port())  # after the probe: not a port it has just used
     if use_torchrun:
@@ -53,12 +78,13 @@ def test_two_ranks_under_torchrun_see_every_sample_once_per_epoch(tmp_path):
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     else:
-        ranks = [subprocess.Popen([sys.executable, *worker], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}) for r in range(2)]
-        for p in ranks:
-            out, _ = p.communicate(timeout=180)
-            assert p.returncode == 0, out[-4000:]
+        failures = []
+        for attempt in range(2):  # a second try on a new port: another process may take a free port first
+            ok, logs = run_two_ranks(worker, env, port if attempt == 0 else str(free_port()), tmp_path / f"try{attempt}")
+            if ok:
+                break
+            failures.append(logs)
+        assert ok, "\n\n".join(failures)[-8000:]
     r = json.loads(report.read_text())
     assert r["world"] == 2
     for gathered in r["epochs"]:
