@@ -13,31 +13,29 @@
 
 namespace stoker {
 
-void write_file_atomically(const std::filesystem::path& file, std::string_view bytes) {
-  // The pid keeps two processes writing the same file from sharing a temporary.
-  const std::filesystem::path tmp = file.string() + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& step) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw IoError(file.string() + ": cannot write (" + step + "): " + why);
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create " + tmp.filename().string());
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("write");
-    }
-    done += static_cast<std::size_t>(n);
-  }
+namespace {
+
+// The pid keeps two processes writing the same file from sharing a temporary.
+std::filesystem::path temporary_beside(const std::filesystem::path& file) {
+  return file.string() + ".tmp." + std::to_string(::getpid());
+}
+
+[[noreturn]] void fail(const std::filesystem::path& file, const std::filesystem::path& tmp, const std::string& step) {
+  const std::string why = std::strerror(errno);
+  ::unlink(tmp.c_str());
+  throw IoError(file.string() + ": cannot write (" + step + "): " + why);
+}
+
+// The temporary's bytes to the disk, the rename, then the folder.
+void commit(const std::filesystem::path& file, const std::filesystem::path& tmp) {
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(file, tmp, "open " + tmp.filename().string());
   if (::fsync(fd) != 0) {
     ::close(fd);
-    fail("fsync");
+    fail(file, tmp, "fsync");
   }
-  if (::close(fd) != 0) fail("close");
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) fail("rename");
+  if (::close(fd) != 0) fail(file, tmp, "close");
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) fail(file, tmp, "rename");
   // The rename itself is durable only once the folder is synced; failing that is not an error
   // (some file systems refuse fsync on a directory).
   const std::filesystem::path parent = file.has_parent_path() ? file.parent_path() : ".";
@@ -46,6 +44,37 @@ void write_file_atomically(const std::filesystem::path& file, std::string_view b
     ::fsync(dir);
     ::close(dir);
   }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& file, std::string_view bytes) {
+  const std::filesystem::path tmp = temporary_beside(file);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(file, tmp, "create " + tmp.filename().string());
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail(file, tmp, "write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) fail(file, tmp, "close");
+  commit(file, tmp);
+}
+
+void replace_file_atomically(const std::filesystem::path& file,
+                             const std::function<void(const std::filesystem::path& tmp)>& write) {
+  const std::filesystem::path tmp = temporary_beside(file);
+  try {
+    write(tmp);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  commit(file, tmp);
 }
 
 std::string read_whole_file(const std::filesystem::path& file) {

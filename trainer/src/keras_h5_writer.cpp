@@ -2,16 +2,14 @@
 // Functional topology JSON in the root attribute `model_config`, and under `model_weights` one
 // group per layer (in the topology's order) whose `weight_names` list `<layer>/<weight>:0`
 // datasets in the order Keras' layers create their weights.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <stoker/core/atomic_file.hpp>
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
@@ -302,9 +300,8 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
   const json model_config = {
       {"class_name", "Functional"}, {"config", config}, {"keras_version", kKerasVersion}, {"backend", "tensorflow"}};
 
-  // Written beside the target and renamed over it when complete.
-  const std::filesystem::path tmp = file.string() + ".tmp." + std::to_string(::getpid());
-  try {
+  // Written beside the target, synced and renamed over it when complete.
+  replace_file_atomically(file, [&](const std::filesystem::path& tmp) {
     QuietHdf5 quiet;
     Hid f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!f.ok()) throw IoError(tmp.string() + ": cannot create");
@@ -333,14 +330,7 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
     }
     write_name_list(weights.get(), "layer_names", names);
     if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(tmp.string() + ": cannot flush");
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw IoError(file.string() + ": cannot replace");
-  }
+  });
 }
 
 }  // namespace stoker::trainer

@@ -119,6 +119,21 @@ bool is_inception_resnet_lambda(const json& cfg, const std::string& name) {
   return false;
 }
 
+// What Conv2D, DepthwiseConv2D and SeparableConv2D configs share: channels last, the window,
+// padding, bias and fused activation.
+void read_convolution(const json& cfg, const std::string& name, LayerNode& n) {
+  check_channels_last(cfg, name);
+  const auto k = int_list(cfg, "kernel_size", 2, 1, name);
+  const auto s = int_list(cfg, "strides", 2, 1, name);
+  const auto d = int_list(cfg, "dilation_rate", 2, 1, name);
+  n.kernel_h = k[0], n.kernel_w = k[1];
+  n.stride_h = s[0], n.stride_w = s[1];
+  n.dilation_h = d[0], n.dilation_w = d[1];
+  n.padding = parse_padding(cfg, name);
+  n.use_bias = cfg.value("use_bias", true);
+  n.activation = activation_of(cfg, name);
+}
+
 // Builds a node of the graph from one leaf layer's class and config.
 LayerNode make_node(const std::string& cls, const json& cfg, const std::string& name) {
   LayerNode n;
@@ -126,45 +141,21 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   n.keras_class = cls;
   if (cls == "Conv2D" || cls == "Convolution2D") {
     n.kind = LayerKind::Conv2D;
-    check_channels_last(cfg, name);
     n.filters = int_at(cfg, "filters", name);
-    auto k = int_list(cfg, "kernel_size", 2, 1, name);
-    auto s = int_list(cfg, "strides", 2, 1, name);
-    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
-    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
-    n.dilation_w = d[1];
+    read_convolution(cfg, name, n);
     if ((n.stride_h > 1 || n.stride_w > 1) && (n.dilation_h > 1 || n.dilation_w > 1))
       fail(name, "strides > 1 together with dilation_rate > 1 is not supported by Keras either");
     if (cfg.contains("groups") && !cfg["groups"].is_null() && int_or(cfg, "groups", 1, name) != 1)
       fail(name, "grouped convolution (groups=" + cfg["groups"].dump() + ") is not supported");
-    n.padding = parse_padding(cfg, name);
-    n.use_bias = cfg.value("use_bias", true);
-    n.activation = activation_of(cfg, name);
   } else if (cls == "DepthwiseConv2D") {
     n.kind = LayerKind::DepthwiseConv2D;
-    check_channels_last(cfg, name);
-    auto k = int_list(cfg, "kernel_size", 2, 1, name);
-    auto s = int_list(cfg, "strides", 2, 1, name);
-    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
-    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
-    n.dilation_w = d[1];
+    read_convolution(cfg, name, n);
     n.depth_multiplier = int_or(cfg, "depth_multiplier", 1, name);
-    n.padding = parse_padding(cfg, name);
-    n.use_bias = cfg.value("use_bias", true);
-    n.activation = activation_of(cfg, name);
   } else if (cls == "SeparableConv2D" || cls == "SeparableConvolution2D") {
     n.kind = LayerKind::SeparableConv2D;
-    check_channels_last(cfg, name);
     n.filters = int_at(cfg, "filters", name);
-    auto k = int_list(cfg, "kernel_size", 2, 1, name);
-    auto s = int_list(cfg, "strides", 2, 1, name);
-    auto d = int_list(cfg, "dilation_rate", 2, 1, name);
-    n.kernel_h = k[0], n.kernel_w = k[1], n.stride_h = s[0], n.stride_w = s[1], n.dilation_h = d[0],
-    n.dilation_w = d[1];
+    read_convolution(cfg, name, n);
     n.depth_multiplier = int_or(cfg, "depth_multiplier", 1, name);
-    n.padding = parse_padding(cfg, name);
-    n.use_bias = cfg.value("use_bias", true);
-    n.activation = activation_of(cfg, name);
   } else if (cls == "Normalization") {
     n.kind = LayerKind::Normalization;
     n.axis = single_axis(cfg, name, "Normalization");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,12 @@ namespace stoker {
 // over `file` and syncs the folder. IoError naming the file and the reason when any step fails
 // (the temporary file is removed; `file` keeps its old content).
 void write_file_atomically(const std::filesystem::path& file, std::string_view bytes);
+
+// The same for a file another library writes by name (HDF5): `write` creates the temporary path
+// it is given; it is then synced, renamed over `file` and the folder synced. What `write` throws
+// propagates (the temporary file is removed).
+void replace_file_atomically(const std::filesystem::path& file,
+                             const std::function<void(const std::filesystem::path& tmp)>& write);
 
 // The whole file. IoError naming it when it cannot be opened or read.
 std::string read_whole_file(const std::filesystem::path& file);
