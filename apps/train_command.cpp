@@ -28,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 struct EpochLog {
   int epoch = 0;
   bool features_cached = false;              // the epoch trained the head on features computed earlier
+  bool fine_tuning = false;                  // an epoch of the second phase (--fine-tune-from)
   trainer::EpochStats train, validation;     // .samples: the images trained on / validated on
   std::size_t skipped = 0, val_skipped = 0;  // unreadable images left out (--on-bad-sample skip)
   double learning_rate = 0;                  // of the epoch's last step
@@ -42,6 +43,7 @@ EpochLog epoch_log(const training::EpochReport& r, std::size_t val_skipped) {
   EpochLog e;
   e.epoch = r.epoch;
   e.features_cached = r.features_cached;
+  e.fine_tuning = r.fine_tuning;
   e.train = r.train;
   e.validation = r.validation;
   e.skipped = r.skipped.size();
@@ -53,11 +55,15 @@ EpochLog epoch_log(const training::EpochReport& r, std::size_t val_skipped) {
   return e;
 }
 
+// Epochs of both phases (--fine-tune-from adds the second).
+int total_epochs(const TrainConfig& c) { return c.epochs + (c.fine_tune_from.empty() ? 0 : c.fine_tune_epochs); }
+
 void print_epoch(const TrainConfig& c, const EpochLog& e) {
-  std::printf("epoch %d/%d: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | lr %.3g | %.0f img/s%s%s", e.epoch + 1,
-              c.epochs, e.train.loss, e.train.accuracy, e.validation.loss, e.validation.accuracy, e.learning_rate,
-              e.images_per_second, e.features_cached ? " (head only, features cached)" : "",
-              e.improved ? " | best so far, saved" : "");
+  const char* cached = e.fine_tuning ? " (fine-tuning, frozen part's output cached)" : " (head only, features cached)";
+  std::printf("epoch %d/%d%s: loss %.4f acc %.4f | val_loss %.4f val_acc %.4f | lr %.3g | %.0f img/s%s%s", e.epoch + 1,
+              total_epochs(c), e.fine_tuning && !e.features_cached ? " (fine-tuning)" : "", e.train.loss,
+              e.train.accuracy, e.validation.loss, e.validation.accuracy, e.learning_rate, e.images_per_second,
+              e.features_cached ? cached : "", e.improved ? " | best so far, saved" : "");
   if (e.skipped + e.val_skipped > 0) {
     std::printf(" | %d images trained, %zu unreadable skipped; %d validated, %zu skipped", e.train.samples, e.skipped,
                 e.validation.samples, e.val_skipped);
@@ -66,7 +72,7 @@ void print_epoch(const TrainConfig& c, const EpochLog& e) {
   std::printf("  utilisation: %s\n", describe(e.utilisation).c_str());
   if (e.stopped_early) {
     std::printf("early stopping: %s has not improved for %d epochs; stopped after epoch %d of %d\n", c.monitor.c_str(),
-                c.early_stopping_patience, e.epoch + 1, c.epochs);
+                c.early_stopping_patience, e.epoch + 1, total_epochs(c));
   }
   std::fflush(stdout);
 }
@@ -190,6 +196,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
                            {"stopped_early", e.stopped_early},
                            {"images_per_second", e.images_per_second},
                            {"features_cached", e.features_cached},
+                           {"fine_tuning", e.fine_tuning},
                            {"improved", e.improved},
                            {"utilisation", to_json(e.utilisation)}});
   }
@@ -281,11 +288,19 @@ class TrainLog final : public training::TrainObserver {
     meter_.emplace(gpu_);
     images_ = 0;
     // Epochs without augmentation train the head only: no bar (epoch 0's feature pass has its own).
-    if (batches > 0) progress_.emplace("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(c_.epochs), batches);
+    if (batches > 0)
+      progress_.emplace("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(total_epochs(c_)), batches);
   }
   void on_train_batch(std::size_t batches, std::size_t images, double loss, double accuracy) override {
     if (progress_) progress_->update(batches, images, loss, accuracy);
     record_throughput(images);
+  }
+  void on_fine_tune_begin(const training::FineTuneSetup& s) override {
+    std::printf("fine-tuning from %s: %zu trainable weights; the frozen part ends at %s; %.1f MB of activations kept "
+                "for the backward pass at batch %d%s%s\n",
+                s.from_layer.c_str(), s.trainable_parameters, s.boundary.c_str(), s.activation_bytes / 1e6,
+                c_.loader.batch_size, s.note.empty() ? "" : "; ", s.note.c_str());
+    std::fflush(stdout);
   }
   void on_epoch_end(const training::EpochReport& r) override {
     finish_progress();

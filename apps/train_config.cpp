@@ -55,6 +55,16 @@ void TrainConfig::add_to(CLI::App& cmd) {
   cmd.add_option("--resume", resume,
                  "continue the killed or finished run in this --out folder with its recorded settings "
                  "(--epochs, --threads, --prefetch, --device, --cache* and --checkpoint-every may change)");
+  cmd.add_option("--fine-tune-from", fine_tune_from,
+                 "after --epochs, unfreeze the backbone from this layer up (see `stoker inspect`) and train it with "
+                 "the head (Keras' fine-tuning; BatchNormalization stays in inference mode)");
+  cmd.add_option("--fine-tune-epochs", fine_tune_epochs, "epochs of the fine-tuning phase")->capture_default_str();
+  cmd.add_option("--fine-tune-learning-rate", fine_tune_learning_rate, "learning rate of the fine-tuning phase")
+      ->capture_default_str();
+  cmd.add_option("--fine-tune-optimizer", fine_tune_optimizer, "adam | sgd (for the fine-tuning phase)")
+      ->capture_default_str();
+  cmd.add_option("--fine-tune-momentum", fine_tune_momentum, "SGD momentum of the fine-tuning phase")
+      ->capture_default_str();
   cmd.add_option("--rotation-range", rotation_range, "degrees");
   cmd.add_option("--width-shift-range", width_shift_range, "fraction of the width (< 1) or pixels");
   cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
@@ -173,6 +183,11 @@ training::TrainOptions TrainConfig::options() const {
   o.tune_max_threads = cpu_budget;
   o.tune_ram_budget_bytes = ram_budget.empty() ? 0 : parse_byte_size(ram_budget);
   o.resume = !resume.empty();
+  o.fine_tune.from_layer = fine_tune_from;
+  o.fine_tune.epochs = fine_tune_epochs;
+  o.fine_tune.optimizer.kind = trainer::parse_optimizer(fine_tune_optimizer);
+  o.fine_tune.optimizer.learning_rate = static_cast<float>(fine_tune_learning_rate);
+  o.fine_tune.optimizer.momentum = static_cast<float>(fine_tune_momentum);
   return o;
 }
 
@@ -220,7 +235,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, b
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
     label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
-    cpu_budget, ram_budget, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range,
+    cpu_budget, ram_budget, fine_tune_from, fine_tune_epochs, fine_tune_learning_rate, fine_tune_optimizer,
+    fine_tune_momentum, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range,
     horizontal_flip, vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center,
     samplewise_std_normalization, featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop,
     contrast, saturation, hue)
@@ -262,7 +278,7 @@ TrainConfig load_run_settings(const std::string& out) {
 
 bool resumable_override(const std::string& flag) {
   for (const char* f : {"resume", "epochs", "threads", "prefetch", "device", "cache", "cache-budget", "cache-file",
-                        "checkpoint-every", "cpu-budget", "ram-budget"})
+                        "checkpoint-every", "cpu-budget", "ram-budget", "fine-tune-epochs"})
     if (flag == f) return true;
   return false;
 }
@@ -278,6 +294,7 @@ void apply_override(TrainConfig& saved, const TrainConfig& given, const std::str
   else if (flag == "checkpoint-every") saved.checkpoint_every = given.checkpoint_every;
   else if (flag == "cpu-budget") saved.cpu_budget = given.cpu_budget;
   else if (flag == "ram-budget") saved.ram_budget = given.ram_budget;
+  else if (flag == "fine-tune-epochs") saved.fine_tune_epochs = given.fine_tune_epochs;
 }
 
 }  // namespace stoker::app

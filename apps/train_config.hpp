@@ -35,6 +35,12 @@ struct TrainConfig {
   int cpu_budget = 0;        // without --threads: the calibration's most threads (0: all cores)
   std::string ram_budget;    // without --threads: RAM for prefetched batches (empty: no limit)
   std::string resume;        // the --out of a killed run to continue
+  // The second phase (training::FineTuneOptions): unfreeze the backbone from this layer up.
+  std::string fine_tune_from;
+  int fine_tune_epochs = 10;
+  double fine_tune_learning_rate = 1e-5;
+  std::string fine_tune_optimizer = "adam";  // adam | sgd
+  double fine_tune_momentum = 0;             // sgd
 
   // Keras ImageDataGenerator
   double rotation_range = 0;

@@ -130,6 +130,29 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
   EXPECT_GE(ev["accuracy"].get<double>(), 0.9);
 }
 
+// --fine-tune-from: the second phase's epochs are counted on, marked, and its errors name the layer.
+TEST_F(Cli, FineTuneFromALayer) {
+  const CommandResult t = stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_16_expand "
+                                            "--fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("fine-tuning from block_16_expand:"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("the frozen part ends at block_15_add"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("epoch 2/2 (fine-tuning)"), std::string::npos) << t.out;
+  std::ifstream h(dir / "out" / "history.json");
+  const auto history = nlohmann::json::parse(h);
+  ASSERT_EQ(history["epochs"].size(), 2u);
+  EXPECT_FALSE(history["epochs"][0]["fine_tuning"].get<bool>());
+  EXPECT_TRUE(history["epochs"][1]["fine_tuning"].get<bool>());
+
+  const CommandResult bad = stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_14_project"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("block_14_project"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("first layer of a block"), std::string::npos) << bad.out;
+  const CommandResult optimizer = stoker(train_args("--fine-tune-from block_16_expand --fine-tune-optimizer rmsprop"));
+  EXPECT_EQ(optimizer.exit_code, 2) << optimizer.out;
+  EXPECT_NE(optimizer.out.find("rmsprop"), std::string::npos) << optimizer.out;
+}
+
 // --on-bad-sample skip: the epochs say how many images were left out and each file is named once
 // with its reason; history.json has the counts and the list; evaluate and predict report them too.
 TEST_F(Cli, UnreadableFilesAreSkippedCountedAndNamed) {

@@ -198,6 +198,64 @@ TEST_F(TrainRun, TheModelFolderNeedsNotTheOriginalBackboneFile) {
   EXPECT_EQ(q.predicted[1].class_index, 0);
 }
 
+// Keras' second phase: the head trains first, then the backbone's top with it; the best epoch's
+// tuned backbone is what the folder holds and what predict uses.
+TEST_F(TrainRun, FineTuningTrainsTheTopOfTheBackboneAndSavesIt) {
+  TrainOptions o = small_run(dir / "tuned");
+  o.epochs = 1;
+  o.adam.learning_rate = 1e-4f;  // a weak first phase, so that the second improves on it
+  o.fine_tune.from_layer = "block_16_expand";
+  o.fine_tune.epochs = 3;
+  o.fine_tune.optimizer.learning_rate = 1e-2f;
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  struct Seen : TrainObserver {
+    std::optional<FineTuneSetup> setup;
+    void on_fine_tune_begin(const FineTuneSetup& s) override { setup = s; }
+  } seen;
+  const TrainResult r = train(data, o, &seen);
+  ASSERT_EQ(r.history.size(), 4u);
+  EXPECT_FALSE(r.history[0].fine_tuning);
+  for (int e = 1; e < 4; ++e) {
+    EXPECT_TRUE(r.history[static_cast<std::size_t>(e)].fine_tuning) << e;
+    EXPECT_EQ(r.history[static_cast<std::size_t>(e)].epoch, e);
+    EXPECT_EQ(r.history[static_cast<std::size_t>(e)].train.samples, 18);
+  }
+  EXPECT_FALSE(r.history[1].features_cached);
+  EXPECT_TRUE(r.history[2].features_cached) << "without augmentation the frozen part's output is computed once";
+  ASSERT_TRUE(seen.setup);
+  EXPECT_EQ(seen.setup->boundary, "block_15_add");
+  EXPECT_GT(seen.setup->trainable_parameters, 10000u);
+  EXPECT_GT(seen.setup->activation_bytes, 0u);
+  ASSERT_GE(r.best_epoch, 1) << "the second phase improves on a head trained at 1e-4 for one epoch";
+  EXPECT_GT(r.history[static_cast<std::size_t>(r.best_epoch)].validation.accuracy, r.history[0].validation.accuracy);
+
+  // The saved backbone: the tuned layers moved, the frozen ones did not.
+  const trainer::Model original = trainer::load_model(o.backbone.model).cut_at("sequential_9");
+  ASSERT_TRUE(fs::exists(dir / "tuned" / kFineTunedBackboneFile));
+  const trainer::Model tuned = trainer::load_model(dir / "tuned" / kFineTunedBackboneFile);
+  auto weights = [](const trainer::Model& m, const std::string& layer, const std::string& key) {
+    const trainer::Graph& g = m.graph();
+    return *g.nodes[static_cast<std::size_t>(g.find(layer))].weight(key)->data;
+  };
+  EXPECT_NE(weights(tuned, "block_16_project", "kernel"), weights(original, "block_16_project", "kernel"));
+  EXPECT_NE(weights(tuned, "Conv_1_bn", "gamma"), weights(original, "Conv_1_bn", "gamma"));
+  EXPECT_EQ(weights(tuned, "Conv_1_bn", "moving_mean"), weights(original, "Conv_1_bn", "moving_mean"))
+      << "BatchNormalization stays in inference mode";
+  EXPECT_EQ(weights(tuned, "block_15_project", "kernel"), weights(original, "block_15_project", "kernel"));
+
+  // The folder predicts with the tuned backbone: its validation accuracy is the best epoch's.
+  const TrainedModel m = load_trained_model(dir / "tuned");
+  std::vector<std::string> paths;
+  std::vector<int> labels;
+  for (const Sample& s : data.validation.samples) paths.push_back(s.path), labels.push_back(s.label);
+  const Predictions p = predict(m, paths);
+  ASSERT_EQ(p.predicted.size(), paths.size());
+  int correct = 0;
+  for (std::size_t i = 0; i < paths.size(); ++i) correct += p.predicted[i].class_index == labels[i];
+  EXPECT_NEAR(correct / static_cast<double>(paths.size()),
+              r.history[static_cast<std::size_t>(r.best_epoch)].validation.accuracy, 1e-9);
+}
+
 TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   EXPECT_THROW(training_data((dir / "data" / "red").string(), 0.25), DatasetError);  // no class folders
   EXPECT_THROW(training_data((dir / "data").string(), 0.0), InvalidArgument);

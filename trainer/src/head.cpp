@@ -13,6 +13,8 @@
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/head.hpp>
 
+#include "adam.hpp"
+
 namespace stoker::trainer {
 namespace {
 
@@ -108,8 +110,9 @@ void Head::set_learning_rate(float learning_rate) {
   adam_.learning_rate = learning_rate;
 }
 
-StepResult Head::train_step(const float* x, const int* labels, int batch, const LossOptions& options) {
-  if (batch <= 0) throw InvalidArgument("Head::train_step: batch must be > 0, received " + std::to_string(batch));
+StepResult Head::backward(const float* x, const int* labels, int batch, const LossOptions& options,
+                          HeadGradients& g) const {
+  if (batch <= 0) throw InvalidArgument("Head: batch must be > 0, received " + std::to_string(batch));
   check_labels(labels, batch);
   options.check(classes());
   const int u = units_;
@@ -146,34 +149,37 @@ StepResult Head::train_step(const float* x, const int* labels, int batch, const 
   }
   r.loss = loss / batch;
 
-  // Gradients.
-  std::vector<float> gk(kernel_.size(), 0.0f), gb(bias_.size(), 0.0f);
+  g.kernel.assign(kernel_.size(), 0.0f);
+  g.bias.assign(bias_.size(), 0.0f);
+  g.features.assign(static_cast<std::size_t>(batch) * input_dim_, 0.0f);
   for (int b = 0; b < batch; ++b) {
     const float* xb = x + static_cast<std::size_t>(b) * input_dim_;
     const float* db = dz.data() + static_cast<std::size_t>(b) * u;
+    float* dx = g.features.data() + static_cast<std::size_t>(b) * input_dim_;
     for (int i = 0; i < input_dim_; ++i) {
-      float* g = gk.data() + static_cast<std::size_t>(i) * u;
-      for (int j = 0; j < u; ++j) g[j] += xb[i] * db[j];
+      float* gk = g.kernel.data() + static_cast<std::size_t>(i) * u;
+      const float* w = kernel_.data() + static_cast<std::size_t>(i) * u;
+      float sum = 0;
+      for (int j = 0; j < u; ++j) {
+        gk[j] += xb[i] * db[j];
+        sum += w[j] * db[j];
+      }
+      dx[i] = sum;
     }
-    for (int j = 0; j < u; ++j) gb[static_cast<std::size_t>(j)] += db[j];
+    for (int j = 0; j < u; ++j) g.bias[static_cast<std::size_t>(j)] += db[j];
   }
+  return r;
+}
 
-  // Adam as Keras computes it: alpha = lr * sqrt(1 - b2^t) / (1 - b1^t);
-  // m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha * m / (sqrt(v) + eps).
+StepResult Head::train_step(const float* x, const int* labels, int batch, const LossOptions& options) {
+  HeadGradients g;
+  const StepResult r = backward(x, labels, batch, options, g);
   ++step_;
-  const double t = static_cast<double>(step_);
-  const float alpha = static_cast<float>(adam_.learning_rate * std::sqrt(1.0 - std::pow(double(adam_.beta_2), t)) /
-                                         (1.0 - std::pow(double(adam_.beta_1), t)));
-  auto update = [&](std::vector<float>& w, std::vector<float>& m, std::vector<float>& v, const std::vector<float>& g) {
-    const float one_b1 = 1.0f - adam_.beta_1, one_b2 = 1.0f - adam_.beta_2;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      m[i] += (g[i] - m[i]) * one_b1;
-      v[i] += (g[i] * g[i] - v[i]) * one_b2;
-      w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + adam_.epsilon);
-    }
-  };
-  update(kernel_, m_kernel_, v_kernel_, gk);
-  update(bias_, m_bias_, v_bias_, gb);
+  const float alpha = detail::adam_alpha(adam_.learning_rate, adam_.beta_1, adam_.beta_2, step_);
+  detail::adam_update(kernel_.data(), m_kernel_.data(), v_kernel_.data(), g.kernel.data(), kernel_.size(), alpha,
+                      adam_.beta_1, adam_.beta_2, adam_.epsilon);
+  detail::adam_update(bias_.data(), m_bias_.data(), v_bias_.data(), g.bias.data(), bias_.size(), alpha, adam_.beta_1,
+                      adam_.beta_2, adam_.epsilon);
   return r;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <tuple>
 
@@ -54,7 +55,9 @@ class Sources {
     train_loader_.prefetch = val_loader_.prefetch = prefetch;
   }
 
-  void make(const std::shared_ptr<trainer::CudnnBackend>& gpu) {
+  // `model`: another backbone for the CPU path (the frozen part of a fine-tuned one); default: the
+  // one given to the constructor.
+  void make(const std::shared_ptr<trainer::CudnnBackend>& gpu, const trainer::Model* model = nullptr) {
     train_.reset();
     validation_.reset();
     train_cpu_.reset();
@@ -69,8 +72,8 @@ class Sources {
     vl.transform = val_aug_;
     train_cpu_ = std::make_unique<Loader>(data_.train, tl);
     val_cpu_ = std::make_unique<Loader>(data_.validation, vl);
-    train_ = cpu_feature_source(*train_cpu_, backbone_);
-    validation_ = cpu_feature_source(*val_cpu_, backbone_);
+    train_ = cpu_feature_source(*train_cpu_, model ? *model : backbone_);
+    validation_ = cpu_feature_source(*val_cpu_, model ? *model : backbone_);
   }
 
   // The feed and the CUDA augmentation, checked where they run: the first (up to 32) validation
@@ -235,7 +238,15 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"monitor", o.monitor == trainer::Monitor::ValLoss ? "val_loss" : "val_accuracy"},
           {"seed", o.loader.seed},
           {"batch_size", o.loader.batch_size},
-          {"classes", classes}};
+          {"classes", classes},
+          {"fine_tune",
+           o.fine_tune.enabled()
+               ? nlohmann::json{{"from", o.fine_tune.from_layer},
+                                {"optimizer", trainer::to_string(o.fine_tune.optimizer.kind)},
+                                {"learning_rate", o.fine_tune.optimizer.learning_rate},
+                                {"momentum", o.fine_tune.optimizer.momentum},
+                                {"nesterov", o.fine_tune.optimizer.nesterov}}
+               : nlohmann::json(nullptr)}};
 }
 
 // Keras' ImageDataGenerator.fit(x_train) for featurewise centring / normalisation: the statistics
@@ -291,6 +302,130 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
   }
 }
 
+
+// Deterministic order of n rows for an epoch (splitmix64 Fisher-Yates, as the head's epochs).
+std::vector<int> shuffled(int n, std::uint64_t seed, std::uint64_t epoch) {
+  std::vector<int> order(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::uint64_t state = seed * 0x100000001B3ull + epoch + 1;
+  auto next = [&state] {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<std::size_t>(i)], order[next() % static_cast<std::uint64_t>(i + 1)]);
+  return order;
+}
+
+// The second phase (FineTuneOptions): the head and the backbone's top train together on the
+// frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
+std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const TrainOptions& o, Sources& sources,
+                                              const trainer::Model& backbone, trainer::TrainableTop& top,
+                                              trainer::Head& head,
+                                              trainer::BestEpoch& best, const trainer::BackboneRef& ref,
+                                              std::vector<EpochReport>& history, TrainObserver& observer,
+                                              bool ran_on_gpu) {
+  const FineTuneOptions& ft = o.fine_tune;
+  const trainer::Model below = backbone.cut_at(top.boundary());
+  sources.make(nullptr, &below);
+  FineTuneSetup setup{ft.from_layer, top.boundary(), top.trainable_parameters(),
+                      top.activation_bytes(o.loader.batch_size), {}};
+  if (ran_on_gpu) setup.note = "on the CPU backend: the cuDNN backward passes are not written yet";
+  observer.on_fine_tune_begin(setup);
+
+  // The head goes on from the first phase's best epoch (what was saved), with a new optimizer
+  // over every trainable weight as Keras' recompile gives.
+  if (best.head()) head = *best.head();
+  trainer::Optimizer head_optimizer(ft.optimizer);
+  const int kernel_slot = head_optimizer.add(head.kernel().size());
+  const int bias_slot = head_optimizer.add(head.bias().size());
+  const std::size_t in_size = trainer::Tensor::element_count(top.input_shape());
+  trainer::HeadGradients g;
+  auto train_batch = [&](const float* x, const int* y, int n, EpochProgress& sums) {
+    const float* features = top.forward_train(x, n);
+    const trainer::StepResult r = head.backward(features, y, n, o.loss, g);
+    top.backward(g.features.data());
+    head_optimizer.begin_step();
+    head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
+    head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
+    top.step();
+    sums.loss_sum += r.loss * r.samples;
+    sums.correct += r.correct;
+    sums.images += static_cast<std::size_t>(n);
+    ++sums.batches;
+    observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
+                            sums.correct / static_cast<double>(sums.images));
+  };
+
+  const Features validation = extract(sources.validation(), "validation values at " + top.boundary(), observer);
+  std::optional<Features> reused;  // without augmentation: the training set's values at the boundary
+  EarlyStopping early_stopping{o.early_stopping.patience};  // a second fit(): counting starts again
+  std::optional<trainer::Graph> best_backbone;
+  const int batch_size = o.loader.batch_size;
+  for (int k = 0; k < ft.epochs && !early_stopping.stopped; ++k) {
+    const int epoch = static_cast<int>(history.size());
+    observer.on_epoch_begin(epoch, sources.train().batches_per_epoch());
+    EpochReport e;
+    e.epoch = epoch;
+    e.fine_tuning = true;
+    EpochProgress sums;
+    const auto t0 = Clock::now();
+    if (o.augmentation) {
+      e.times = sources.train().run_epoch(static_cast<std::uint64_t>(epoch),
+                                          [&](const float* x, const int* y, const std::int64_t*, int n, int) {
+                                            train_batch(x, y, n, sums);
+                                          });
+      e.skipped = sources.train().skipped();
+    } else {
+      if (!reused) {
+        reused = extract(sources.train(), "training values at " + top.boundary(), observer);
+        if (reused->n == 0)
+          throw DatasetError("none of the " + std::to_string(data.train.size()) + " training images could be read");
+        e.times = reused->times;
+      }
+      e.features_cached = k > 0;
+      const std::vector<int> order = shuffled(reused->n, o.loader.seed, static_cast<std::uint64_t>(epoch));
+      std::vector<float> bx(static_cast<std::size_t>(batch_size) * in_size);
+      std::vector<int> by(static_cast<std::size_t>(batch_size));
+      for (int start = 0; start < reused->n; start += batch_size) {
+        const int nb = std::min(batch_size, reused->n - start);
+        for (int b = 0; b < nb; ++b) {
+          const auto row = static_cast<std::size_t>(order[static_cast<std::size_t>(start + b)]);
+          std::copy_n(reused->x.data() + row * in_size, in_size, bx.data() + static_cast<std::size_t>(b) * in_size);
+          by[static_cast<std::size_t>(b)] = reused->y[row];
+        }
+        train_batch(bx.data(), by.data(), nb, sums);
+      }
+      e.skipped = reused->skipped;
+    }
+    const double seen = std::max<double>(1, static_cast<double>(sums.images));
+    e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+    e.seconds = since(t0);
+    e.images_per_second = static_cast<double>(sums.images) / std::max(1e-9, e.seconds);
+    // Validation through the current top, batch by batch.
+    std::vector<float> features(static_cast<std::size_t>(validation.n) * static_cast<std::size_t>(top.features()));
+    for (int start = 0; start < validation.n; start += batch_size) {
+      const int nb = std::min(batch_size, validation.n - start);
+      const trainer::Tensor f = top.forward(validation.x.data() + static_cast<std::size_t>(start) * in_size, nb);
+      std::copy(f.data.begin(), f.data.end(), features.begin() + static_cast<std::ptrdiff_t>(start) * top.features());
+    }
+    e.validation = head.evaluate(features.data(), validation.y.data(), validation.n, {o.loss.label_smoothing, {}});
+    e.improved = best.offer(epoch, e.validation, head);
+    if (e.improved) {
+      // The head file just saved refers to this backbone: write it next to it.
+      best_backbone = top.graph();
+      trainer::save_keras_h5(*best_backbone, fs::path(ref.model));
+    }
+    e.learning_rate = top.optimizer().config().learning_rate;
+    const double monitored = o.monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
+    e.stopped_early = early_stopping.on_epoch_end(epoch, monitored);
+    history.push_back(e);
+    observer.on_epoch_end(e);
+  }
+  return best_backbone;
+}
 }  // namespace
 
 std::vector<double> balanced_class_weight(const Dataset& train) {
@@ -377,6 +512,13 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);
   const int dim = backbone.output_shape()[0];
   const int classes = static_cast<int>(data.train.class_names.size());
+  // The second phase's split is checked before the first phase runs.
+  std::optional<trainer::TrainableTop> top;
+  if (o.fine_tune.enabled()) {
+    if (o.fine_tune.epochs < 1)
+      throw InvalidArgument("fine-tuning epochs must be >= 1, received " + std::to_string(o.fine_tune.epochs));
+    top.emplace(backbone.graph(), o.fine_tune.from_layer, o.fine_tune.optimizer);
+  }
   std::shared_ptr<trainer::CudnnBackend> gpu = place_backbone(backbone, device, o.loader.batch_size);
   if (!device.fallback_reason.empty()) observer.on_warning(device.fallback_reason);
 
@@ -512,14 +654,28 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     run.save(epoch + 1, next);
     observer.on_epoch_end(e);
   }
+  // The second phase's best head refers to the fine-tuned backbone it writes into the folder.
+  std::optional<trainer::Graph> tuned;
+  if (top) {
+    const trainer::BackboneRef tuned_ref{fs::absolute(o.out / kFineTunedBackboneFile).string(), {}, ref.preprocess};
+    trainer::BestEpoch tuned_best(o.monitor, o.out / "head.stkh", tuned_ref);
+    if (best.head()) tuned_best.restore(best.epoch(), best.value(), *best.head());
+    tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, result.history, observer,
+                            gpu != nullptr);
+    if (tuned) {
+      write_model_info(o.out, {tuned_ref, o.prepare, data.train.class_names});
+      best = tuned_best;
+    }
+  }
   result.best_epoch = best.epoch();
+  const trainer::Graph& final_backbone = tuned ? *tuned : backbone.graph();
   // The whole classifier, for Keras and for predict without the original backbone file.
   if (o.prepare.samplewise_center || o.prepare.samplewise_std_normalization) {
     result.classifier_note =
         "model.h5 not written: sample-wise standardisation depends on each image, no Keras "
         "layer computes it (predict uses the head and the backbone file)";
   } else if (best.head()) {
-    trainer::save_keras_h5(classifier_graph(backbone.graph(), *best.head(), o.prepare), o.out / kClassifierFile);
+    trainer::save_keras_h5(classifier_graph(final_backbone, *best.head(), o.prepare), o.out / kClassifierFile);
   }
   return result;
 }

@@ -57,6 +57,13 @@ struct StepResult {
   int samples = 0;
 };
 
+// A batch's gradients of the head's loss: its kernel and bias, and the features it was given
+// (what a fine-tuned backbone below the head trains on).
+struct HeadGradients {
+  std::vector<float> kernel, bias;  // the layouts of Head::kernel() / bias()
+  std::vector<float> features;      // batch × input_dim
+};
+
 struct EpochStats {
   double loss = 0;      // mean over samples
   double accuracy = 0;  // fraction correct (binary: probability > 0.5)
@@ -87,6 +94,9 @@ class Head {
   // One Adam step on a batch. features: batch × input_dim; labels: class index per sample (0/1 for
   // the sigmoid head). Returns the batch's loss (before the update) and correct count.
   StepResult train_step(const float* features, const int* labels, int batch, const LossOptions& loss = {});
+  // The loss's gradients for a batch without updating anything (train_step's first half).
+  StepResult backward(const float* features, const int* labels, int batch, const LossOptions& loss,
+                      HeadGradients& gradients) const;
   // One pass over n samples in mini-batches, in an order shuffled from (seed, epoch) like Keras'
   // fit(shuffle=True); reports the running mean loss and accuracy seen during the epoch.
   // `before_step`, when set, runs before each step (a learning-rate schedule).

@@ -74,6 +74,8 @@ struct ModelInfo {
 void write_model_info(const std::filesystem::path& dir, const ModelInfo& info);
 
 inline constexpr const char* kClassifierFile = "model.h5";
+// The backbone with the weights fine-tuning gave it (TrainOptions::fine_tune), as Keras HDF5.
+inline constexpr const char* kFineTunedBackboneFile = "backbone.h5";
 
 enum class ClassifierOutput { Probabilities, SigmoidProbability, Logits };
 

@@ -22,6 +22,7 @@
 #include "stoker/augment/spec.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/loader.hpp"
+#include "stoker/trainer/fine_tune.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/device.hpp"
 #include "stoker/training/feature_source.hpp"
@@ -45,6 +46,23 @@ TrainingData training_data(const std::string& folder, double validation_split,
 // in its order as Keras' validation_split splits a folder, or a given validation set.
 TrainingData training_data(const Dataset& all, double validation_split);
 TrainingData training_data(Dataset train, Dataset validation);
+
+// The second phase of Keras' transfer-learning recipe: after the head's epochs, the backbone's
+// layers from `from_layer` up train with the head (trainer::TrainableTop: BatchNormalization in
+// inference mode, its gamma and beta trained) for `epochs` more epochs, with a new optimizer over
+// all trainable weights, as Keras' recompile gives. Without augmentation the frozen part's output
+// is computed once and reused; with it, every epoch decodes, augments and runs the frozen part
+// again. It runs on the CPU backend (the cuDNN backward is not written yet). The history and the
+// best-epoch choice span both phases; early stopping watches each phase on its own (a second
+// fit()), the plateau reduction and the cosine decay the first only. When a second-phase epoch is
+// the best, the folder's backbone is the fine-tuned one (kFineTunedBackboneFile, and model.h5). A
+// run resumed after the first phase repeats the second from its start.
+struct FineTuneOptions {
+  std::string from_layer;  // empty: no second phase
+  int epochs = 10;
+  trainer::OptimizerConfig optimizer;  // Adam at 1e-5 unless set
+  bool enabled() const { return !from_layer.empty(); }
+};
 
 struct TrainOptions {
   trainer::BackboneRef backbone;  // model file and cut; its preprocess is taken from `prepare`
@@ -83,6 +101,7 @@ struct TrainOptions {
   // IoError when there is no checkpoint; InvalidArgument naming the setting when the data or a
   // setting the results depend on differs (threads, prefetch, cache and device may change).
   bool resume = false;
+  FineTuneOptions fine_tune;
 };
 
 // What the run is about to do, for the log.
@@ -100,8 +119,17 @@ struct TrainSetup {
   std::string loader_tuning;                    // the threads and prefetch chosen (tune_loader), when tuned
 };
 
+// The second phase as it starts (FineTuneOptions): where the backbone was split and what it costs.
+struct FineTuneSetup {
+  std::string from_layer, boundary;  // trainable from from_layer; the frozen part ends at boundary
+  std::size_t trainable_parameters = 0;
+  std::size_t activation_bytes = 0;  // kept for the backward pass at the batch size
+  std::string note;                  // e.g. why it runs on the CPU
+};
+
 struct EpochReport {
   int epoch = 0;                          // from 0
+  bool fine_tuning = false;               // an epoch of the second phase (FineTuneOptions)
   bool features_cached = false;           // the head trained on features computed in an earlier epoch
   trainer::EpochStats train, validation;  // train.samples: the images trained on
   // The training samples left out as unreadable (LoaderOptions::on_bad_sample = Skip): found by
@@ -135,6 +163,7 @@ class TrainObserver {
   // (counting those before a resume), running mean loss and accuracy.
   virtual void on_train_batch(std::size_t /*batches*/, std::size_t /*images*/, double /*loss*/, double /*accuracy*/) {}
   virtual void on_epoch_end(const EpochReport&) {}
+  virtual void on_fine_tune_begin(const FineTuneSetup&) {}
 };
 
 // Keras' class_weight='balanced' (sklearn's compute_class_weight): n_samples / (n_classes x

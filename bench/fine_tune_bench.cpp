@@ -1,0 +1,119 @@
+// Fine-tuning throughput on the CPU: one training step of Keras' second phase — the frozen part of
+// the backbone forward (the CPU backend, folded and fused), the trainable top forward keeping its
+// activations, the head's loss and gradients, the top's backward and Adam over every trainable
+// weight — on pre-made batches, so only compute is timed. bench/fine_tune_peers.py is PyTorch
+// doing the same step with torchvision's MobileNetV2 (run both in one session: the ratio is what
+// to quote).
+//
+//   fine_tune_bench [--model PATH] [--cut LAYER] [--from LAYER] [--size 224] [--batch 32] [--steps 6]
+//                   [--threads 0]
+//
+// Defaults: the bundled MobileNetV2 α=0.35 cut at sequential_9 (1280 features), unfrozen from
+// block_13_expand. Two warm-up steps, then --steps timed ones; prints "fine_tune_bench img/s: <n>"
+// for the step and "fine_tune_bench forward img/s: <n>" for the frozen backbone's inference alone.
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <tbb/global_control.h>
+
+#include <stoker/core/error.hpp>
+#include <stoker/trainer/fine_tune.hpp>
+#include <stoker/trainer/head.hpp>
+#include <stoker/trainer/model.hpp>
+
+using namespace stoker;
+using namespace stoker::trainer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string model = std::string(STOKER_SOURCE_DIR) + "/data/models/mobilenet_v2_0.35_224_3class.h5";
+  std::string cut = "sequential_9";
+  std::string from = "block_13_expand";
+  int size = 224;
+  int batch = 32;
+  int steps = 6;
+  int threads = 0;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) throw InvalidArgument("option " + k + " needs a value");
+    const std::string v = argv[i + 1];
+    if (k == "--model") a.model = v;
+    else if (k == "--cut") a.cut = v;
+    else if (k == "--from") a.from = v;
+    else if (k == "--size") a.size = std::stoi(v);
+    else if (k == "--batch") a.batch = std::stoi(v);
+    else if (k == "--steps") a.steps = std::stoi(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else throw InvalidArgument("unknown option " + k);
+  }
+  if (a.batch < 1 || a.steps < 1 || a.size < 1 || a.threads < 0)
+    throw InvalidArgument("--batch, --steps and --size must be >= 1, --threads >= 0");
+  return a;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  std::optional<tbb::global_control> threads;
+  if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, a.threads);
+  const Model backbone = load_model(a.model, {{a.size, a.size}}).cut_at(a.cut);
+  TrainableTop top(backbone.graph(), a.from);
+  const Model below = backbone.cut_at(top.boundary());
+  Head head = Head::sigmoid(top.features());
+  trainer::Optimizer head_optimizer;
+  const int kernel_slot = head_optimizer.add(head.kernel().size());
+  const int bias_slot = head_optimizer.add(head.bias().size());
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> images(static_cast<std::size_t>(a.batch) * a.size * a.size * 3);
+  for (float& x : images) x = u(rng);
+  std::vector<int> labels(static_cast<std::size_t>(a.batch));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int>(i % 2);
+
+  HeadGradients g;
+  auto step = [&] {
+    const Tensor x = below.forward(images.data(), a.batch);
+    const float* features = top.forward_train(x.data.data(), a.batch);
+    head.backward(features, labels.data(), a.batch, {}, g);
+    top.backward(g.features.data());
+    head_optimizer.begin_step();
+    head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
+    head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
+    top.step();
+  };
+  step();
+  step();
+  auto t0 = Clock::now();
+  for (int s = 0; s < a.steps; ++s) step();
+  const double step_rate = a.batch * a.steps / seconds_since(t0);
+
+  backbone.forward(images.data(), a.batch);
+  t0 = Clock::now();
+  for (int s = 0; s < a.steps; ++s) backbone.forward(images.data(), a.batch);
+  const double forward_rate = a.batch * a.steps / seconds_since(t0);
+
+  std::printf("model %s cut at %s, %dx%d, batch %d, trainable from %s (%zu weights; frozen part ends at %s), "
+              "%.1f MB of activations kept\n",
+              a.model.c_str(), a.cut.c_str(), a.size, a.size, a.batch, a.from.c_str(), top.trainable_parameters(),
+              top.boundary().c_str(), top.activation_bytes(a.batch) / 1e6);
+  std::printf("fine_tune_bench img/s: %.1f\n", step_rate);
+  std::printf("fine_tune_bench forward img/s: %.1f\n", forward_rate);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fine_tune_bench: %s\n", e.what());
+  return 1;
+}

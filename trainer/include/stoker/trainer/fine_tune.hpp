@@ -1,0 +1,112 @@
+// Fine-tuning the top of a backbone, as Keras' transfer-learning guide does it: the layers from
+// one layer upward train, the layers below stay frozen. BatchNormalization stays in inference
+// mode (its moving statistics are frozen, as for a backbone called with training=False) while its
+// gamma and beta train. The trainable part runs on the CPU backend's kernels with their backward
+// passes (float32); the frozen part is an ordinary Model cut at boundary(), so its output can be
+// computed once and reused when there is no augmentation.
+//
+//   TrainableTop top(backbone.graph(), "block_13_expand", {.learning_rate = 1e-5f});
+//   Model below = backbone.cut_at(top.boundary());         // the frozen part
+//   Tensor x = below.forward(images, n);                   // top's input
+//   const float* features = top.forward_train(x.data.data(), n);
+//   HeadGradients g;
+//   head.backward(features, labels, n, {}, g);             // dL/dfeatures in g.features
+//   top.backward(g.features.data());
+//   top.step();                                            // Adam on every trainable weight
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <stoker/trainer/graph.hpp>
+#include <stoker/trainer/tensor.hpp>
+
+namespace stoker::trainer {
+
+enum class OptimizerKind { Adam, Sgd };
+OptimizerKind parse_optimizer(const std::string& name);  // "adam" | "sgd"; InvalidArgument otherwise
+const char* to_string(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Adam;
+  float learning_rate = 1e-5f;
+  float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-7f;  // Adam (Keras' defaults)
+  float momentum = 0.0f;                                  // SGD
+  bool nesterov = false;                                  // SGD
+};
+
+// Keras' update rules (tf_keras 2.x) over arrays of weights registered once:
+//   Adam: alpha = lr sqrt(1 - b2^t) / (1 - b1^t); m += (g - m)(1 - b1); v += (g² - v)(1 - b2);
+//         w -= alpha m / (sqrt(v) + eps)
+//   SGD:  u = momentum u - lr g; w += u (nesterov: w += momentum u - lr g); momentum 0: w -= lr g
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerConfig config = {});
+  int add(std::size_t size);  // a weight array of `size` values; returns its index
+  void begin_step();          // once per step, before the updates (counts Adam's t)
+  void update(int array, float* weights, const float* gradient);
+  void set_learning_rate(float learning_rate);  // >= 0
+  const OptimizerConfig& config() const { return config_; }
+  std::int64_t steps() const { return step_; }
+
+ private:
+  OptimizerConfig config_;
+  std::int64_t step_ = 0;
+  std::vector<std::vector<float>> m_, v_;  // Adam's moments, or SGD's velocity in m_
+};
+
+class TrainableTop {
+ public:
+  // `backbone`: a single-output feature model (Model::cut_at's graph). Layers from `from_layer`
+  // (in graph order, as Keras' model.layers[i:]) up to the output train. InvalidArgument naming
+  // the layer when it is not in the backbone, is its input, or when more than one value crosses
+  // from the frozen part into the trainable one (choose the first layer of a block instead).
+  TrainableTop(const Graph& backbone, const std::string& from_layer, OptimizerConfig optimizer = {});
+  ~TrainableTop();
+  TrainableTop(TrainableTop&&) noexcept;
+  TrainableTop& operator=(TrainableTop&&) noexcept;
+
+  const std::string& from_layer() const;
+  // The frozen layer whose output is the trainable part's input (the backbone's input layer when
+  // from_layer is the first layer).
+  const std::string& boundary() const;
+  bool boundary_is_input() const;
+  const std::vector<int>& input_shape() const;  // per sample
+  int features() const;                         // output values per sample
+  std::size_t trainable_parameters() const;
+  // Bytes kept between forward_train() and backward() for `batch` samples: every activation, the
+  // pre-activations of layers with their own activation, and their gradients.
+  std::size_t activation_bytes(int batch) const;
+
+  // Inference with the current weights: {batch, features}. Thread-safe with other forward() calls.
+  Tensor forward(const float* x, int batch) const;
+  // Forward keeping every activation for backward(): the features (batch × features floats) stay
+  // valid until the next call, and `x` must stay valid until backward(). Buffers grow to the
+  // largest batch seen and are then reused.
+  const float* forward_train(const float* x, int batch);
+  // From dL/dfeatures of the last forward_train() batch: the gradient of every trainable weight
+  // (replacing the previous backward's).
+  void backward(const float* dfeatures);
+  // The last backward's gradient of a weight by layer and Keras name ("kernel", "bias",
+  // "depthwise_kernel", "pointwise_kernel", "gamma", "beta"); InvalidArgument when not trainable.
+  const std::vector<float>& gradient(const std::string& layer, const std::string& weight) const;
+  // The trainable weights as (layer, Keras name) pairs, in graph order.
+  std::vector<std::pair<std::string, std::string>> trainable_weights() const;
+  // One optimizer update of every trainable weight from the last backward's gradients.
+  void step();
+  void set_learning_rate(float learning_rate);
+  const Optimizer& optimizer() const;
+
+  // The whole backbone with the current weights of the trainable layers (a copy; the frozen
+  // layers' weights are shared with the graph given to the constructor).
+  Graph graph() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace stoker::trainer

@@ -1,0 +1,470 @@
+// The trainable top of a backbone: its own sub-graph (an Input for the boundary value, then the
+// layers from from_layer up), lowered without folding or fusing so that every op is one layer and
+// its gradients map onto that layer's Keras weights; forward keeps every slot's value, backward
+// walks the ops in reverse with the CPU backward kernels (cpu_backward.hpp).
+#include <stoker/trainer/fine_tune.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <stoker/core/error.hpp>
+#include <stoker/trainer/backend.hpp>
+
+#include "adam.hpp"
+#include "cpu_backward.hpp"
+#include "cpu_ops.hpp"
+#include "lowering.hpp"
+
+namespace stoker::trainer {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adam") return OptimizerKind::Adam;
+  if (name == "sgd") return OptimizerKind::Sgd;
+  throw InvalidArgument("unknown optimizer '" + name + "': expected adam or sgd");
+}
+
+const char* to_string(OptimizerKind kind) { return kind == OptimizerKind::Adam ? "adam" : "sgd"; }
+
+Optimizer::Optimizer(OptimizerConfig config) : config_(config) {
+  set_learning_rate(config.learning_rate);
+  if (config.kind == OptimizerKind::Adam &&
+      (!(config.beta_1 >= 0 && config.beta_1 < 1) || !(config.beta_2 >= 0 && config.beta_2 < 1) ||
+       !(config.epsilon >= 0)))
+    throw InvalidArgument("invalid Adam settings (beta_1 " + std::to_string(config.beta_1) + ", beta_2 " +
+                          std::to_string(config.beta_2) + ", epsilon " + std::to_string(config.epsilon) + ")");
+  if (config.kind == OptimizerKind::Sgd && !(config.momentum >= 0 && config.momentum < 1))
+    throw InvalidArgument("SGD momentum must be in [0, 1), received " + std::to_string(config.momentum));
+}
+
+int Optimizer::add(std::size_t size) {
+  m_.emplace_back(size, 0.0f);
+  v_.emplace_back(config_.kind == OptimizerKind::Adam ? size : 0, 0.0f);
+  return static_cast<int>(m_.size()) - 1;
+}
+
+void Optimizer::begin_step() { ++step_; }
+
+void Optimizer::set_learning_rate(float learning_rate) {
+  if (!(learning_rate >= 0 && std::isfinite(learning_rate)))
+    throw InvalidArgument("the learning rate must be >= 0, received " + std::to_string(learning_rate));
+  config_.learning_rate = learning_rate;
+}
+
+void Optimizer::update(int array, float* w, const float* g) {
+  auto& m = m_.at(static_cast<std::size_t>(array));
+  const std::size_t n = m.size();
+  if (config_.kind == OptimizerKind::Adam) {
+    const float alpha = detail::adam_alpha(config_.learning_rate, config_.beta_1, config_.beta_2, step_);
+    detail::adam_update(w, m.data(), v_[static_cast<std::size_t>(array)].data(), g, n, alpha, config_.beta_1,
+                        config_.beta_2, config_.epsilon);
+    return;
+  }
+  const float lr = config_.learning_rate, mu = config_.momentum;
+  if (mu == 0.0f) {
+    for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    m[i] = mu * m[i] - lr * g[i];
+    w[i] += config_.nesterov ? mu * m[i] - lr * g[i] : m[i];
+  }
+}
+
+namespace {
+
+using detail::LoweredOp;
+using detail::OpKind;
+
+bool is_trainable_weight(const std::string& key) {
+  static const std::set<std::string> keys = {"kernel", "bias", "depthwise_kernel", "pointwise_kernel", "gamma", "beta"};
+  return keys.count(key) > 0;
+}
+
+// One trainable weight array: the layer's master copy and its last gradient.
+struct TrainableWeight {
+  int node = -1;  // in the sub-graph
+  std::string layer, key;
+  std::shared_ptr<std::vector<float>> values;
+  std::vector<float> gradient;
+  int optimizer_slot = -1;
+};
+
+// An op of the training lowering with what its backward needs.
+struct TrainOp {
+  LoweredOp op;      // act Linear: the activation runs apart
+  cpu::Op forward;   // packed for the forward kernel
+  ActivationSpec act;  // the op's own activation (Conv2D(activation=...)), applied after `forward`
+  int pre_slot = -1;   // where the value before `act` is kept (-1: act is linear)
+};
+
+}  // namespace
+
+struct TrainableTop::State {
+  std::string from_layer, boundary;
+  bool boundary_is_input = false;
+  Graph original;  // the backbone as given
+  Graph sub;       // Input (boundary) + the trainable layers, weights shared with `weights`
+  std::vector<int> sub_to_original;  // node index in `original` of each sub-graph node (Input: the boundary)
+  std::vector<TrainableWeight> weights;
+  std::map<std::pair<std::string, std::string>, std::size_t> weight_index;
+  Optimizer optimizer;
+
+  // The training lowering (rebuilt after each step) and its buffers.
+  bool lowered_current = false;
+  std::vector<TrainOp> ops;
+  int input_slot = -1, output_slot = -1;
+  std::vector<std::size_t> slot_size;  // values per sample (pre-activation slots appended)
+  std::vector<bool> needs_gradient;    // slots whose gradient backward computes
+  std::vector<std::vector<float>> values, grads;
+  int capacity = 0;  // the batch the buffers hold
+  int batch = 0;     // of the last forward_train
+  const float* boundary_input = nullptr;  // forward_train's x: the ops reading it need it in backward
+
+  // The inference backend, rebuilt after each step.
+  mutable std::mutex backend_mutex;
+  mutable std::shared_ptr<const Backend> backend;
+
+  explicit State(OptimizerConfig config) : optimizer(config) {}
+
+  void lower_for_training() {
+    if (lowered_current) return;
+    detail::LoweringOptions lo;
+    lo.backend = "fine-tuning";
+    lo.fold_batch_norm = false;
+    lo.fuse_activations = false;
+    detail::LoweredGraph lg = detail::lower(sub, lo);
+    ops.clear();
+    slot_size = lg.slot_size;
+    for (LoweredOp& op : lg.ops) {
+      TrainOp t;
+      t.act = op.act;
+      op.act = ActivationSpec{};
+      if (!t.act.is_linear()) {
+        t.pre_slot = static_cast<int>(slot_size.size());
+        slot_size.push_back(slot_size[static_cast<std::size_t>(op.out)]);
+      }
+      t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
+      t.op = std::move(op);
+      ops.push_back(std::move(t));
+    }
+    input_slot = lg.input_slot;
+    output_slot = lg.outputs.at(0);
+    // A slot needs its gradient when an op with trainable weights, or one reading such a slot, is
+    // below it: everything above the boundary does, the boundary itself does not.
+    needs_gradient.assign(slot_size.size(), false);
+    for (const TrainOp& t : ops) {
+      needs_gradient[static_cast<std::size_t>(t.op.out)] = true;
+      if (t.pre_slot >= 0) needs_gradient[static_cast<std::size_t>(t.pre_slot)] = true;
+    }
+    needs_gradient[static_cast<std::size_t>(input_slot)] = false;
+    values.resize(slot_size.size());
+    grads.resize(slot_size.size());
+    capacity = 0;
+    lowered_current = true;
+  }
+
+  void reserve(int nb) {
+    if (nb <= capacity) return;
+    for (std::size_t s = 0; s < slot_size.size(); ++s) {
+      if (s == static_cast<std::size_t>(input_slot) || slot_size[s] == 0) continue;
+      values[s].assign(slot_size[s] * static_cast<std::size_t>(nb), 0.0f);
+      if (needs_gradient[s]) grads[s].assign(slot_size[s] * static_cast<std::size_t>(nb), 0.0f);
+    }
+    capacity = nb;
+  }
+
+  // The gradients an op's parameters map to, sized as the op wants them, and where they go.
+  struct Mapping {
+    int kernel = -1, bias = -1;  // indices into `weights` for op.weights / op.bias
+    int gamma = -1, beta = -1;   // BatchNormalization (Affine) / LayerNormalization
+  };
+  int find_weight(const std::string& layer, const std::string& key) const {
+    auto it = weight_index.find({layer, key});
+    return it == weight_index.end() ? -1 : static_cast<int>(it->second);
+  }
+  Mapping mapping(const LoweredOp& op) const {
+    Mapping m;
+    const int id = sub.find(op.name);
+    if (id < 0) return m;
+    const LayerNode& node = sub.nodes[static_cast<std::size_t>(id)];
+    switch (op.kind) {
+      case OpKind::Conv:
+        m.kernel = find_weight(node.name, node.kind == LayerKind::SeparableConv2D ? "pointwise_kernel" : "kernel");
+        m.bias = find_weight(node.name, "bias");
+        break;
+      case OpKind::DepthwiseConv:
+        m.kernel = find_weight(node.name, "depthwise_kernel");
+        // A separable convolution's bias belongs to its pointwise op.
+        if (node.kind == LayerKind::DepthwiseConv2D) m.bias = find_weight(node.name, "bias");
+        break;
+      case OpKind::Dense:
+        m.kernel = find_weight(node.name, "kernel");
+        m.bias = find_weight(node.name, "bias");
+        break;
+      case OpKind::Affine:
+      case OpKind::LayerNorm:
+        if (node.kind == LayerKind::BatchNormalization || node.kind == LayerKind::LayerNormalization) {
+          m.gamma = find_weight(node.name, "gamma");
+          m.beta = find_weight(node.name, "beta");
+        }
+        break;
+      default: break;
+    }
+    return m;
+  }
+
+  // Adds an op's parameter gradients to its layer's weights' gradients.
+  void accumulate(const LoweredOp& op, const Mapping& m, const cpu::OpGradients& g) {
+    auto add = [&](int w, const std::vector<float>& src) {
+      if (w < 0 || src.empty()) return;
+      std::vector<float>& dst = weights[static_cast<std::size_t>(w)].gradient;
+      for (std::size_t i = 0; i < dst.size(); ++i) dst[i] += src[i];
+    };
+    add(m.kernel, g.weights);
+    add(m.bias, g.bias);
+    if (op.kind == OpKind::LayerNorm) {
+      add(m.gamma, g.scale);
+      add(m.beta, g.bias);
+      return;
+    }
+    if (op.kind != OpKind::Affine || (m.gamma < 0 && m.beta < 0)) return;
+    // BatchNormalization as x * scale + shift with scale = gamma / sqrt(var + eps) and
+    // shift = beta - mean * scale: dgamma = (dscale - mean * dshift) / sqrt(var + eps), dbeta = dshift.
+    const LayerNode& node = sub.nodes[static_cast<std::size_t>(sub.find(op.name))];
+    const float* mean = node.weight("moving_mean")->ptr();
+    const float* var = node.weight("moving_variance")->ptr();
+    if (m.gamma >= 0) {
+      std::vector<float>& dst = weights[static_cast<std::size_t>(m.gamma)].gradient;
+      for (std::size_t c = 0; c < dst.size(); ++c)
+        dst[c] += static_cast<float>((double(g.scale[c]) - double(mean[c]) * g.bias[c]) /
+                                     std::sqrt(double(var[c]) + double(node.epsilon)));
+    }
+    add(m.beta, g.bias);
+  }
+};
+
+TrainableTop::TrainableTop(const Graph& backbone, const std::string& from_layer, OptimizerConfig optimizer)
+    : s_(std::make_unique<State>(optimizer)) {
+  State& s = *s_;
+  s.original = backbone;
+  s.from_layer = from_layer;
+  const Graph& g = s.original;
+  if (g.outputs.size() != 1 || g.inputs.size() != 1)
+    throw InvalidArgument("fine-tuning needs a backbone with one input and one output; '" + g.name + "' has " +
+                          std::to_string(g.inputs.size()) + " and " + std::to_string(g.outputs.size()));
+  const int from = g.find(from_layer);
+  if (from < 0) throw InvalidArgument("fine-tuning: the backbone '" + g.name + "' has no layer '" + from_layer + "'");
+  const LayerNode& first = g.nodes[static_cast<std::size_t>(from)];
+  if (first.kind == LayerKind::Input)
+    throw InvalidArgument("fine-tuning: '" + from_layer + "' is the input layer; name the first layer to train");
+  const int output = g.outputs[0];
+  if (output < from)
+    throw InvalidArgument("fine-tuning: '" + from_layer + "' comes after the backbone's output '" +
+                          g.nodes[static_cast<std::size_t>(output)].name + "'");
+  // The frozen values the trainable layers read.
+  std::set<int> crossing;
+  for (std::size_t i = static_cast<std::size_t>(from); i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs)
+      if (in < from) crossing.insert(in);
+  if (crossing.size() != 1) {
+    std::string names;
+    for (int c : crossing) names += (names.empty() ? "'" : ", '") + g.nodes[static_cast<std::size_t>(c)].name + "'";
+    throw InvalidArgument("fine-tuning from '" + from_layer + "': the layers from there read " +
+                          std::to_string(crossing.size()) + " values of the frozen part (" + names +
+                          "); start at a layer above which only one value crosses, such as the first layer of a "
+                          "block");
+  }
+  const int boundary = *crossing.begin();
+  const LayerNode& b = g.nodes[static_cast<std::size_t>(boundary)];
+  s.boundary = b.name;
+  s.boundary_is_input = b.kind == LayerKind::Input;
+
+  std::vector<int> remap(g.nodes.size(), -1);
+  LayerNode input;
+  input.name = b.name;
+  input.keras_class = "InputLayer";
+  input.kind = LayerKind::Input;
+  input.out_shape = b.out_shape;
+  s.sub.nodes.push_back(input);
+  s.sub.inputs = {0};
+  s.sub.name = g.name + "_from_" + from_layer;
+  s.sub_to_original.push_back(boundary);
+  remap[static_cast<std::size_t>(boundary)] = 0;
+  for (std::size_t i = static_cast<std::size_t>(from); i < g.nodes.size(); ++i) {
+    LayerNode node = g.nodes[i];
+    for (int& in : node.inputs) in = remap[static_cast<std::size_t>(in)];
+    remap[i] = static_cast<int>(s.sub.nodes.size());
+    s.sub_to_original.push_back(static_cast<int>(i));
+    // The trainable arrays become master copies the optimizer updates in place.
+    for (auto& [key, w] : node.weights) {
+      if (!is_trainable_weight(key) || !w.data) continue;
+      TrainableWeight t;
+      t.node = remap[i];
+      t.layer = node.name;
+      t.key = key;
+      t.values = std::make_shared<std::vector<float>>(*w.data);
+      t.gradient.assign(t.values->size(), 0.0f);
+      t.optimizer_slot = s.optimizer.add(t.values->size());
+      w.data = t.values;
+      s.weight_index[{t.layer, t.key}] = s.weights.size();
+      s.weights.push_back(std::move(t));
+    }
+    s.sub.nodes.push_back(std::move(node));
+  }
+  s.sub.outputs = {remap[static_cast<std::size_t>(output)]};
+}
+
+TrainableTop::~TrainableTop() = default;
+TrainableTop::TrainableTop(TrainableTop&&) noexcept = default;
+TrainableTop& TrainableTop::operator=(TrainableTop&&) noexcept = default;
+
+const std::string& TrainableTop::from_layer() const { return s_->from_layer; }
+const std::string& TrainableTop::boundary() const { return s_->boundary; }
+bool TrainableTop::boundary_is_input() const { return s_->boundary_is_input; }
+const std::vector<int>& TrainableTop::input_shape() const { return s_->sub.nodes[0].out_shape; }
+int TrainableTop::features() const {
+  return static_cast<int>(Tensor::element_count(s_->sub.nodes[static_cast<std::size_t>(s_->sub.outputs[0])].out_shape));
+}
+
+std::size_t TrainableTop::trainable_parameters() const {
+  std::size_t n = 0;
+  for (const TrainableWeight& w : s_->weights) n += w.values->size();
+  return n;
+}
+
+std::size_t TrainableTop::activation_bytes(int batch) const {
+  s_->lower_for_training();
+  std::size_t values = 0;
+  for (std::size_t i = 0; i < s_->slot_size.size(); ++i) {
+    if (static_cast<int>(i) == s_->input_slot) continue;
+    values += s_->slot_size[i] * (s_->needs_gradient[i] ? 2 : 1);
+  }
+  return values * static_cast<std::size_t>(std::max(batch, 0)) * sizeof(float);
+}
+
+Tensor TrainableTop::forward(const float* x, int batch) const {
+  std::shared_ptr<const Backend> backend;
+  {
+    std::lock_guard lock(s_->backend_mutex);
+    if (!s_->backend) s_->backend = make_cpu_backend(s_->sub);
+    backend = s_->backend;
+  }
+  return std::move(backend->forward(x, batch).at(0));
+}
+
+const float* TrainableTop::forward_train(const float* x, int batch) {
+  if (batch <= 0) throw InvalidArgument("TrainableTop: batch must be > 0, received " + std::to_string(batch));
+  State& s = *s_;
+  s.lower_for_training();
+  s.reserve(batch);
+  s.batch = batch;
+  s.boundary_input = x;
+  std::vector<const float*> slot(s.slot_size.size(), nullptr);
+  slot[static_cast<std::size_t>(s.input_slot)] = x;
+  std::vector<const float*> ins;
+  for (TrainOp& t : s.ops) {
+    ins.clear();
+    for (int i : t.op.in) ins.push_back(slot[static_cast<std::size_t>(i)]);
+    float* out = s.values[static_cast<std::size_t>(t.op.out)].data();
+    const std::size_t n = s.slot_size[static_cast<std::size_t>(t.op.out)] * static_cast<std::size_t>(batch);
+    if (t.pre_slot >= 0) {
+      float* pre = s.values[static_cast<std::size_t>(t.pre_slot)].data();
+      cpu::run_op(t.forward, ins, pre, batch);
+      std::memcpy(out, pre, n * sizeof(float));
+      const int last = t.op.oc > 0 ? t.op.oc : 1;
+      cpu::apply_act(out, n / static_cast<std::size_t>(last), last, t.act);
+    } else {
+      cpu::run_op(t.forward, ins, out, batch);
+    }
+    slot[static_cast<std::size_t>(t.op.out)] = out;
+  }
+  // An output that aliases the input (nothing but Flatten/Dropout above the boundary) is the input.
+  const float* features = slot[static_cast<std::size_t>(s.output_slot)];
+  return features ? features : x;
+}
+
+void TrainableTop::backward(const float* dfeatures) {
+  State& s = *s_;
+  if (s.batch == 0 || !s.lowered_current) throw InvalidArgument("TrainableTop::backward: no forward_train() before it");
+  const int nb = s.batch;
+  for (std::size_t i = 0; i < s.grads.size(); ++i)
+    if (s.needs_gradient[i]) std::fill_n(s.grads[i].data(), s.slot_size[i] * static_cast<std::size_t>(nb), 0.0f);
+  for (TrainableWeight& w : s.weights) std::fill(w.gradient.begin(), w.gradient.end(), 0.0f);
+  if (s.output_slot == s.input_slot) return;
+  std::memcpy(s.grads[static_cast<std::size_t>(s.output_slot)].data(), dfeatures,
+              s.slot_size[static_cast<std::size_t>(s.output_slot)] * static_cast<std::size_t>(nb) * sizeof(float));
+  std::vector<const float*> ins;
+  std::vector<float*> dins;
+  for (auto it = s.ops.rbegin(); it != s.ops.rend(); ++it) {
+    const TrainOp& t = *it;
+    const auto out = static_cast<std::size_t>(t.op.out);
+    const float* dout = s.grads[out].data();
+    const float* value = s.values[out].data();
+    if (t.pre_slot >= 0) {  // through the op's own activation first
+      const auto pre = static_cast<std::size_t>(t.pre_slot);
+      const int last = t.op.oc > 0 ? t.op.oc : 1;
+      const std::size_t n = s.slot_size[out] * static_cast<std::size_t>(nb);
+      cpu::activation_backward(t.act, s.values[pre].data(), value, dout, s.grads[pre].data(),
+                               n / static_cast<std::size_t>(last), last);
+      dout = s.grads[pre].data();
+      value = s.values[pre].data();
+    }
+    ins.clear();
+    dins.clear();
+    for (int i : t.op.in) {
+      const auto slot = static_cast<std::size_t>(i);
+      ins.push_back(i == s.input_slot ? s.boundary_input : s.values[slot].data());
+      dins.push_back(s.needs_gradient[slot] ? s.grads[slot].data() : nullptr);
+    }
+    const State::Mapping m = s.mapping(t.op);
+    cpu::OpGradients g;
+    const bool wants = m.kernel >= 0 || m.bias >= 0 || m.gamma >= 0 || m.beta >= 0;
+    if (wants) {
+      if (m.kernel >= 0) g.weights.assign(t.op.weights.size(), 0.0f);
+      if (m.bias >= 0 || m.beta >= 0 || (t.op.kind == OpKind::Affine && m.gamma >= 0))
+        g.bias.assign(t.op.bias.size(), 0.0f);
+      if (m.gamma >= 0) g.scale.assign(t.op.scale.size(), 0.0f);
+    }
+    cpu::backward_op(t.op, ins, value, dout, dins, wants ? &g : nullptr, nb);
+    if (wants) s.accumulate(t.op, m, g);
+  }
+}
+
+const std::vector<float>& TrainableTop::gradient(const std::string& layer, const std::string& weight) const {
+  const int w = s_->find_weight(layer, weight);
+  if (w < 0) throw InvalidArgument("fine-tuning: '" + layer + "/" + weight + "' is not a trainable weight");
+  return s_->weights[static_cast<std::size_t>(w)].gradient;
+}
+
+std::vector<std::pair<std::string, std::string>> TrainableTop::trainable_weights() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const TrainableWeight& w : s_->weights) out.emplace_back(w.layer, w.key);
+  return out;
+}
+
+void TrainableTop::step() {
+  State& s = *s_;
+  s.optimizer.begin_step();
+  for (TrainableWeight& w : s.weights) s.optimizer.update(w.optimizer_slot, w.values->data(), w.gradient.data());
+  s.lowered_current = false;
+  std::lock_guard lock(s.backend_mutex);
+  s.backend.reset();
+}
+
+void TrainableTop::set_learning_rate(float learning_rate) { s_->optimizer.set_learning_rate(learning_rate); }
+const Optimizer& TrainableTop::optimizer() const { return s_->optimizer; }
+
+Graph TrainableTop::graph() const {
+  Graph g = s_->original;
+  for (const TrainableWeight& w : s_->weights) {
+    LayerNode& node = g.nodes[static_cast<std::size_t>(s_->sub_to_original[static_cast<std::size_t>(w.node)])];
+    node.weights[w.key].data = std::make_shared<const std::vector<float>>(*w.values);
+  }
+  return g;
+}
+
+}  // namespace stoker::trainer
