@@ -65,7 +65,8 @@ bool wants(const OpGradients* g, const std::vector<float> OpGradients::*member) 
 
 std::size_t values_per_sample(const detail::LoweredOp& op) { return static_cast<std::size_t>(op.h) * op.w * op.c; }
 
-constexpr std::size_t kSubRows = 256;  // GEMM rows (the dW GEMM's depth) per im2col block
+constexpr std::size_t kSubRows = 256;             // GEMM rows (the dW GEMM's depth) per im2col block
+constexpr std::size_t kChunkRows = 4 * kSubRows;  // rows per partial sum of dW (at most)
 
 // Conv and Dense. Rows of the GEMM: output pixels (Dense: rows of the last axis); K = kh·kw·c.
 struct ConvShape {
@@ -99,7 +100,7 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
   // Enough chunks to keep the threads busy, few enough that their partial sums stay small.
   constexpr std::size_t kPartialBudget = std::size_t{4} << 20;  // floats
   const std::size_t by_memory = std::max<std::size_t>(1, kPartialBudget / kn);
-  const std::size_t chunks = std::min({(s.m + kSubRows - 1) / kSubRows, by_memory, std::size_t{64}});
+  const std::size_t chunks = std::min({(s.m + kChunkRows - 1) / kChunkRows, by_memory, std::size_t{64}});
   const Chunks parts(s.m, (s.m + chunks - 1) / std::max<std::size_t>(chunks, 1));
   std::vector<float> pw(want_w ? parts.count * kn : 0), pb(want_b ? parts.count * s.oc : 0);
   parts.run([&](std::size_t chunk, std::size_t begin, std::size_t end) {
