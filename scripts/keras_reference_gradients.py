@@ -39,13 +39,16 @@ Cases:
                     SeparableConv2D ('same' relu; stride 2 'valid' depth_multiplier 2 no bias),
                     Concatenate, Add
   grad_bn_act       Conv2D 1x1, BatchNormalization (default, scale=False, center=False),
-                    Rescaling, ReLU (max_value=6; negative_slope + threshold), LeakyReLU, Add,
+                    Rescaling (before relu6, and before the activations so that their inputs
+                    span about -4..8), ReLU (max_value=6; negative_slope + threshold), LeakyReLU, Add,
                     Activation sigmoid / swish / tanh / softmax / elu / selu / gelu / softplus /
                     hard_sigmoid, Concatenate; a 4-D output
   grad_pool_dense   MaxPooling2D and AveragePooling2D ('same' stride 2: border windows count fewer
                     pixels; 'valid'), Dense on a 4-D input, LayerNormalization (default and
                     scale=False), GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dropout,
-                    Dense on a flat input with a fused softmax
+                    Dense on a flat input with a fused softmax. No maximum is taken over values
+                    that can tie (TF splits a tied reduce_max gradient evenly; MaxPooling2D's
+                    windows see the continuous swish output)
   grad_se           squeeze-and-excitation: GlobalAveragePooling2D, Reshape to [1, 1, C], 1x1
                     convs, Multiply([H, W, C] x [1, 1, C]), Add (residual), Reshape to [H*W, C],
                     Dense on it, Reshape back
@@ -255,6 +258,7 @@ r6 = L.ReLU(max_value=6.0, name="relu6")(L.Rescaling(3.0, offset=0.5, name="resc
 rl = L.ReLU(negative_slope=0.1, threshold=0.2, name="relu_leaky_thr")(bn_ns)
 lk = L.LeakyReLU(alpha=0.2, name="leaky")(bn_nc)
 s = L.Add(name="add")([r6, rl, lk])
+s = L.Rescaling(0.5, offset=-3.0, name="rescale_acts")(s)  # both tails of hard_sigmoid, softplus, elu
 acts = [L.Activation(a, name=f"act_{a}")(s) for a in
         ("sigmoid", "swish", "tanh", "softmax", "elu", "selu", "gelu", "softplus", "hard_sigmoid")]
 model = keras.Model(inp, L.Concatenate(name="concat")(acts), name="grad_bn_act")
@@ -273,7 +277,7 @@ d4 = L.Dense(5, activation="tanh", name="dense_4d")(cat)                        
 ln = L.LayerNormalization(epsilon=1e-3, name="layer_norm")(d4)
 ln2 = L.LayerNormalization(scale=False, name="layer_norm_no_gamma")(mp2)
 gap = L.GlobalAveragePooling2D(name="gap")(ln)
-gmp = L.GlobalMaxPooling2D(name="gmp")(cat)
+gmp = L.GlobalMaxPooling2D(name="gmp")(d4)  # not on the max pool's output: its repeats would tie
 fl = L.Flatten(name="flatten")(ap2)                                                # 120
 fl2 = L.Flatten(name="flatten_ln2")(ln2)                                           # 120
 dr = L.Dropout(0.3, name="dropout")(L.Concatenate(name="concat_flat")([fl, fl2]))
