@@ -236,8 +236,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
     label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
     cpu_budget, ram_budget, fine_tune_from, fine_tune_epochs, fine_tune_learning_rate, fine_tune_optimizer,
-    fine_tune_momentum, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range,
-    horizontal_flip, vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center,
+    fine_tune_momentum, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range, horizontal_flip,
+    vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center,
     samplewise_std_normalization, featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop,
     contrast, saturation, hue)
 

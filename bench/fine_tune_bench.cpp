@@ -106,10 +106,11 @@ int main(int argc, char** argv) try {
   for (int s = 0; s < a.steps; ++s) backbone.forward(images.data(), a.batch);
   const double forward_rate = a.batch * a.steps / seconds_since(t0);
 
-  std::printf("model %s cut at %s, %dx%d, batch %d, trainable from %s (%zu weights; frozen part ends at %s), "
-              "%.1f MB of activations kept\n",
-              a.model.c_str(), a.cut.c_str(), a.size, a.size, a.batch, a.from.c_str(), top.trainable_parameters(),
-              top.boundary().c_str(), top.activation_bytes(a.batch) / 1e6);
+  std::printf(
+      "model %s cut at %s, %dx%d, batch %d, trainable from %s (%zu weights; frozen part ends at %s), "
+      "%.1f MB of activations kept\n",
+      a.model.c_str(), a.cut.c_str(), a.size, a.size, a.batch, a.from.c_str(), top.trainable_parameters(),
+      top.boundary().c_str(), top.activation_bytes(a.batch) / 1e6);
   std::printf("fine_tune_bench img/s: %.1f\n", step_rate);
   std::printf("fine_tune_bench forward img/s: %.1f\n", forward_rate);
   return 0;

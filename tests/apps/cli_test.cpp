@@ -132,8 +132,9 @@ TEST_F(Cli, TrainTwoEpochsThenPredictAndEvaluate) {
 
 // --fine-tune-from: the second phase's epochs are counted on, marked, and its errors name the layer.
 TEST_F(Cli, FineTuneFromALayer) {
-  const CommandResult t = stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_16_expand "
-                                            "--fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
+  const CommandResult t =
+      stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_16_expand "
+                        "--fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("fine-tuning from block_16_expand:"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("the frozen part ends at block_15_add"), std::string::npos) << t.out;

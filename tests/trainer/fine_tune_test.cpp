@@ -2,6 +2,7 @@
 // gradients are TensorFlow's (committed tf.GradientTape vectors), one fine-tuning step is Keras'
 // (Adam at 1e-5), and the optimizers follow Keras' update rules.
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -24,7 +25,7 @@ std::filesystem::path mobilenet_or_empty() {
   auto d = test::shared_data_dir();
   return d ? *d / "models" / "keras" / "mobilenet_v2_0.35_224_3class.h5" : std::filesystem::path();
 }
-#define REQUIRE_MOBILENET(path)              \
+#define REQUIRE_MOBILENET(path)           \
   const auto path = mobilenet_or_empty(); \
   if (path.empty()) GTEST_SKIP() << "shared data (../shared/data) not present; skipped"
 
@@ -55,6 +56,141 @@ TEST(FineTune, TopComputesWhatTheBackboneComputes) {
       << "the unfused training forward differs from the folded inference one";
   EXPECT_GT(top.trainable_parameters(), 100000u);
   EXPECT_GT(top.activation_bytes(32), top.activation_bytes(1));
+}
+
+std::filesystem::path gradient_vectors() { return vectors_dir() / "gradients"; }
+
+// A gradient entry of the vectors against ours: max |got - want| / max |want| over the stored
+// values (all of them, or the sampled indices of a big array), and the sums of squares of the
+// whole arrays within 2e-4 of each other.
+double entry_error(const test::VectorFile& v, const nlohmann::json& entry, const std::vector<float>& got,
+                   const std::string& what) {
+  const std::size_t full = Tensor::element_count(entry.at("shape").get<std::vector<int>>());
+  EXPECT_EQ(got.size(), full) << what;
+  if (got.size() != full) return INFINITY;
+  std::vector<float> want, mine;
+  const std::size_t offset = entry.at("offset").get<std::size_t>();
+  if (entry.contains("indices")) {
+    const auto indices = entry.at("indices").get<std::vector<std::size_t>>();
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      want.push_back(v.data[offset + k]);
+      mine.push_back(got[indices[k]]);
+    }
+  } else {
+    want.assign(v.data.begin() + static_cast<std::ptrdiff_t>(offset),
+                v.data.begin() + static_cast<std::ptrdiff_t>(offset + full));
+    mine = got;
+  }
+  if (entry.contains("sum_of_squares")) {
+    double sum = 0;
+    for (float x : got) sum += double(x) * x;
+    const double ref = entry.at("sum_of_squares").get<double>();
+    EXPECT_NEAR(sum, ref, 2e-4 * ref + 1e-12) << what << ": sum of squares";
+  }
+  return max_rel_error(mine, want);
+}
+
+// Every trainable weight's gradient of L = sum(top(x) * upstream) against tf.GradientTape's.
+void check_gradients(const test::VectorFile& v, TrainableTop& top, const std::string& name) {
+  const Tensor x = v.tensor(v.meta.at("input"));
+  const Tensor upstream = v.tensor(v.meta.at("upstream"));
+  const Tensor output = v.tensor(v.meta.at("output"));
+  const float* got = top.forward_train(x.data.data(), x.batch());
+  EXPECT_LT(max_rel_error(std::vector<float>(got, got + output.size()), output.data), 1e-5) << name;
+  top.backward(upstream.data.data());
+  std::size_t checked = 0;
+  for (const auto& [key, entry] : v.meta.at("gradients").items()) {
+    const std::size_t slash = key.rfind('/');
+    const std::string layer = key.substr(0, slash), weight = key.substr(slash + 1);
+    const double error = entry_error(v, entry, top.gradient(layer, weight), name + " " + key);
+    EXPECT_LT(error, 1e-4) << name << " " << key;
+    ++checked;
+  }
+  EXPECT_EQ(checked, top.trainable_weights().size()) << name << ": every trainable weight has a reference";
+}
+
+TEST(FineTune, GradientsOfEveryLayerTypeAreTensorFlows) {
+  for (const char* name : {"grad_conv", "grad_bn_act", "grad_pool_dense", "grad_se"}) {
+    const test::VectorFile v(gradient_vectors() / (std::string(name) + ".json"));
+    const Model model = load_model(gradient_vectors() / (std::string(name) + ".h5"));
+    ASSERT_EQ(model.graph().nodes[0].kind, LayerKind::Input);
+    TrainableTop top(model.graph(), model.graph().nodes[1].name);  // everything trains
+    ASSERT_TRUE(top.boundary_is_input());
+    check_gradients(v, top, name);
+  }
+}
+
+TEST(FineTune, MobileNetTopGradientsAreTensorFlows) {
+  REQUIRE_MOBILENET(file);
+  const test::VectorFile v(gradient_vectors() / "mobilenet_top.json");
+  const Model backbone = load_model(file).cut_at(v.meta.at("feature_layer").get<std::string>());
+  TrainableTop top(backbone.graph(), v.meta.at("unfrozen_from").get<std::string>());
+  EXPECT_EQ(top.boundary(), v.meta.at("boundary_layer").get<std::string>());
+  check_gradients(v, top, "mobilenet_top");
+}
+
+// One step of Keras' fine-tuning recipe: Adam(1e-5) over the top from block_13_expand and the
+// Dense(1, sigmoid) head, binary cross-entropy, one train_on_batch.
+TEST(FineTune, OneAdamStepIsKeras) {
+  REQUIRE_MOBILENET(file);
+  const test::VectorFile v(gradient_vectors() / "adam_step.json");
+  const Model backbone = load_model(file).cut_at(v.meta.at("feature_layer").get<std::string>());
+  OptimizerConfig adam;
+  adam.learning_rate = 1e-5f;
+  TrainableTop top(backbone.graph(), v.meta.at("unfrozen_from").get<std::string>(), adam);
+  Head head = Head::sigmoid(top.features());
+  head.kernel() = v.tensor(v.meta.at("head_kernel_before")).data;
+  head.bias() = v.tensor(v.meta.at("head_bias_before")).data;
+  trainer::Optimizer head_optimizer(adam);
+  const int kernel_slot = head_optimizer.add(head.kernel().size());
+  const int bias_slot = head_optimizer.add(head.bias().size());
+
+  const Tensor x = v.tensor(v.meta.at("input"));
+  const std::vector<float> label_values = v.tensor(v.meta.at("labels")).data;
+  std::vector<int> labels(label_values.begin(), label_values.end());
+  const Graph before = top.graph();
+  const float* features = top.forward_train(x.data.data(), x.batch());
+  HeadGradients g;
+  const StepResult r = head.backward(features, labels.data(), x.batch(), {}, g);
+  EXPECT_NEAR(r.loss, v.tensor(v.meta.at("loss")).data[0], 1e-5);
+  top.backward(g.features.data());
+  head_optimizer.begin_step();
+  head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
+  head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
+  top.step();
+
+  // Every updated weight within 1e-6 of Keras' (the step is 1e-5: a wrong sign is off by 2e-5).
+  const Graph after = top.graph();
+  auto values = [](const Graph& graph, const std::string& layer, const std::string& weight) {
+    return *graph.nodes[static_cast<std::size_t>(graph.find(layer))].weight(weight)->data;
+  };
+  std::size_t checked = 0;
+  for (const auto& [key, entry] : v.meta.at("deltas").items()) {
+    const std::size_t slash = key.rfind('/');
+    const std::string layer = key.substr(0, slash), weight = key.substr(slash + 1);
+    std::vector<float> delta;
+    if (layer == "head") {
+      const std::vector<float>& now = weight == "kernel" ? head.kernel() : head.bias();
+      const std::vector<float> then =
+          v.tensor(v.meta.at(weight == "kernel" ? "head_kernel_before" : "head_bias_before")).data;
+      for (std::size_t i = 0; i < now.size(); ++i) delta.push_back(now[i] - then[i]);
+    } else {
+      const std::vector<float> now = values(after, layer, weight), then = values(before, layer, weight);
+      for (std::size_t i = 0; i < now.size(); ++i) delta.push_back(now[i] - then[i]);
+    }
+    const std::size_t offset = entry.at("offset").get<std::size_t>();
+    const std::vector<std::size_t> indices =
+        entry.contains("indices") ? entry.at("indices").get<std::vector<std::size_t>>() : std::vector<std::size_t>{};
+    const std::size_t count = indices.empty() ? delta.size() : indices.size();
+    double worst = 0;
+    for (std::size_t k = 0; k < count; ++k) {
+      const float mine = delta[indices.empty() ? k : indices[k]];
+      worst = std::max(worst, std::abs(double(mine) - v.data[offset + k]));
+    }
+    EXPECT_LT(worst, 1e-6) << key;
+    ++checked;
+  }
+  EXPECT_EQ(checked, top.trainable_weights().size() + 2);
 }
 
 TEST(FineTune, RefusesLayersItCannotSplitAt) {
@@ -90,8 +226,11 @@ TEST(FineTune, GraphHoldsTheTrainedWeights) {
   top.forward_train(x.data.data(), n);
   const std::vector<float> upstream = noise(before.size(), 7);
   top.backward(upstream.data());
-  const std::vector<float> kernel_before = *backbone.graph().nodes[static_cast<std::size_t>(
-                                                backbone.graph().find("block_16_project"))].weight("kernel")->data;
+  const std::vector<float> kernel_before =
+      *backbone.graph()
+           .nodes[static_cast<std::size_t>(backbone.graph().find("block_16_project"))]
+           .weight("kernel")
+           ->data;
   const std::vector<float> g = top.gradient("block_16_project", "kernel");
   top.step();
   // SGD without momentum: w - lr g, exactly.

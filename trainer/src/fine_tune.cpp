@@ -31,9 +31,8 @@ const char* to_string(OptimizerKind kind) { return kind == OptimizerKind::Adam ?
 
 Optimizer::Optimizer(OptimizerConfig config) : config_(config) {
   set_learning_rate(config.learning_rate);
-  if (config.kind == OptimizerKind::Adam &&
-      (!(config.beta_1 >= 0 && config.beta_1 < 1) || !(config.beta_2 >= 0 && config.beta_2 < 1) ||
-       !(config.epsilon >= 0)))
+  if (config.kind == OptimizerKind::Adam && (!(config.beta_1 >= 0 && config.beta_1 < 1) ||
+                                             !(config.beta_2 >= 0 && config.beta_2 < 1) || !(config.epsilon >= 0)))
     throw InvalidArgument("invalid Adam settings (beta_1 " + std::to_string(config.beta_1) + ", beta_2 " +
                           std::to_string(config.beta_2) + ", epsilon " + std::to_string(config.epsilon) + ")");
   if (config.kind == OptimizerKind::Sgd && !(config.momentum >= 0 && config.momentum < 1))
@@ -95,8 +94,8 @@ struct TrainableWeight {
 
 // An op of the training lowering with what its backward needs.
 struct TrainOp {
-  LoweredOp op;      // act Linear: the activation runs apart
-  cpu::Op forward;   // packed for the forward kernel
+  LoweredOp op;        // act Linear: the activation runs apart
+  cpu::Op forward;     // packed for the forward kernel
   ActivationSpec act;  // the op's own activation (Conv2D(activation=...)), applied after `forward`
   int pre_slot = -1;   // where the value before `act` is kept (-1: act is linear)
 };
@@ -106,8 +105,8 @@ struct TrainOp {
 struct TrainableTop::State {
   std::string from_layer, boundary;
   bool boundary_is_input = false;
-  Graph original;  // the backbone as given
-  Graph sub;       // Input (boundary) + the trainable layers, weights shared with `weights`
+  Graph original;                    // the backbone as given
+  Graph sub;                         // Input (boundary) + the trainable layers, weights shared with `weights`
   std::vector<int> sub_to_original;  // node index in `original` of each sub-graph node (Input: the boundary)
   std::vector<TrainableWeight> weights;
   std::map<std::pair<std::string, std::string>, std::size_t> weight_index;
@@ -120,8 +119,8 @@ struct TrainableTop::State {
   std::vector<std::size_t> slot_size;  // values per sample (pre-activation slots appended)
   std::vector<bool> needs_gradient;    // slots whose gradient backward computes
   std::vector<std::vector<float>> values, grads;
-  int capacity = 0;  // the batch the buffers hold
-  int batch = 0;     // of the last forward_train
+  int capacity = 0;                       // the batch the buffers hold
+  int batch = 0;                          // of the last forward_train
   const float* boundary_input = nullptr;  // forward_train's x: the ops reading it need it in backward
 
   // The inference backend, rebuilt after each step.

@@ -239,14 +239,13 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
           {"seed", o.loader.seed},
           {"batch_size", o.loader.batch_size},
           {"classes", classes},
-          {"fine_tune",
-           o.fine_tune.enabled()
-               ? nlohmann::json{{"from", o.fine_tune.from_layer},
-                                {"optimizer", trainer::to_string(o.fine_tune.optimizer.kind)},
-                                {"learning_rate", o.fine_tune.optimizer.learning_rate},
-                                {"momentum", o.fine_tune.optimizer.momentum},
-                                {"nesterov", o.fine_tune.optimizer.nesterov}}
-               : nlohmann::json(nullptr)}};
+          {"fine_tune", o.fine_tune.enabled()
+                            ? nlohmann::json{{"from", o.fine_tune.from_layer},
+                                             {"optimizer", trainer::to_string(o.fine_tune.optimizer.kind)},
+                                             {"learning_rate", o.fine_tune.optimizer.learning_rate},
+                                             {"momentum", o.fine_tune.optimizer.momentum},
+                                             {"nesterov", o.fine_tune.optimizer.nesterov}}
+                            : nlohmann::json(nullptr)}};
 }
 
 // Keras' ImageDataGenerator.fit(x_train) for featurewise centring / normalisation: the statistics
@@ -302,7 +301,6 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
   }
 }
 
-
 // Deterministic order of n rows for an epoch (splitmix64 Fisher-Yates, as the head's epochs).
 std::vector<int> shuffled(int n, std::uint64_t seed, std::uint64_t epoch) {
   std::vector<int> order(static_cast<std::size_t>(n));
@@ -323,15 +321,14 @@ std::vector<int> shuffled(int n, std::uint64_t seed, std::uint64_t epoch) {
 // frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
 std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const TrainOptions& o, Sources& sources,
                                               const trainer::Model& backbone, trainer::TrainableTop& top,
-                                              trainer::Head& head,
-                                              trainer::BestEpoch& best, const trainer::BackboneRef& ref,
-                                              std::vector<EpochReport>& history, TrainObserver& observer,
-                                              bool ran_on_gpu) {
+                                              trainer::Head& head, trainer::BestEpoch& best,
+                                              const trainer::BackboneRef& ref, std::vector<EpochReport>& history,
+                                              TrainObserver& observer, bool ran_on_gpu) {
   const FineTuneOptions& ft = o.fine_tune;
   const trainer::Model below = backbone.cut_at(top.boundary());
   sources.make(nullptr, &below);
-  FineTuneSetup setup{ft.from_layer, top.boundary(), top.trainable_parameters(),
-                      top.activation_bytes(o.loader.batch_size), {}};
+  FineTuneSetup setup{
+      ft.from_layer, top.boundary(), top.trainable_parameters(), top.activation_bytes(o.loader.batch_size), {}};
   if (ran_on_gpu) setup.note = "on the CPU backend: the cuDNN backward passes are not written yet";
   observer.on_fine_tune_begin(setup);
 
@@ -373,10 +370,9 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     EpochProgress sums;
     const auto t0 = Clock::now();
     if (o.augmentation) {
-      e.times = sources.train().run_epoch(static_cast<std::uint64_t>(epoch),
-                                          [&](const float* x, const int* y, const std::int64_t*, int n, int) {
-                                            train_batch(x, y, n, sums);
-                                          });
+      e.times = sources.train().run_epoch(
+          static_cast<std::uint64_t>(epoch),
+          [&](const float* x, const int* y, const std::int64_t*, int n, int) { train_batch(x, y, n, sums); });
       e.skipped = sources.train().skipped();
     } else {
       if (!reused) {
