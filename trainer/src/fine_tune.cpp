@@ -11,6 +11,9 @@
 #include <mutex>
 #include <set>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/backend.hpp>
 
@@ -95,10 +98,22 @@ struct TrainableWeight {
 // An op of the training lowering with what its backward needs.
 struct TrainOp {
   LoweredOp op;        // act Linear: the activation runs apart
-  cpu::Op forward;     // packed for the forward kernel
-  ActivationSpec act;  // the op's own activation (Conv2D(activation=...)), applied after `forward`
-  int pre_slot = -1;   // where the value before `act` is kept (-1: act is linear)
+  cpu::Op forward;     // packed for the forward kernel (an Activation op's with its act)
+  ActivationSpec act;  // the op's own activation (Conv2D(activation=...)), applied after the op
+  // The gradient before `act` (-1: act is linear); the value before it is kept there too, except
+  // for an Activation op, whose input is that value.
+  int pre_slot = -1;
+  bool activation_op = false;
 };
+
+// f(first_row, rows) over `rows` rows of `width` values, in parallel blocks of whole rows (the
+// softmax's rows stay whole).
+template <typename F>
+void in_row_blocks(std::size_t rows, int width, const F& f) {
+  const std::size_t block = std::max<std::size_t>(1, 16384 / static_cast<std::size_t>(std::max(width, 1)));
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, rows, block),
+                    [&](const tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.size()); });
+}
 
 }  // namespace
 
@@ -118,6 +133,7 @@ struct TrainableTop::State {
   int input_slot = -1, output_slot = -1;
   std::vector<std::size_t> slot_size;  // values per sample (pre-activation slots appended)
   std::vector<bool> needs_gradient;    // slots whose gradient backward computes
+  std::vector<bool> has_value;         // slots whose value forward_train keeps (not the input's)
   std::vector<std::vector<float>> values, grads;
   int capacity = 0;                       // the batch the buffers hold
   int batch = 0;                          // of the last forward_train
@@ -138,19 +154,24 @@ struct TrainableTop::State {
     detail::LoweredGraph lg = detail::lower(sub, lo);
     ops.clear();
     slot_size = lg.slot_size;
+    has_value.assign(slot_size.size(), true);
     for (LoweredOp& op : lg.ops) {
       TrainOp t;
       t.act = op.act;
+      t.activation_op = op.kind == OpKind::Activation;
+      if (t.activation_op) t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       op.act = ActivationSpec{};
+      if (!t.activation_op) t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       if (!t.act.is_linear()) {
         t.pre_slot = static_cast<int>(slot_size.size());
         slot_size.push_back(slot_size[static_cast<std::size_t>(op.out)]);
+        has_value.push_back(!t.activation_op);
       }
-      t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       t.op = std::move(op);
       ops.push_back(std::move(t));
     }
     input_slot = lg.input_slot;
+    has_value[static_cast<std::size_t>(input_slot)] = false;
     output_slot = lg.outputs.at(0);
     // A slot needs its gradient when an op with trainable weights, or one reading such a slot, is
     // below it: everything above the boundary does, the boundary itself does not.
@@ -169,8 +190,8 @@ struct TrainableTop::State {
   void reserve(int nb) {
     if (nb <= capacity) return;
     for (std::size_t s = 0; s < slot_size.size(); ++s) {
-      if (s == static_cast<std::size_t>(input_slot) || slot_size[s] == 0) continue;
-      values[s].assign(slot_size[s] * static_cast<std::size_t>(nb), 0.0f);
+      if (slot_size[s] == 0) continue;
+      if (has_value[s]) values[s].assign(slot_size[s] * static_cast<std::size_t>(nb), 0.0f);
       if (needs_gradient[s]) grads[s].assign(slot_size[s] * static_cast<std::size_t>(nb), 0.0f);
     }
     capacity = nb;
@@ -339,8 +360,7 @@ std::size_t TrainableTop::activation_bytes(int batch) const {
   s_->lower_for_training();
   std::size_t values = 0;
   for (std::size_t i = 0; i < s_->slot_size.size(); ++i) {
-    if (static_cast<int>(i) == s_->input_slot) continue;
-    values += s_->slot_size[i] * (s_->needs_gradient[i] ? 2 : 1);
+    values += s_->slot_size[i] * ((s_->has_value[i] ? 1 : 0) + (s_->needs_gradient[i] ? 1 : 0));
   }
   return values * static_cast<std::size_t>(std::max(batch, 0)) * sizeof(float);
 }
@@ -370,12 +390,15 @@ const float* TrainableTop::forward_train(const float* x, int batch) {
     for (int i : t.op.in) ins.push_back(slot[static_cast<std::size_t>(i)]);
     float* out = s.values[static_cast<std::size_t>(t.op.out)].data();
     const std::size_t n = s.slot_size[static_cast<std::size_t>(t.op.out)] * static_cast<std::size_t>(batch);
-    if (t.pre_slot >= 0) {
+    if (t.pre_slot >= 0 && !t.activation_op) {  // keep the value before the op's own activation
       float* pre = s.values[static_cast<std::size_t>(t.pre_slot)].data();
       cpu::run_op(t.forward, ins, pre, batch);
-      std::memcpy(out, pre, n * sizeof(float));
-      const int last = t.op.oc > 0 ? t.op.oc : 1;
-      cpu::apply_act(out, n / static_cast<std::size_t>(last), last, t.act);
+      const int width = t.op.oc > 0 ? t.op.oc : 1;
+      in_row_blocks(n / static_cast<std::size_t>(width), width, [&](std::size_t row, std::size_t rows) {
+        const std::size_t at = row * static_cast<std::size_t>(width);
+        std::memcpy(out + at, pre + at, rows * static_cast<std::size_t>(width) * sizeof(float));
+        cpu::apply_act(out + at, rows, width, t.act);
+      });
     } else {
       cpu::run_op(t.forward, ins, out, batch);
     }
@@ -390,8 +413,12 @@ void TrainableTop::backward(const float* dfeatures) {
   State& s = *s_;
   if (s.batch == 0 || !s.lowered_current) throw InvalidArgument("TrainableTop::backward: no forward_train() before it");
   const int nb = s.batch;
-  for (std::size_t i = 0; i < s.grads.size(); ++i)
-    if (s.needs_gradient[i]) std::fill_n(s.grads[i].data(), s.slot_size[i] * static_cast<std::size_t>(nb), 0.0f);
+  for (std::size_t i = 0; i < s.grads.size(); ++i) {
+    if (!s.needs_gradient[i]) continue;
+    float* g = s.grads[i].data();
+    in_row_blocks(s.slot_size[i] * static_cast<std::size_t>(nb), 1,
+                  [g](std::size_t at, std::size_t n) { std::fill_n(g + at, n, 0.0f); });
+  }
   for (TrainableWeight& w : s.weights) std::fill(w.gradient.begin(), w.gradient.end(), 0.0f);
   if (s.output_slot == s.input_slot) return;
   std::memcpy(s.grads[static_cast<std::size_t>(s.output_slot)].data(), dfeatures,
@@ -405,12 +432,19 @@ void TrainableTop::backward(const float* dfeatures) {
     const float* value = s.values[out].data();
     if (t.pre_slot >= 0) {  // through the op's own activation first
       const auto pre = static_cast<std::size_t>(t.pre_slot);
-      const int last = t.op.oc > 0 ? t.op.oc : 1;
-      const std::size_t n = s.slot_size[out] * static_cast<std::size_t>(nb);
-      cpu::activation_backward(t.act, s.values[pre].data(), value, dout, s.grads[pre].data(),
-                               n / static_cast<std::size_t>(last), last);
-      dout = s.grads[pre].data();
-      value = s.values[pre].data();
+      const int in0 = t.op.in.at(0);
+      const float* before = !t.activation_op ? s.values[pre].data()
+                            : in0 == s.input_slot ? s.boundary_input
+                                                  : s.values[static_cast<std::size_t>(in0)].data();
+      const int width = t.op.oc > 0 ? t.op.oc : 1;
+      float* dpre = s.grads[pre].data();
+      in_row_blocks(s.slot_size[out] * static_cast<std::size_t>(nb) / static_cast<std::size_t>(width), width,
+                    [&](std::size_t row, std::size_t rows) {
+                      const std::size_t at = row * static_cast<std::size_t>(width);
+                      cpu::activation_backward(t.act, before + at, value + at, dout + at, dpre + at, rows, width);
+                    });
+      dout = dpre;
+      value = before;
     }
     ins.clear();
     dins.clear();
