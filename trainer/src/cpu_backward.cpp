@@ -91,12 +91,26 @@ void im2col_row(const detail::LoweredOp& op, const float* x, std::size_t row, fl
   }
 }
 
-// dW (and db) = im2col(X)^T · dY, chunked over rows for a deterministic sum.
+// dst[j * rows + i] = src[i * cols + j], 8 source rows at a time so that reads and writes stream.
+void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
+  constexpr std::size_t kStrip = 8;
+  for (std::size_t i0 = 0; i0 < rows; i0 += kStrip) {
+    const std::size_t i1 = std::min(rows, i0 + kStrip);
+    for (std::size_t j = 0; j < cols; ++j)
+      for (std::size_t i = i0; i < i1; ++i) dst[j * rows + i] = src[i * cols + j];
+  }
+}
+
+// dW (and db) = im2col(X)^T · dY, chunked over rows for a deterministic sum. The GEMM's A is the
+// transpose of the narrower of im2col(X) (K wide) and dY (oc wide), its B the other one packed:
+// with K > oc it computes dW^T = dY^T · im2col(X), transposed once at the end.
 void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const float* x, const float* dy,
                       OpGradients* g) {
   const bool want_w = wants(g, &OpGradients::weights), want_b = wants(g, &OpGradients::bias);
   if (!want_w && !want_b) return;
   const auto kn = static_cast<std::size_t>(s.k) * s.oc;
+  const bool transposed = s.k > s.oc;  // the partial sums hold dW^T [oc, K]
+  const int a_rows = transposed ? s.oc : s.k, b_cols = transposed ? s.k : s.oc;
   // Enough chunks to keep the threads busy, few enough that their partial sums stay small.
   constexpr std::size_t kPartialBudget = std::size_t{4} << 20;  // floats
   const std::size_t by_memory = std::max<std::size_t>(1, kPartialBudget / kn);
@@ -111,32 +125,40 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
     }
     if (!want_w) return;
     float* acc = pw.data() + chunk * kn;
-    std::vector<float> cols, cols_t, tmp(kn);
+    std::vector<float> cols, a, tmp(kn);
     for (std::size_t r0 = begin; r0 < end; r0 += kSubRows) {
       const std::size_t m = std::min(kSubRows, end - r0);
-      // A = im2col(X)^T for these rows: K × m.
-      cols_t.resize(static_cast<std::size_t>(s.k) * m);
-      const float* rows = x + r0 * s.c;
+      const float* rows = x + r0 * s.c;  // im2col(X) for these rows: m × K
       if (!s.direct) {
         cols.resize(m * static_cast<std::size_t>(s.k));
         for (std::size_t i = 0; i < m; ++i) im2col_row(op, x, r0 + i, cols.data() + i * s.k);
         rows = cols.data();
       }
-      for (std::size_t i = 0; i < m; ++i)
-        for (int p = 0; p < s.k; ++p) cols_t[static_cast<std::size_t>(p) * m + i] = rows[i * s.k + p];
-      const PackedB dyp = pack_b(dy + r0 * s.oc, static_cast<int>(m), s.oc);
+      const float* dys = dy + r0 * s.oc;
+      a.resize(static_cast<std::size_t>(a_rows) * m);
+      transpose(transposed ? dys : rows, m, static_cast<std::size_t>(a_rows), a.data());
+      const PackedB b = pack_b(transposed ? rows : dys, static_cast<int>(m), b_cols);
       float* out = r0 == begin ? acc : tmp.data();
-      constexpr std::size_t kBlock = 8 * kRows;  // rows of dW per task
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(s.k), kBlock),
+      constexpr std::size_t kBlock = 8 * kRows;  // rows of the product per task
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(a_rows), kBlock),
                         [&](const tbb::blocked_range<std::size_t>& r) {
-                          gemm_rows(cols_t.data() + r.begin() * m, static_cast<int>(m), static_cast<int>(r.size()), dyp,
-                                    nullptr, out + r.begin() * s.oc, s.oc);
+                          gemm_rows(a.data() + r.begin() * m, static_cast<int>(m), static_cast<int>(r.size()), b,
+                                    nullptr, out + r.begin() * b_cols, b_cols);
                         });
       if (out != acc)
         for (std::size_t j = 0; j < kn; ++j) acc[j] += tmp[j];
     }
   });
-  if (want_w) add_partials(pw, parts.count, kn, g->weights.data());
+  if (want_w) {
+    if (!transposed) {
+      add_partials(pw, parts.count, kn, g->weights.data());
+    } else {
+      std::vector<float> sum_t(kn, 0.0f), sum(kn);
+      add_partials(pw, parts.count, kn, sum_t.data());
+      transpose(sum_t.data(), static_cast<std::size_t>(s.oc), static_cast<std::size_t>(s.k), sum.data());
+      for (std::size_t j = 0; j < kn; ++j) g->weights[j] += sum[j];
+    }
+  }
   if (want_b) add_partials(pb, parts.count, static_cast<std::size_t>(s.oc), g->bias.data());
 }
 
