@@ -19,6 +19,7 @@
 #include <tbb/parallel_for.h>
 
 #include "cpu_gemm.hpp"
+#include "cpu_simd.hpp"
 
 namespace stoker::trainer::cpu {
 
@@ -225,8 +226,76 @@ void conv_backward(const detail::LoweredOp& op, const float* x, const float* dy,
   if (dx) conv_input_grad(op, s, dy, dx);
 }
 
-// Per sample: dX by scattering each output pixel's gradient over its window, dW and db into the
-// sample's own partial sums (added in sample order).
+// (Not under ThreadSanitizer: the clones' ifunc resolvers would run before its runtime starts.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define STOKER_BACKWARD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define STOKER_BACKWARD_CLONES
+#endif
+
+// A 3×3 depthwise convolution (multiplier 1) of one sample, channels [c0, c0 + 8), over a band
+// of rows (kept in cache while its channel blocks are done): dW from output rows [y0, y1) with
+// the nine taps' sums in registers; dX of input rows [y0, y1), gathered per input pixel from the
+// output pixels whose windows hold it (no scattered read-modify-write).
+STOKER_BACKWARD_CLONES
+void depthwise3x3_block(const detail::LoweredOp& op, const float* xs, const float* dys, float* dxs, float* gw, int c0,
+                        int y0, int y1) {
+  const auto c = static_cast<std::size_t>(op.c);
+  if (gw) {
+    v8 acc[9] = {};
+    for (int oy = y0; oy < y1; ++oy)
+      for (int ox = 0; ox < op.ow; ++ox) {
+        const v8 d = load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+          if (iy < 0 || iy >= op.h) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+            if (ix < 0 || ix >= op.w) continue;
+            acc[ky * 3 + kx] += d * load8(xs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0);
+          }
+        }
+      }
+    for (int t = 0; t < 9; ++t) store8(gw + t * c + c0, load8(gw + t * c + c0) + acc[t]);
+  }
+  if (dxs) {
+    // The output pixel reading input row iy (column ix) through tap ky (kx), or -1.
+    std::vector<int> from_y(static_cast<std::size_t>(op.h) * 3), from_x(static_cast<std::size_t>(op.w) * 3);
+    auto source = [](int i, int pad, int k, int dil, int stride, int out) {
+      const int num = i + pad - k * dil;
+      return num >= 0 && num % stride == 0 && num / stride < out ? num / stride : -1;
+    };
+    for (int iy = 0; iy < op.h; ++iy)
+      for (int k = 0; k < 3; ++k) from_y[iy * 3 + k] = source(iy, op.pad_top, k, op.dh, op.sh, op.oh);
+    for (int ix = 0; ix < op.w; ++ix)
+      for (int k = 0; k < 3; ++k) from_x[ix * 3 + k] = source(ix, op.pad_left, k, op.dw, op.sw, op.ow);
+    v8 wt[9];
+    for (int t = 0; t < 9; ++t) wt[t] = load8(op.weights.data() + t * c + c0);
+    for (int iy = y0; iy < y1; ++iy)
+      for (int ix = 0; ix < op.w; ++ix) {
+        v8 acc = {};
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int oy = from_y[iy * 3 + ky];
+          if (oy < 0) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ox = from_x[ix * 3 + kx];
+            if (ox < 0) continue;
+            acc += wt[ky * 3 + kx] * load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+          }
+        }
+        float* d = dxs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0;
+        store8(d, load8(d) + acc);
+      }
+  }
+}
+
+// Per sample: dW and db into the sample's own partial sums (added in sample order); dX by
+// scattering each output pixel's gradient over its window. 3×3 with multiplier 1 takes its
+// channels 8 at a time above; the rest (from `first`) the loops here.
 void depthwise_backward(const detail::LoweredOp& op, const float* x, const float* dy, float* dx, OpGradients* g,
                         int nb) {
   const int mult = op.depth_multiplier;
@@ -235,6 +304,8 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
   const std::size_t wn = static_cast<std::size_t>(op.kh) * op.kw * oc;
   std::vector<float> pw(want_w ? nb * wn : 0), pb(want_b ? static_cast<std::size_t>(nb) * oc : 0);
   const std::size_t in_per = values_per_sample(op), out_per = static_cast<std::size_t>(op.oh) * op.ow * oc;
+  const bool blocked = op.kh == 3 && op.kw == 3 && mult == 1;
+  const int first = blocked ? op.c / 8 * 8 : 0;
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(nb), 1),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t n = r.begin(); n != r.end(); ++n) {
@@ -243,11 +314,20 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
                         float* dxs = dx ? dx + n * in_per : nullptr;
                         float* gw = want_w ? pw.data() + n * wn : nullptr;
                         float* gb = want_b ? pb.data() + n * oc : nullptr;
+                        if (gb)
+                          for (std::size_t p = 0; p < out_per; p += oc)
+                            for (int o = 0; o < oc; ++o) gb[o] += dys[p + o];
+                        constexpr int kBand = 4;  // rows per band
+                        for (int y0 = 0; gw && y0 < op.oh; y0 += kBand)
+                          for (int c0 = 0; c0 < first; c0 += 8)
+                            depthwise3x3_block(op, xs, dys, nullptr, gw, c0, y0, std::min(op.oh, y0 + kBand));
+                        for (int y0 = 0; dxs && y0 < op.h; y0 += kBand)
+                          for (int c0 = 0; c0 < first; c0 += 8)
+                            depthwise3x3_block(op, xs, dys, dxs, nullptr, c0, y0, std::min(op.h, y0 + kBand));
+                        if (first == oc) continue;
                         for (int oy = 0; oy < op.oh; ++oy)
                           for (int ox = 0; ox < op.ow; ++ox) {
                             const float* d = dys + (static_cast<std::size_t>(oy) * op.ow + ox) * oc;
-                            if (gb)
-                              for (int o = 0; o < oc; ++o) gb[o] += d[o];
                             for (int ky = 0; ky < op.kh; ++ky) {
                               const int iy = oy * op.sh - op.pad_top + ky * op.dh;
                               if (iy < 0 || iy >= op.h) continue;
@@ -260,9 +340,9 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
                                 const float* xi = xs + at;
                                 if (mult == 1) {
                                   if (dxs)
-                                    for (int ch = 0; ch < oc; ++ch) dxs[at + ch] += d[ch] * ws[ch];
+                                    for (int ch = first; ch < oc; ++ch) dxs[at + ch] += d[ch] * ws[ch];
                                   if (gw)
-                                    for (int ch = 0; ch < oc; ++ch) gw[tap + ch] += d[ch] * xi[ch];
+                                    for (int ch = first; ch < oc; ++ch) gw[tap + ch] += d[ch] * xi[ch];
                                 } else {
                                   for (int ch = 0; ch < op.c; ++ch)
                                     for (int m = 0; m < mult; ++m) {
