@@ -236,7 +236,8 @@ void conv_backward(const detail::LoweredOp& op, const float* x, const float* dy,
 // A 3×3 depthwise convolution (multiplier 1) of one sample, channels [c0, c0 + 8), over a band
 // of rows (kept in cache while its channel blocks are done): dW from output rows [y0, y1) with
 // the nine taps' sums in registers; dX of input rows [y0, y1), gathered per input pixel from the
-// output pixels whose windows hold it (no scattered read-modify-write).
+// output pixels whose windows hold it (no scattered read-modify-write), or with strides,
+// scattered from output rows [y0, y1).
 STOKER_BACKWARD_CLONES
 void depthwise3x3_block(const detail::LoweredOp& op, const float* xs, const float* dys, float* dxs, float* gw, int c0,
                         int y0, int y1) {
@@ -260,7 +261,26 @@ void depthwise3x3_block(const detail::LoweredOp& op, const float* xs, const floa
       }
     for (int t = 0; t < 9; ++t) store8(gw + t * c + c0, load8(gw + t * c + c0) + acc[t]);
   }
-  if (dxs) {
+  if (dxs && (op.sh != 1 || op.sw != 1)) {  // strided: most taps miss a given input pixel, scatter instead
+    v8 wt[9];
+    for (int t = 0; t < 9; ++t) wt[t] = load8(op.weights.data() + t * c + c0);
+    for (int oy = y0; oy < y1; ++oy)
+      for (int ox = 0; ox < op.ow; ++ox) {
+        const v8 d = load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+          if (iy < 0 || iy >= op.h) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+            if (ix < 0 || ix >= op.w) continue;
+            float* dd = dxs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0;
+            store8(dd, load8(dd) + d * wt[ky * 3 + kx]);
+          }
+        }
+      }
+  } else if (dxs) {
     // The output pixel reading input row iy (column ix) through tap ky (kx), or -1.
     std::vector<int> from_y(static_cast<std::size_t>(op.h) * 3), from_x(static_cast<std::size_t>(op.w) * 3);
     auto source = [](int i, int pad, int k, int dil, int stride, int out) {
@@ -321,9 +341,10 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
                         for (int y0 = 0; gw && y0 < op.oh; y0 += kBand)
                           for (int c0 = 0; c0 < first; c0 += 8)
                             depthwise3x3_block(op, xs, dys, nullptr, gw, c0, y0, std::min(op.oh, y0 + kBand));
-                        for (int y0 = 0; dxs && y0 < op.h; y0 += kBand)
+                        const int dx_rows = op.sh == 1 && op.sw == 1 ? op.h : op.oh;
+                        for (int y0 = 0; dxs && y0 < dx_rows; y0 += kBand)
                           for (int c0 = 0; c0 < first; c0 += 8)
-                            depthwise3x3_block(op, xs, dys, dxs, nullptr, c0, y0, std::min(op.h, y0 + kBand));
+                            depthwise3x3_block(op, xs, dys, dxs, nullptr, c0, y0, std::min(dx_rows, y0 + kBand));
                         if (first == oc) continue;
                         for (int oy = 0; oy < op.oh; ++oy)
                           for (int ox = 0; ox < op.ow; ++ox) {
