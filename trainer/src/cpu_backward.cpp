@@ -108,7 +108,7 @@ void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst)
 void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const float* x, const float* dy,
                       OpGradients* g) {
   const bool want_w = wants(g, &OpGradients::weights), want_b = wants(g, &OpGradients::bias);
-  if (!want_w && !want_b) return;
+  if ((!want_w && !want_b) || s.m == 0) return;
   const auto kn = static_cast<std::size_t>(s.k) * s.oc;
   const bool transposed = s.k > s.oc;  // the partial sums hold dW^T [oc, K]
   const int a_rows = transposed ? s.oc : s.k, b_cols = transposed ? s.k : s.oc;
