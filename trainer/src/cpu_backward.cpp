@@ -110,7 +110,8 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
   const bool want_w = wants(g, &OpGradients::weights), want_b = wants(g, &OpGradients::bias);
   if ((!want_w && !want_b) || s.m == 0) return;
   const auto kn = static_cast<std::size_t>(s.k) * s.oc;
-  const bool transposed = s.k > s.oc;  // the partial sums hold dW^T [oc, K]
+  // (Not with fewer rows than K: the final transpose of dW would cost more than it saves.)
+  const bool transposed = s.k > s.oc && s.m >= static_cast<std::size_t>(s.k);  // the partials hold dW^T [oc, K]
   const int a_rows = transposed ? s.oc : s.k, b_cols = transposed ? s.k : s.oc;
   // Enough chunks to keep the threads busy, few enough that their partial sums stay small.
   constexpr std::size_t kPartialBudget = std::size_t{4} << 20;  // floats
@@ -126,7 +127,7 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
     }
     if (!want_w) return;
     float* acc = pw.data() + chunk * kn;
-    std::vector<float> cols, a, tmp(kn);
+    std::vector<float> cols, a, tmp;
     for (std::size_t r0 = begin; r0 < end; r0 += kSubRows) {
       const std::size_t m = std::min(kSubRows, end - r0);
       const float* rows = x + r0 * s.c;  // im2col(X) for these rows: m × K
@@ -139,6 +140,7 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
       a.resize(static_cast<std::size_t>(a_rows) * m);
       transpose(transposed ? dys : rows, m, static_cast<std::size_t>(a_rows), a.data());
       const PackedB b = pack_b(transposed ? rows : dys, static_cast<int>(m), b_cols);
+      if (r0 != begin) tmp.resize(kn);
       float* out = r0 == begin ? acc : tmp.data();
       constexpr std::size_t kBlock = 8 * kRows;  // rows of the product per task
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(a_rows), kBlock),
@@ -165,13 +167,29 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
 
 // dX += col2im(dY · W^T).
 void conv_input_grad(const detail::LoweredOp& op, const ConvShape& s, const float* dy, float* dx) {
+  const auto kn = static_cast<std::size_t>(s.k) * s.oc;
+  if (s.direct && s.m * (static_cast<std::size_t>(s.k) + s.oc) < kn) {
+    // Few rows (a Dense layer's batch): dX^T = W · dY^T with W as it is, cheaper than repacking W^T.
+    std::vector<float> dyt(s.m * s.oc), dxt(s.m * s.k);
+    transpose(dy, s.m, static_cast<std::size_t>(s.oc), dyt.data());
+    const PackedB dyp = pack_b(dyt.data(), s.oc, static_cast<int>(s.m));
+    constexpr std::size_t kBlock = 8 * kRows;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(s.k), kBlock),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        gemm_rows(op.weights.data() + r.begin() * s.oc, s.oc, static_cast<int>(r.size()), dyp, nullptr,
+                                  dxt.data() + r.begin() * s.m, static_cast<int>(s.m));
+                      });
+    for (std::size_t i = 0; i < s.m; ++i)
+      for (int p = 0; p < s.k; ++p) dx[i * s.k + p] += dxt[static_cast<std::size_t>(p) * s.m + i];
+    return;
+  }
   std::vector<float> wt(op.weights.size());  // W^T: [oc, K]
   for (int p = 0; p < s.k; ++p)
     for (int o = 0; o < s.oc; ++o)
       wt[static_cast<std::size_t>(o) * s.k + p] = op.weights[static_cast<std::size_t>(p) * s.oc + o];
   const PackedB wtp = pack_b(wt.data(), s.oc, s.k);
   if (s.direct) {
-    constexpr std::size_t kBlock = 16 * kRows;
+    constexpr std::size_t kBlock = 4 * kRows;  // the least rows per task: a Dense layer has few
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.m, kBlock), [&](const tbb::blocked_range<std::size_t>& r) {
       std::vector<float> tmp(r.size() * s.c);
       gemm_rows(dy + r.begin() * s.oc, s.oc, static_cast<int>(r.size()), wtp, nullptr, tmp.data(), s.c);
