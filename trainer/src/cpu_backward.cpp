@@ -198,41 +198,36 @@ void conv_input_grad(const detail::LoweredOp& op, const ConvShape& s, const floa
     });
     return;
   }
-  // Blocks of rows across the batch: dcols = dY · W^T parallel over row tiles, then col2im
-  // parallel over channel ranges (the pixels' windows overlap, the channels do not), each
-  // channel's sums in row order.
-  constexpr std::size_t kTile = 16 * kRows;
-  constexpr std::size_t kBudget = std::size_t{64} << 10;  // floats of dcols: a block stays in cache
-  const std::size_t block = std::max<std::size_t>(1, kBudget / static_cast<std::size_t>(s.k) / kTile) * kTile;
-  std::vector<float> dcols(std::min(block, s.m) * static_cast<std::size_t>(s.k));
-  for (std::size_t r0 = 0; r0 < s.m; r0 += block) {
-    const std::size_t m = std::min(block, s.m - r0);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m, kTile), [&](const tbb::blocked_range<std::size_t>& r) {
-      gemm_rows(dy + (r0 + r.begin()) * s.oc, s.oc, static_cast<int>(r.size()), wtp, nullptr,
-                dcols.data() + r.begin() * s.k, s.k);
-    });
-    const int grain = std::max(8, (op.c / 4 + 7) / 8 * 8);  // a few wide ranges: each one reads the whole block
-    tbb::parallel_for(tbb::blocked_range<int>(0, op.c, grain), [&](const tbb::blocked_range<int>& channels) {
-      const int c0 = channels.begin(), c1 = channels.end();
-      for (std::size_t i = 0; i < m; ++i) {
-        const std::size_t row = r0 + i;
-        const int ox = static_cast<int>(row % op.ow);
-        const int oy = static_cast<int>((row / op.ow) % op.oh);
-        const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
-        for (int ky = 0; ky < op.kh; ++ky) {
-          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
-          if (iy < 0 || iy >= op.h) continue;
-          for (int kx = 0; kx < op.kw; ++kx) {
-            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
-            if (ix < 0 || ix >= op.w) continue;
-            const float* src = dcols.data() + i * s.k + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
-            float* d = dx + ((n * op.h + iy) * op.w + ix) * op.c;
-            for (int ch = c0; ch < c1; ++ch) d[ch] += src[ch];
+  // One sample per task: the windows of a sample's pixels overlap, those of two samples do not.
+  const std::size_t pixels = static_cast<std::size_t>(op.oh) * op.ow;
+  const std::size_t nb = s.m / pixels;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, nb, 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    constexpr std::size_t kBlock = 64 * kRows;
+    std::vector<float> dcols;
+    for (std::size_t n = r.begin(); n != r.end(); ++n) {
+      for (std::size_t p0 = 0; p0 < pixels; p0 += kBlock) {
+        const std::size_t m = std::min(kBlock, pixels - p0);
+        dcols.resize(m * static_cast<std::size_t>(s.k));
+        const std::size_t row0 = n * pixels + p0;
+        gemm_rows(dy + row0 * s.oc, s.oc, static_cast<int>(m), wtp, nullptr, dcols.data(), s.k);
+        for (std::size_t i = 0; i < m; ++i) {
+          const int ox = static_cast<int>((p0 + i) % op.ow);
+          const int oy = static_cast<int>((p0 + i) / op.ow);
+          for (int ky = 0; ky < op.kh; ++ky) {
+            const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+            if (iy < 0 || iy >= op.h) continue;
+            for (int kx = 0; kx < op.kw; ++kx) {
+              const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+              if (ix < 0 || ix >= op.w) continue;
+              const float* src = dcols.data() + i * s.k + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
+              float* d = dx + ((n * op.h + iy) * op.w + ix) * op.c;
+              for (int ch = 0; ch < op.c; ++ch) d[ch] += src[ch];
+            }
           }
         }
       }
-    });
-  }
+    }
+  });
 }
 
 void conv_backward(const detail::LoweredOp& op, const float* x, const float* dy, float* dx, OpGradients* g, int nb) {
