@@ -361,6 +361,17 @@ TEST(BackwardOps, DepthwiseConv) {
   check_op(depthwise_op("depthwise 3x3 multiplier 1, dilation 2", 5, 7, 3, 1,
                         {.kh = 3, .kw = 3, .dh = 2, .dw = 2, .top = 2, .bottom = 2, .left = 1, .right = 2}),
            2);
+  // 3x3, multiplier 1, 11 channels: the kernels' 8-channel blocks and the 3 left over.
+  check_op(depthwise_op("depthwise 3x3 x1, 11 channels, stride 2, padding", 5, 7, 11, 1,
+                        {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .top = 1, .bottom = 0, .left = 2, .right = 1}),
+           2);
+  check_op(depthwise_op(
+               "depthwise 3x3 x1, 11 channels, stride (1, 2), dilation 2", 5, 7, 11, 1,
+               {.kh = 3, .kw = 3, .sh = 1, .sw = 2, .dh = 2, .dw = 2, .top = 2, .bottom = 1, .left = 1, .right = 2}),
+           2);
+  check_op(depthwise_op("depthwise 3x3 x1, 16 channels, dilation (2, 1), padding", 5, 7, 16, 1,
+                        {.kh = 3, .kw = 3, .dh = 2, .dw = 1, .top = 2, .bottom = 2, .left = 0, .right = 2}),
+           2);
   check_op(depthwise_op("depthwise 2x3 multiplier 3, stride (2, 1), no bias", 5, 7, 3, 3,
                         {.kh = 2, .kw = 3, .sh = 2, .sw = 1, .left = 1, .right = 1}, false),
            2);
@@ -593,6 +604,8 @@ std::vector<LoweredOp> larger_ops() {
   ops.push_back(conv_op("conv 1x1", 10, 11, 16, 24, {}));
   ops.push_back(depthwise_op("depthwise 3x3 x2", 10, 11, 16, 2,
                              {.kh = 3, .kw = 3, .top = 1, .bottom = 1, .left = 1, .right = 1}));
+  ops.push_back(depthwise_op("depthwise 3x3 x1 stride 2", 10, 11, 20, 1,
+                             {.kh = 3, .kw = 3, .sh = 2, .sw = 2, .top = 0, .bottom = 1, .left = 0, .right = 1}));
   LoweredOp affine = elementwise_op(OpKind::Affine, "affine", 10, 11, 16, 1);
   affine.scale = random_floats(16);
   affine.bias = random_floats(16);

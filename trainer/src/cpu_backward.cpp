@@ -19,6 +19,7 @@
 #include <tbb/parallel_for.h>
 
 #include "cpu_gemm.hpp"
+#include "cpu_simd.hpp"
 
 namespace stoker::trainer::cpu {
 
@@ -91,12 +92,27 @@ void im2col_row(const detail::LoweredOp& op, const float* x, std::size_t row, fl
   }
 }
 
-// dW (and db) = im2col(X)^T · dY, chunked over rows for a deterministic sum.
+// dst[j * rows + i] = src[i * cols + j], 8 source rows at a time so that reads and writes stream.
+void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
+  constexpr std::size_t kStrip = 8;
+  for (std::size_t i0 = 0; i0 < rows; i0 += kStrip) {
+    const std::size_t i1 = std::min(rows, i0 + kStrip);
+    for (std::size_t j = 0; j < cols; ++j)
+      for (std::size_t i = i0; i < i1; ++i) dst[j * rows + i] = src[i * cols + j];
+  }
+}
+
+// dW (and db) = im2col(X)^T · dY, chunked over rows for a deterministic sum. The GEMM's A is the
+// transpose of the narrower of im2col(X) (K wide) and dY (oc wide), its B the other one packed:
+// with K > oc it computes dW^T = dY^T · im2col(X), transposed once at the end.
 void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const float* x, const float* dy,
                       OpGradients* g) {
   const bool want_w = wants(g, &OpGradients::weights), want_b = wants(g, &OpGradients::bias);
-  if (!want_w && !want_b) return;
+  if ((!want_w && !want_b) || s.m == 0) return;
   const auto kn = static_cast<std::size_t>(s.k) * s.oc;
+  // (Not with fewer rows than K: the final transpose of dW would cost more than it saves.)
+  const bool transposed = s.k > s.oc && s.m >= static_cast<std::size_t>(s.k);  // the partials hold dW^T [oc, K]
+  const int a_rows = transposed ? s.oc : s.k, b_cols = transposed ? s.k : s.oc;
   // Enough chunks to keep the threads busy, few enough that their partial sums stay small.
   constexpr std::size_t kPartialBudget = std::size_t{4} << 20;  // floats
   const std::size_t by_memory = std::max<std::size_t>(1, kPartialBudget / kn);
@@ -111,44 +127,69 @@ void conv_weight_grad(const detail::LoweredOp& op, const ConvShape& s, const flo
     }
     if (!want_w) return;
     float* acc = pw.data() + chunk * kn;
-    std::vector<float> cols, cols_t, tmp(kn);
+    std::vector<float> cols, a, tmp;
     for (std::size_t r0 = begin; r0 < end; r0 += kSubRows) {
       const std::size_t m = std::min(kSubRows, end - r0);
-      // A = im2col(X)^T for these rows: K × m.
-      cols_t.resize(static_cast<std::size_t>(s.k) * m);
-      const float* rows = x + r0 * s.c;
+      const float* rows = x + r0 * s.c;  // im2col(X) for these rows: m × K
       if (!s.direct) {
         cols.resize(m * static_cast<std::size_t>(s.k));
         for (std::size_t i = 0; i < m; ++i) im2col_row(op, x, r0 + i, cols.data() + i * s.k);
         rows = cols.data();
       }
-      for (std::size_t i = 0; i < m; ++i)
-        for (int p = 0; p < s.k; ++p) cols_t[static_cast<std::size_t>(p) * m + i] = rows[i * s.k + p];
-      const PackedB dyp = pack_b(dy + r0 * s.oc, static_cast<int>(m), s.oc);
+      const float* dys = dy + r0 * s.oc;
+      a.resize(static_cast<std::size_t>(a_rows) * m);
+      transpose(transposed ? dys : rows, m, static_cast<std::size_t>(a_rows), a.data());
+      const PackedB b = pack_b(transposed ? rows : dys, static_cast<int>(m), b_cols);
+      if (r0 != begin) tmp.resize(kn);
       float* out = r0 == begin ? acc : tmp.data();
-      constexpr std::size_t kBlock = 8 * kRows;  // rows of dW per task
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(s.k), kBlock),
+      constexpr std::size_t kBlock = 8 * kRows;  // rows of the product per task
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(a_rows), kBlock),
                         [&](const tbb::blocked_range<std::size_t>& r) {
-                          gemm_rows(cols_t.data() + r.begin() * m, static_cast<int>(m), static_cast<int>(r.size()), dyp,
-                                    nullptr, out + r.begin() * s.oc, s.oc);
+                          gemm_rows(a.data() + r.begin() * m, static_cast<int>(m), static_cast<int>(r.size()), b,
+                                    nullptr, out + r.begin() * b_cols, b_cols);
                         });
       if (out != acc)
         for (std::size_t j = 0; j < kn; ++j) acc[j] += tmp[j];
     }
   });
-  if (want_w) add_partials(pw, parts.count, kn, g->weights.data());
+  if (want_w) {
+    if (!transposed) {
+      add_partials(pw, parts.count, kn, g->weights.data());
+    } else {
+      std::vector<float> sum_t(kn, 0.0f), sum(kn);
+      add_partials(pw, parts.count, kn, sum_t.data());
+      transpose(sum_t.data(), static_cast<std::size_t>(s.oc), static_cast<std::size_t>(s.k), sum.data());
+      for (std::size_t j = 0; j < kn; ++j) g->weights[j] += sum[j];
+    }
+  }
   if (want_b) add_partials(pb, parts.count, static_cast<std::size_t>(s.oc), g->bias.data());
 }
 
 // dX += col2im(dY · W^T).
 void conv_input_grad(const detail::LoweredOp& op, const ConvShape& s, const float* dy, float* dx) {
+  const auto kn = static_cast<std::size_t>(s.k) * s.oc;
+  if (s.direct && s.m * (static_cast<std::size_t>(s.k) + s.oc) < kn) {
+    // Few rows (a Dense layer's batch): dX^T = W · dY^T with W as it is, cheaper than repacking W^T.
+    std::vector<float> dyt(s.m * s.oc), dxt(s.m * s.k);
+    transpose(dy, s.m, static_cast<std::size_t>(s.oc), dyt.data());
+    const PackedB dyp = pack_b(dyt.data(), s.oc, static_cast<int>(s.m));
+    constexpr std::size_t kBlock = 8 * kRows;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(s.k), kBlock),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        gemm_rows(op.weights.data() + r.begin() * s.oc, s.oc, static_cast<int>(r.size()), dyp, nullptr,
+                                  dxt.data() + r.begin() * s.m, static_cast<int>(s.m));
+                      });
+    for (std::size_t i = 0; i < s.m; ++i)
+      for (int p = 0; p < s.k; ++p) dx[i * s.k + p] += dxt[static_cast<std::size_t>(p) * s.m + i];
+    return;
+  }
   std::vector<float> wt(op.weights.size());  // W^T: [oc, K]
   for (int p = 0; p < s.k; ++p)
     for (int o = 0; o < s.oc; ++o)
       wt[static_cast<std::size_t>(o) * s.k + p] = op.weights[static_cast<std::size_t>(p) * s.oc + o];
   const PackedB wtp = pack_b(wt.data(), s.oc, s.k);
   if (s.direct) {
-    constexpr std::size_t kBlock = 16 * kRows;
+    constexpr std::size_t kBlock = 4 * kRows;  // the least rows per task: a Dense layer has few
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.m, kBlock), [&](const tbb::blocked_range<std::size_t>& r) {
       std::vector<float> tmp(r.size() * s.c);
       gemm_rows(dy + r.begin() * s.oc, s.oc, static_cast<int>(r.size()), wtp, nullptr, tmp.data(), s.c);
@@ -203,8 +244,96 @@ void conv_backward(const detail::LoweredOp& op, const float* x, const float* dy,
   if (dx) conv_input_grad(op, s, dy, dx);
 }
 
-// Per sample: dX by scattering each output pixel's gradient over its window, dW and db into the
-// sample's own partial sums (added in sample order).
+// (Not under ThreadSanitizer: the clones' ifunc resolvers would run before its runtime starts.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define STOKER_BACKWARD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define STOKER_BACKWARD_CLONES
+#endif
+
+// A 3×3 depthwise convolution (multiplier 1) of one sample, channels [c0, c0 + 8), over a band
+// of rows (kept in cache while its channel blocks are done): dW from output rows [y0, y1) with
+// the nine taps' sums in registers; dX of input rows [y0, y1), gathered per input pixel from the
+// output pixels whose windows hold it (no scattered read-modify-write), or with strides,
+// scattered from output rows [y0, y1).
+STOKER_BACKWARD_CLONES
+void depthwise3x3_block(const detail::LoweredOp& op, const float* xs, const float* dys, float* dxs, float* gw, int c0,
+                        int y0, int y1) {
+  const auto c = static_cast<std::size_t>(op.c);
+  if (gw) {
+    v8 acc[9] = {};
+    for (int oy = y0; oy < y1; ++oy)
+      for (int ox = 0; ox < op.ow; ++ox) {
+        const v8 d = load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+          if (iy < 0 || iy >= op.h) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+            if (ix < 0 || ix >= op.w) continue;
+            acc[ky * 3 + kx] += d * load8(xs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0);
+          }
+        }
+      }
+    for (int t = 0; t < 9; ++t) store8(gw + t * c + c0, load8(gw + t * c + c0) + acc[t]);
+  }
+  if (dxs && (op.sh != 1 || op.sw != 1)) {  // strided: most taps miss a given input pixel, scatter instead
+    v8 wt[9];
+    for (int t = 0; t < 9; ++t) wt[t] = load8(op.weights.data() + t * c + c0);
+    for (int oy = y0; oy < y1; ++oy)
+      for (int ox = 0; ox < op.ow; ++ox) {
+        const v8 d = load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+          if (iy < 0 || iy >= op.h) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+            if (ix < 0 || ix >= op.w) continue;
+            float* dd = dxs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0;
+            store8(dd, load8(dd) + d * wt[ky * 3 + kx]);
+          }
+        }
+      }
+  } else if (dxs) {
+    // The output pixel reading input row iy (column ix) through tap ky (kx), or -1.
+    std::vector<int> from_y(static_cast<std::size_t>(op.h) * 3), from_x(static_cast<std::size_t>(op.w) * 3);
+    auto source = [](int i, int pad, int k, int dil, int stride, int out) {
+      const int num = i + pad - k * dil;
+      return num >= 0 && num % stride == 0 && num / stride < out ? num / stride : -1;
+    };
+    for (int iy = 0; iy < op.h; ++iy)
+      for (int k = 0; k < 3; ++k) from_y[iy * 3 + k] = source(iy, op.pad_top, k, op.dh, op.sh, op.oh);
+    for (int ix = 0; ix < op.w; ++ix)
+      for (int k = 0; k < 3; ++k) from_x[ix * 3 + k] = source(ix, op.pad_left, k, op.dw, op.sw, op.ow);
+    v8 wt[9];
+    for (int t = 0; t < 9; ++t) wt[t] = load8(op.weights.data() + t * c + c0);
+    for (int iy = y0; iy < y1; ++iy)
+      for (int ix = 0; ix < op.w; ++ix) {
+        v8 acc = {};
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky) {
+          const int oy = from_y[iy * 3 + ky];
+          if (oy < 0) continue;
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const int ox = from_x[ix * 3 + kx];
+            if (ox < 0) continue;
+            acc += wt[ky * 3 + kx] * load8(dys + (static_cast<std::size_t>(oy) * op.ow + ox) * c + c0);
+          }
+        }
+        float* d = dxs + (static_cast<std::size_t>(iy) * op.w + ix) * c + c0;
+        store8(d, load8(d) + acc);
+      }
+  }
+}
+
+// Per sample: dW and db into the sample's own partial sums (added in sample order); dX by
+// scattering each output pixel's gradient over its window. 3×3 with multiplier 1 takes its
+// channels 8 at a time above; the rest (from `first`) the loops here.
 void depthwise_backward(const detail::LoweredOp& op, const float* x, const float* dy, float* dx, OpGradients* g,
                         int nb) {
   const int mult = op.depth_multiplier;
@@ -213,6 +342,8 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
   const std::size_t wn = static_cast<std::size_t>(op.kh) * op.kw * oc;
   std::vector<float> pw(want_w ? nb * wn : 0), pb(want_b ? static_cast<std::size_t>(nb) * oc : 0);
   const std::size_t in_per = values_per_sample(op), out_per = static_cast<std::size_t>(op.oh) * op.ow * oc;
+  const bool blocked = op.kh == 3 && op.kw == 3 && mult == 1;
+  const int first = blocked ? op.c / 8 * 8 : 0;
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, static_cast<std::size_t>(nb), 1),
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t n = r.begin(); n != r.end(); ++n) {
@@ -221,11 +352,21 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
                         float* dxs = dx ? dx + n * in_per : nullptr;
                         float* gw = want_w ? pw.data() + n * wn : nullptr;
                         float* gb = want_b ? pb.data() + n * oc : nullptr;
+                        if (gb)
+                          for (std::size_t p = 0; p < out_per; p += oc)
+                            for (int o = 0; o < oc; ++o) gb[o] += dys[p + o];
+                        constexpr int kBand = 4;  // rows per band
+                        for (int y0 = 0; gw && y0 < op.oh; y0 += kBand)
+                          for (int c0 = 0; c0 < first; c0 += 8)
+                            depthwise3x3_block(op, xs, dys, nullptr, gw, c0, y0, std::min(op.oh, y0 + kBand));
+                        const int dx_rows = op.sh == 1 && op.sw == 1 ? op.h : op.oh;
+                        for (int y0 = 0; dxs && y0 < dx_rows; y0 += kBand)
+                          for (int c0 = 0; c0 < first; c0 += 8)
+                            depthwise3x3_block(op, xs, dys, dxs, nullptr, c0, y0, std::min(dx_rows, y0 + kBand));
+                        if (first == oc) continue;
                         for (int oy = 0; oy < op.oh; ++oy)
                           for (int ox = 0; ox < op.ow; ++ox) {
                             const float* d = dys + (static_cast<std::size_t>(oy) * op.ow + ox) * oc;
-                            if (gb)
-                              for (int o = 0; o < oc; ++o) gb[o] += d[o];
                             for (int ky = 0; ky < op.kh; ++ky) {
                               const int iy = oy * op.sh - op.pad_top + ky * op.dh;
                               if (iy < 0 || iy >= op.h) continue;
@@ -238,9 +379,9 @@ void depthwise_backward(const detail::LoweredOp& op, const float* x, const float
                                 const float* xi = xs + at;
                                 if (mult == 1) {
                                   if (dxs)
-                                    for (int ch = 0; ch < oc; ++ch) dxs[at + ch] += d[ch] * ws[ch];
+                                    for (int ch = first; ch < oc; ++ch) dxs[at + ch] += d[ch] * ws[ch];
                                   if (gw)
-                                    for (int ch = 0; ch < oc; ++ch) gw[tap + ch] += d[ch] * xi[ch];
+                                    for (int ch = first; ch < oc; ++ch) gw[tap + ch] += d[ch] * xi[ch];
                                 } else {
                                   for (int ch = 0; ch < op.c; ++ch)
                                     for (int m = 0; m < mult; ++m) {

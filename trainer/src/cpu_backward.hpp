@@ -32,6 +32,9 @@ struct OpGradients {
 // (act Linear, no residual). in: its forward inputs; out: its forward output (the max poolings
 // use it); dout: dL/dout. din[k]: dL/din[k] is ADDED there (null: input k needs none). grads: the
 // parameter gradients are ADDED to its non-empty vectors (null: none wanted).
+// (These kernels find the max poolings' maxima again from the input, so `out` may be null. The
+// element-wise kinds, Affine, Activation, Add and Mul, take h·w·c values per sample, as the forward
+// Mul does.)
 void backward_op(const detail::LoweredOp& op, const std::vector<const float*>& in, const float* out, const float* dout,
                  const std::vector<float*>& din, OpGradients* grads, int nb);
 
