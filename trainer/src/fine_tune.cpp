@@ -161,6 +161,15 @@ struct TrainableTop::State {
       t.activation_op = op.kind == OpKind::Activation;
       if (t.activation_op) t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       op.act = ActivationSpec{};
+      // The element-wise backward kernels take h·w·c values per sample; a value of rank 2 ([T, c])
+      // lowers with h = w = 1.
+      const std::size_t size = slot_size[static_cast<std::size_t>(op.out)];
+      const bool elementwise = op.kind == OpKind::Affine || op.kind == OpKind::Activation || op.kind == OpKind::Add ||
+                               op.kind == OpKind::Mul;
+      if (elementwise && op.c > 0 && static_cast<std::size_t>(op.h) * op.w * op.c != size) {
+        op.h = static_cast<int>(size / static_cast<std::size_t>(op.c));
+        op.w = 1;
+      }
       if (!t.activation_op) t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       if (!t.act.is_linear()) {
         t.pre_slot = static_cast<int>(slot_size.size());
@@ -433,7 +442,7 @@ void TrainableTop::backward(const float* dfeatures) {
     if (t.pre_slot >= 0) {  // through the op's own activation first
       const auto pre = static_cast<std::size_t>(t.pre_slot);
       const int in0 = t.op.in.at(0);
-      const float* before = !t.activation_op ? s.values[pre].data()
+      const float* before = !t.activation_op      ? s.values[pre].data()
                             : in0 == s.input_slot ? s.boundary_input
                                                   : s.values[static_cast<std::size_t>(in0)].data();
       const int width = t.op.oc > 0 ? t.op.oc : 1;
