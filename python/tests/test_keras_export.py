@@ -23,7 +23,9 @@ def stoker_cli():
 
 @pytest.mark.parametrize("preprocess, standardise", [
     ("tf", []), ("caffe", []), ("torch", []),
-    ("none", ["--rescale", "1/255", "--featurewise-center", "--featurewise-std-normalization"])])
+    ("none", ["--rescale", "1/255", "--featurewise-center", "--featurewise-std-normalization"]),
+    # A fine-tuned backbone: model.h5 holds its trained weights.
+    ("tf", ["--fine-tune-from", "block_16_expand", "--fine-tune-epochs", "2", "--fine-tune-learning-rate", "1e-3"])])
 def test_model_h5_loads_in_tf_keras_and_predicts_what_stoker_predicts(tmp_path, preprocess, standardise):
     keras = pytest.importorskip("tf_keras")
     from PIL import Image

@@ -340,7 +340,9 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
   const int bias_slot = head_optimizer.add(head.bias().size());
   const std::size_t in_size = trainer::Tensor::element_count(top.input_shape());
   trainer::HeadGradients g;
+  double step_seconds = 0;  // of the epoch: the top's forward and backward, the head, the updates
   auto train_batch = [&](const float* x, const int* y, int n, EpochProgress& sums) {
+    const auto t0 = Clock::now();
     const float* features = top.forward_train(x, n);
     const trainer::StepResult r = head.backward(features, y, n, o.loss, g);
     top.backward(g.features.data());
@@ -348,6 +350,7 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
     head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
     top.step();
+    step_seconds += since(t0);
     sums.loss_sum += r.loss * r.samples;
     sums.correct += r.correct;
     sums.images += static_cast<std::size_t>(n);
@@ -368,6 +371,7 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     e.epoch = epoch;
     e.fine_tuning = true;
     EpochProgress sums;
+    step_seconds = 0;
     const auto t0 = Clock::now();
     if (o.augmentation) {
       e.times = sources.train().run_epoch(
@@ -399,6 +403,7 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     const double seen = std::max<double>(1, static_cast<double>(sums.images));
     e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
     e.seconds = since(t0);
+    e.times.compute_seconds += step_seconds;
     e.images_per_second = static_cast<double>(sums.images) / std::max(1e-9, e.seconds);
     // Validation through the current top, batch by batch.
     std::vector<float> features(static_cast<std::size_t>(validation.n) * static_cast<std::size_t>(top.features()));
