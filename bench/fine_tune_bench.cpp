@@ -73,9 +73,7 @@ int main(int argc, char** argv) try {
   TrainableTop top(backbone.graph(), a.from);
   const Model below = backbone.cut_at(top.boundary());
   Head head = Head::sigmoid(top.features());
-  trainer::Optimizer head_optimizer;
-  const int kernel_slot = head_optimizer.add(head.kernel().size());
-  const int bias_slot = head_optimizer.add(head.bias().size());
+  TopAndHead model(top, head, top.optimizer().config());
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -84,16 +82,9 @@ int main(int argc, char** argv) try {
   std::vector<int> labels(static_cast<std::size_t>(a.batch));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int>(i % 2);
 
-  HeadGradients g;
   auto step = [&] {
     const Tensor x = below.forward(images.data(), a.batch);
-    const float* features = top.forward_train(x.data.data(), a.batch);
-    head.backward(features, labels.data(), a.batch, {}, g);
-    top.backward(g.features.data());
-    head_optimizer.begin_step();
-    head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
-    head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
-    top.step();
+    model.train_step(x.data.data(), labels.data(), a.batch);
   };
   step();
   step();

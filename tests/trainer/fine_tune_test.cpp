@@ -141,23 +141,14 @@ TEST(FineTune, OneAdamStepIsKeras) {
   Head head = Head::sigmoid(top.features());
   head.kernel() = v.tensor(v.meta.at("head_kernel_before")).data;
   head.bias() = v.tensor(v.meta.at("head_bias_before")).data;
-  trainer::Optimizer head_optimizer(adam);
-  const int kernel_slot = head_optimizer.add(head.kernel().size());
-  const int bias_slot = head_optimizer.add(head.bias().size());
+  TopAndHead model(top, head, adam);
 
   const Tensor x = v.tensor(v.meta.at("input"));
   const std::vector<float> label_values = v.tensor(v.meta.at("labels")).data;
   std::vector<int> labels(label_values.begin(), label_values.end());
   const Graph before = top.graph();
-  const float* features = top.forward_train(x.data.data(), x.batch());
-  HeadGradients g;
-  const StepResult r = head.backward(features, labels.data(), x.batch(), {}, g);
+  const StepResult r = model.train_step(x.data.data(), labels.data(), x.batch());
   EXPECT_NEAR(r.loss, v.tensor(v.meta.at("loss")).data[0], 1e-5);
-  top.backward(g.features.data());
-  head_optimizer.begin_step();
-  head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
-  head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
-  top.step();
 
   // Every updated weight within 1e-6 of Keras' (the step is 1e-5: a wrong sign is off by 2e-5).
   const Graph after = top.graph();

@@ -509,4 +509,26 @@ Graph TrainableTop::graph() const {
   return g;
 }
 
+TopAndHead::TopAndHead(TrainableTop& top, Head& head, OptimizerConfig config)
+    : top_(top),
+      head_(head),
+      head_optimizer_(config),
+      kernel_slot_(head_optimizer_.add(head.kernel().size())),
+      bias_slot_(head_optimizer_.add(head.bias().size())) {
+  if (head.input_dim() != top.features())
+    throw InvalidArgument("a head of " + std::to_string(head.input_dim()) + " inputs on a top giving " +
+                          std::to_string(top.features()) + " features");
+}
+
+StepResult TopAndHead::train_step(const float* x, const int* labels, int n, const LossOptions& loss) {
+  const float* features = top_.forward_train(x, n);
+  const StepResult r = head_.backward(features, labels, n, loss, gradients_);
+  top_.backward(gradients_.features.data());
+  head_optimizer_.begin_step();
+  head_optimizer_.update(kernel_slot_, head_.kernel().data(), gradients_.kernel.data());
+  head_optimizer_.update(bias_slot_, head_.bias().data(), gradients_.bias.data());
+  top_.step();
+  return r;
+}
+
 }  // namespace stoker::trainer

@@ -335,21 +335,12 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
   // The head goes on from the first phase's best epoch (what was saved), with a new optimizer
   // over every trainable weight as Keras' recompile gives.
   if (best.head()) head = *best.head();
-  trainer::Optimizer head_optimizer(ft.optimizer);
-  const int kernel_slot = head_optimizer.add(head.kernel().size());
-  const int bias_slot = head_optimizer.add(head.bias().size());
+  trainer::TopAndHead model(top, head, ft.optimizer);
   const std::size_t in_size = trainer::Tensor::element_count(top.input_shape());
-  trainer::HeadGradients g;
   double step_seconds = 0;  // of the epoch: the top's forward and backward, the head, the updates
   auto train_batch = [&](const float* x, const int* y, int n, EpochProgress& sums) {
     const auto t0 = Clock::now();
-    const float* features = top.forward_train(x, n);
-    const trainer::StepResult r = head.backward(features, y, n, o.loss, g);
-    top.backward(g.features.data());
-    head_optimizer.begin_step();
-    head_optimizer.update(kernel_slot, head.kernel().data(), g.kernel.data());
-    head_optimizer.update(bias_slot, head.bias().data(), g.bias.data());
-    top.step();
+    const trainer::StepResult r = model.train_step(x, y, n, o.loss);
     step_seconds += since(t0);
     sums.loss_sum += r.loss * r.samples;
     sums.correct += r.correct;

@@ -7,12 +7,9 @@
 //
 //   TrainableTop top(backbone.graph(), "block_13_expand", {.learning_rate = 1e-5f});
 //   Model below = backbone.cut_at(top.boundary());         // the frozen part
+//   TopAndHead model(top, head, top.optimizer().config());
 //   Tensor x = below.forward(images, n);                   // top's input
-//   const float* features = top.forward_train(x.data.data(), n);
-//   HeadGradients g;
-//   head.backward(features, labels, n, {}, g);             // dL/dfeatures in g.features
-//   top.backward(g.features.data());
-//   top.step();                                            // Adam on every trainable weight
+//   StepResult r = model.train_step(x.data.data(), labels, n);  // Adam on every trainable weight
 #pragma once
 
 #include <cstddef>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include <stoker/trainer/graph.hpp>
+#include <stoker/trainer/head.hpp>
 #include <stoker/trainer/tensor.hpp>
 
 namespace stoker::trainer {
@@ -107,6 +105,23 @@ class TrainableTop {
  private:
   struct State;
   std::unique_ptr<State> s_;
+};
+
+// A head on a trainable top, trained as one model (Keras' model after its recompile): each step
+// runs the top forward, the head's loss, the backward of both and one update of every weight, the
+// head's with an optimizer of its own with `config` (a new one: its moments start at zero).
+class TopAndHead {
+ public:
+  TopAndHead(TrainableTop& top, Head& head, OptimizerConfig config);
+  // x: n of the top's inputs; labels as Head::train_step. Returns the loss before the update.
+  StepResult train_step(const float* x, const int* labels, int n, const LossOptions& loss = {});
+
+ private:
+  TrainableTop& top_;
+  Head& head_;
+  Optimizer head_optimizer_;
+  int kernel_slot_, bias_slot_;
+  HeadGradients gradients_;
 };
 
 }  // namespace stoker::trainer
