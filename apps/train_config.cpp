@@ -65,6 +65,9 @@ void TrainConfig::add_to(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--fine-tune-momentum", fine_tune_momentum, "SGD momentum of the fine-tuning phase")
       ->capture_default_str();
+  cmd.add_flag("--fine-tune-dropout", fine_tune_dropout,
+               "the unfrozen layers' Dropout drops while fine-tuning (Keras' training=True); by default it does "
+               "not, as inside a backbone called with training=False");
   cmd.add_option("--rotation-range", rotation_range, "degrees");
   cmd.add_option("--width-shift-range", width_shift_range, "fraction of the width (< 1) or pixels");
   cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
@@ -188,6 +191,7 @@ training::TrainOptions TrainConfig::options() const {
   o.fine_tune.optimizer.kind = trainer::parse_optimizer(fine_tune_optimizer);
   o.fine_tune.optimizer.learning_rate = static_cast<float>(fine_tune_learning_rate);
   o.fine_tune.optimizer.momentum = static_cast<float>(fine_tune_momentum);
+  o.fine_tune.dropout = fine_tune_dropout;
   return o;
 }
 
@@ -236,10 +240,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
     label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
     cpu_budget, ram_budget, fine_tune_from, fine_tune_epochs, fine_tune_learning_rate, fine_tune_optimizer,
-    fine_tune_momentum, rotation_range, width_shift_range, height_shift_range, shear_range, zoom_range, horizontal_flip,
-    vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale, samplewise_center,
-    samplewise_std_normalization, featurewise_center, featurewise_std_normalization, center_crop, random_resized_crop,
-    contrast, saturation, hue)
+    fine_tune_momentum, fine_tune_dropout, rotation_range, width_shift_range, height_shift_range, shear_range,
+    zoom_range, horizontal_flip, vertical_flip, brightness_range, channel_shift_range, fill_mode, cval, rescale,
+    samplewise_center, samplewise_std_normalization, featurewise_center, featurewise_std_normalization, center_crop,
+    random_resized_crop, contrast, saturation, hue)
 
 void save_run_settings(const TrainConfig& config) {
   namespace fs = std::filesystem;

@@ -41,6 +41,7 @@ struct TrainConfig {
   double fine_tune_learning_rate = 1e-5;
   std::string fine_tune_optimizer = "adam";  // adam | sgd
   double fine_tune_momentum = 0;             // sgd
+  bool fine_tune_dropout = false;            // the unfrozen layers' Dropout drops
 
   // Keras ImageDataGenerator
   double rotation_range = 0;

@@ -315,5 +315,88 @@ TEST(FineTune, HeadGradientOfTheFeaturesIsTheLossDerivative) {
   }
 }
 
+// Input [rows, 6] -> Dropout(rate, noise_shape) -> Dense(6) with the identity kernel: the top's
+// training output is the masked input itself.
+Graph dropout_graph(std::vector<int> input_shape, float rate, std::vector<int> noise_shape) {
+  Graph g;
+  LayerNode input;
+  input.name = "input";
+  input.kind = LayerKind::Input;
+  input.out_shape = std::move(input_shape);
+  LayerNode drop;
+  drop.name = "drop";
+  drop.keras_class = "Dropout";
+  drop.kind = LayerKind::Dropout;
+  drop.inputs = {0};
+  drop.rate = rate;
+  drop.noise_shape = std::move(noise_shape);
+  LayerNode dense;
+  dense.name = "dense";
+  dense.kind = LayerKind::Dense;
+  dense.inputs = {1};
+  dense.filters = 6;
+  dense.use_bias = true;
+  std::vector<float> identity(36, 0.0f);
+  for (int i = 0; i < 6; ++i) identity[static_cast<std::size_t>(i * 7)] = 1.0f;
+  dense.weights["kernel"] = Weight{{6, 6}, std::make_shared<const std::vector<float>>(identity)};
+  dense.weights["bias"] = Weight{{6}, std::make_shared<const std::vector<float>>(6, 0.0f)};
+  g.nodes = {input, drop, dense};
+  g.inputs = {0};
+  g.outputs = {2};
+  infer_shapes_and_check(g);
+  return g;
+}
+
+// Keras' Dropout in training (set_dropout): values dropped at the rate, the kept ones scaled by 1 / (1 - rate),
+// the same mask in the backward pass; noise_shape shares draws along its 1 axes; inference keeps
+// everything; the masks are new each step and the same for the same step.
+TEST(FineTune, DropoutDropsInTrainingOnly) {
+  const int n = 200;
+  const std::vector<float> x = noise(static_cast<std::size_t>(n) * 4 * 6, 11);
+  for (const bool shared_rows : {false, true}) {
+    // A value of 4 rows of 6 per sample; noise_shape [None, 1, None]: one draw per column.
+    TrainableTop top(dropout_graph({4, 6}, 0.25f, shared_rows ? std::vector<int>{1, -1} : std::vector<int>{}), "drop",
+                     {.kind = OptimizerKind::Sgd, .learning_rate = 0.0f});
+    const Tensor inference = top.forward(x.data(), n);
+    EXPECT_EQ(inference.data, x) << "no dropout at inference";
+    const float* off = top.forward_train(x.data(), n);
+    EXPECT_EQ(std::vector<float>(off, off + x.size()), x) << "off by default (a backbone called with training=False)";
+    top.set_dropout(true);
+    const float* y = top.forward_train(x.data(), n);
+    std::vector<float> mask(x.size());
+    std::size_t dropped = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      mask[i] = y[i] == 0.0f ? 0.0f : y[i] / x[i];
+      dropped += y[i] == 0.0f;
+      if (y[i] != 0.0f) ASSERT_NEAR(mask[i], 1.0f / 0.75f, 1e-5) << i;
+    }
+    EXPECT_NEAR(dropped / static_cast<double>(x.size()), 0.25, 0.04);
+    if (shared_rows) {
+      for (int b = 0; b < n; ++b)
+        for (int r = 1; r < 4; ++r)
+          for (int c = 0; c < 6; ++c) {
+            const std::size_t at = (static_cast<std::size_t>(b) * 4 + r) * 6 + c,
+                              first = static_cast<std::size_t>(b) * 24 + c;
+            ASSERT_EQ(mask[at] == 0.0f, mask[first] == 0.0f) << "sample " << b << " row " << r << " column " << c;
+          }
+    }
+    // dL/dkernel[i][j] = sum over rows of masked x[i] * upstream[j].
+    const std::vector<float> upstream = noise(x.size(), 12);
+    top.backward(upstream.data());
+    const std::vector<float>& g = top.gradient("dense", "kernel");
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {
+        double want = 0;
+        for (std::size_t r = 0; r < x.size() / 6; ++r) want += double(y[r * 6 + i]) * upstream[r * 6 + j];
+        ASSERT_NEAR(g[static_cast<std::size_t>(i * 6 + j)], want, 1e-3 * (1 + std::abs(want))) << i << "," << j;
+      }
+    // The same step draws the same mask; the next step another.
+    const std::vector<float> first(y, y + x.size());
+    EXPECT_EQ(std::vector<float>(top.forward_train(x.data(), n), top.forward_train(x.data(), n) + x.size()), first);
+    top.step();
+    EXPECT_NE(std::vector<float>(top.forward_train(x.data(), n), top.forward_train(x.data(), n) + x.size()), first);
+  }
+}
+
 }  // namespace
 }  // namespace stoker::trainer

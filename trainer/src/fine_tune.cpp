@@ -104,7 +104,60 @@ struct TrainOp {
   // for an Activation op, whose input is that value.
   int pre_slot = -1;
   bool activation_op = false;
+  // A Dropout layer (lowered as an identity Affine op): in training y = x * mask, the mask 0 or
+  // 1 / (1 - rate), drawn anew each step (Keras' Dropout with training=True).
+  const LayerNode* dropout = nullptr;
+  std::vector<float> mask;
 };
+
+// splitmix64 step: a seedable, portable stream (the masks must not depend on the library).
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The mask of `node` for nb samples of its value (out_shape per sample): one draw per sample and
+// position of the axes its noise_shape does not broadcast.
+void draw_dropout_mask(const LayerNode& node, int nb, std::uint64_t seed, std::vector<float>& mask) {
+  const std::vector<int>& dims = node.out_shape;
+  std::vector<int> noise = node.noise_shape;
+  if (noise.empty()) noise.assign(dims.size(), -1);
+  if (noise.size() != dims.size())
+    throw InvalidArgument("fine-tuning: Dropout '" + node.name + "' has a noise_shape of " +
+                          std::to_string(noise.size() + 1) + " axes for a value of " + std::to_string(dims.size() + 1));
+  std::vector<std::size_t> stride(dims.size(), 0);  // of each axis into one sample's draws; 0: broadcast
+  std::size_t draws = 1;
+  for (std::size_t a = dims.size(); a-- > 0;) {
+    if (noise[a] == 1 && dims[a] != 1) continue;
+    if (noise[a] != -1 && noise[a] != dims[a] && noise[a] != 1)
+      throw InvalidArgument("fine-tuning: Dropout '" + node.name + "': noise_shape axis " + std::to_string(a + 1) +
+                            " is " + std::to_string(noise[a]) + " for a value of size " + std::to_string(dims[a]));
+    stride[a] = draws;
+    draws *= static_cast<std::size_t>(dims[a]);
+  }
+  const std::size_t per_sample = Tensor::element_count(dims);
+  mask.resize(per_sample * static_cast<std::size_t>(nb));
+  const double keep = 1.0 - node.rate;
+  const float kept = static_cast<float>(1.0 / keep);
+  std::vector<float> drawn(draws);
+  std::vector<int> at(dims.size());
+  for (int b = 0; b < nb; ++b) {
+    for (float& d : drawn) d = static_cast<double>(splitmix(seed) >> 11) * 0x1.0p-53 < keep ? kept : 0.0f;
+    std::fill(at.begin(), at.end(), 0);
+    float* m = mask.data() + static_cast<std::size_t>(b) * per_sample;
+    for (std::size_t i = 0; i < per_sample; ++i) {
+      std::size_t k = 0;
+      for (std::size_t a = 0; a < dims.size(); ++a) k += static_cast<std::size_t>(at[a]) * stride[a];
+      m[i] = drawn[k];
+      for (std::size_t a = dims.size(); a-- > 0;) {  // the next position, last axis fastest
+        if (++at[a] < dims[a]) break;
+        at[a] = 0;
+      }
+    }
+  }
+}
 
 // f(first_row, rows) over `rows` rows of `width` values, in parallel blocks of whole rows (the
 // softmax's rows stay whole).
@@ -122,6 +175,8 @@ struct TrainableTop::State {
   bool boundary_is_input = false;
   Graph original;                    // the backbone as given
   Graph sub;                         // Input (boundary) + the trainable layers, weights shared with `weights`
+  Graph train_graph;                 // `sub` with each Dropout an identity op, which training masks
+  bool dropout = false;              // set_dropout()
   std::vector<int> sub_to_original;  // node index in `original` of each sub-graph node (Input: the boundary)
   std::vector<TrainableWeight> weights;
   std::map<std::pair<std::string, std::string>, std::size_t> weight_index;
@@ -151,7 +206,7 @@ struct TrainableTop::State {
     lo.backend = "fine-tuning";
     lo.fold_batch_norm = false;
     lo.fuse_activations = false;
-    detail::LoweredGraph lg = detail::lower(sub, lo);
+    detail::LoweredGraph lg = detail::lower(train_graph, lo);
     ops.clear();
     slot_size = lg.slot_size;
     has_value.assign(slot_size.size(), true);
@@ -159,6 +214,10 @@ struct TrainableTop::State {
       TrainOp t;
       t.act = op.act;
       t.activation_op = op.kind == OpKind::Activation;
+      const int node = train_graph.find(op.name);
+      if (node >= 0 && sub.nodes[static_cast<std::size_t>(node)].kind == LayerKind::Dropout &&
+          sub.nodes[static_cast<std::size_t>(node)].rate > 0)
+        t.dropout = &sub.nodes[static_cast<std::size_t>(node)];
       if (t.activation_op) t.forward = cpu::prepare_op(op, slot_size[static_cast<std::size_t>(op.out)]);
       op.act = ActivationSpec{};
       // The element-wise backward kernels take h·w·c values per sample; a value of rank 2 ([T, c])
@@ -345,6 +404,21 @@ TrainableTop::TrainableTop(const Graph& backbone, const std::string& from_layer,
     s.sub.nodes.push_back(std::move(node));
   }
   s.sub.outputs = {remap[static_cast<std::size_t>(output)]};
+  s.train_graph = s.sub;
+  for (LayerNode& node : s.train_graph.nodes) {
+    if (node.kind != LayerKind::Dropout) continue;
+    if (node.keras_class == "GaussianDropout" || node.keras_class == "GaussianNoise")
+      throw InvalidArgument("fine-tuning: the " + node.keras_class + " layer '" + node.name + "' is above '" +
+                            from_layer + "', and its training-time noise is not implemented");
+    if (!(node.rate >= 0 && node.rate < 1))
+      throw InvalidArgument("fine-tuning: Dropout '" + node.name + "' has rate " + std::to_string(node.rate) +
+                            ", outside [0, 1)");
+    // x * 1 + 0, which the unfolded lowering keeps as an op of its own (a linear Activation would
+    // be an alias): forward_train masks there.
+    node.kind = LayerKind::Rescaling;
+    node.multiplier = 1.0f;
+    node.offset = 0.0f;
+  }
 }
 
 TrainableTop::~TrainableTop() = default;
@@ -399,7 +473,15 @@ const float* TrainableTop::forward_train(const float* x, int batch) {
     for (int i : t.op.in) ins.push_back(slot[static_cast<std::size_t>(i)]);
     float* out = s.values[static_cast<std::size_t>(t.op.out)].data();
     const std::size_t n = s.slot_size[static_cast<std::size_t>(t.op.out)] * static_cast<std::size_t>(batch);
-    if (t.pre_slot >= 0 && !t.activation_op) {  // keep the value before the op's own activation
+    if (t.dropout && s.dropout) {
+      // One stream per step and layer, so a resumed or repeated run draws the same masks.
+      draw_dropout_mask(*t.dropout, batch, s.optimizer.steps() * 0x100000001B3ull + t.op.out, t.mask);
+      const float* in = ins[0];
+      const float* mask = t.mask.data();
+      in_row_blocks(n, 1, [&](std::size_t at, std::size_t count) {
+        for (std::size_t i = at; i < at + count; ++i) out[i] = in[i] * mask[i];
+      });
+    } else if (t.pre_slot >= 0 && !t.activation_op) {  // keep the value before the op's own activation
       float* pre = s.values[static_cast<std::size_t>(t.pre_slot)].data();
       cpu::run_op(t.forward, ins, pre, batch);
       const int width = t.op.oc > 0 ? t.op.oc : 1;
@@ -455,6 +537,16 @@ void TrainableTop::backward(const float* dfeatures) {
       dout = dpre;
       value = before;
     }
+    if (t.dropout && s.dropout) {
+      const int in0 = t.op.in.at(0);
+      if (!s.needs_gradient[static_cast<std::size_t>(in0)]) continue;
+      float* din = s.grads[static_cast<std::size_t>(in0)].data();
+      const float* mask = t.mask.data();
+      in_row_blocks(s.slot_size[out] * static_cast<std::size_t>(nb), 1, [&](std::size_t at, std::size_t count) {
+        for (std::size_t i = at; i < at + count; ++i) din[i] += dout[i] * mask[i];
+      });
+      continue;
+    }
     ins.clear();
     dins.clear();
     for (int i : t.op.in) {
@@ -496,6 +588,8 @@ void TrainableTop::step() {
   std::lock_guard lock(s.backend_mutex);
   s.backend.reset();
 }
+
+void TrainableTop::set_dropout(bool in_training) { s_->dropout = in_training; }
 
 void TrainableTop::set_learning_rate(float learning_rate) { s_->optimizer.set_learning_rate(learning_rate); }
 const Optimizer& TrainableTop::optimizer() const { return s_->optimizer; }

@@ -281,6 +281,12 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
     n.kind = LayerKind::Dropout;  // identity at inference
     n.rate = cfg.contains("rate") && cfg["rate"].is_number() ? cfg["rate"].get<float>() : 0.0f;
+    if (cls == "SpatialDropout2D") n.noise_shape = {1, 1, -1};
+    if (cls == "Dropout" && cfg.contains("noise_shape") && cfg["noise_shape"].is_array()) {
+      const json& ns = cfg["noise_shape"];
+      for (std::size_t i = 1; i < ns.size(); ++i)  // [0] is the batch
+        n.noise_shape.push_back(ns[i].is_null() ? -1 : to_int(ns[i], name, "noise_shape"));
+    }
   } else {
     fail(name, "layer class '" + cls +
                    "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, SeparableConv2D, "

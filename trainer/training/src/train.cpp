@@ -244,7 +244,8 @@ nlohmann::json run_settings(const TrainOptions& o, const trainer::BackboneRef& b
                                              {"optimizer", trainer::to_string(o.fine_tune.optimizer.kind)},
                                              {"learning_rate", o.fine_tune.optimizer.learning_rate},
                                              {"momentum", o.fine_tune.optimizer.momentum},
-                                             {"nesterov", o.fine_tune.optimizer.nesterov}}
+                                             {"nesterov", o.fine_tune.optimizer.nesterov},
+                                             {"dropout", o.fine_tune.dropout}}
                             : nlohmann::json(nullptr)}};
 }
 
@@ -510,6 +511,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     if (o.fine_tune.epochs < 1)
       throw InvalidArgument("fine-tuning epochs must be >= 1, received " + std::to_string(o.fine_tune.epochs));
     top.emplace(backbone.graph(), o.fine_tune.from_layer, o.fine_tune.optimizer);
+    top->set_dropout(o.fine_tune.dropout);
   }
   std::shared_ptr<trainer::CudnnBackend> gpu = place_backbone(backbone, device, o.loader.batch_size);
   if (!device.fallback_reason.empty()) observer.on_warning(device.fallback_reason);

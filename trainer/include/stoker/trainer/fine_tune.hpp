@@ -93,6 +93,11 @@ class TrainableTop {
   const std::vector<float>& gradient(const std::string& layer, const std::string& weight) const;
   // The trainable weights as (layer, Keras name) pairs, in graph order.
   std::vector<std::pair<std::string, std::string>> trainable_weights() const;
+  // Dropout layers in the trainable part: off by default, as inside a Keras backbone called with
+  // training=False (the recipe that keeps BatchNormalization in inference mode); on, they drop in
+  // forward_train() as Keras' Dropout does with training=True (noise_shape and SpatialDropout2D
+  // included), a new mask each step. forward() never drops.
+  void set_dropout(bool in_training);
   // One optimizer update of every trainable weight from the last backward's gradients.
   void step();
   void set_learning_rate(float learning_rate);

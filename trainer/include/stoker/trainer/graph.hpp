@@ -88,11 +88,15 @@ struct LayerNode {
   bool use_bias = false;  // Conv2D/DepthwiseConv2D/SeparableConv2D/Dense bias; (Layer/Batch)Normalization `center`
   bool scale = true;      // BatchNormalization / LayerNormalization `scale` (gamma)
   bool keepdims = false;  // GlobalAveragePooling2D, GlobalMaxPooling2D
-  std::vector<int> target_shape;           // Reshape, as Keras writes it (one -1 allowed)
-  float epsilon = 1e-3f;                   // BatchNormalization, LayerNormalization
-  int axis = -1;                           // Concatenate, BatchNormalization, (Layer)Normalization
-  float residual_scale = 1.0f;             // ScaledAdd
-  float rate = 0.0f;                       // Dropout (kept for export; inference ignores it)
+  std::vector<int> target_shape;  // Reshape, as Keras writes it (one -1 allowed)
+  float epsilon = 1e-3f;          // BatchNormalization, LayerNormalization
+  int axis = -1;                  // Concatenate, BatchNormalization, (Layer)Normalization
+  float residual_scale = 1.0f;    // ScaledAdd
+  float rate = 0.0f;              // Dropout (kept for export; inference ignores it)
+  // Dropout in training (fine-tuning): which axes of the per-sample value share one draw — Keras'
+  // noise_shape without its batch entry, 1 where the mask is broadcast, -1 (None) where it is not;
+  // empty: every value draws its own. SpatialDropout2D is {1, 1, -1}.
+  std::vector<int> noise_shape;
   float multiplier = 1.0f, offset = 0.0f;  // Rescaling
   ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 

@@ -61,6 +61,7 @@ struct FineTuneOptions {
   std::string from_layer;  // empty: no second phase
   int epochs = 10;
   trainer::OptimizerConfig optimizer;  // Adam at 1e-5 unless set
+  bool dropout = false;                // the top's Dropout layers drop (TrainableTop::set_dropout)
   bool enabled() const { return !from_layer.empty(); }
 };
 
