@@ -10,7 +10,8 @@
 //
 // Defaults: the bundled MobileNetV2 α=0.35 cut at sequential_9 (1280 features), unfrozen from
 // block_13_expand. Two warm-up steps, then --steps timed ones; prints "fine_tune_bench img/s: <n>"
-// for the step (and the frozen part's share of its time) and "fine_tune_bench forward img/s: <n>" for the frozen backbone's inference alone.
+// for the step (and the frozen part's share of its time) and "fine_tune_bench forward img/s: <n>"
+// for the frozen backbone's inference alone.
 #include <chrono>
 #include <cstdio>
 #include <optional>
