@@ -239,6 +239,10 @@ TEST(FineTune, GraphHoldsTheTrainedWeights) {
   // The backbone given is untouched.
   EXPECT_LT(max_rel_error(backbone.forward(images.data(), n).data, before.data), 1e-6);
   EXPECT_THROW(top.gradient("block_16_project_BN", "moving_mean"), InvalidArgument);
+  // The activations' buffers are allocated once: a step changes the weights, not the buffers.
+  const float* first = top.forward_train(x.data.data(), n);
+  top.step();
+  EXPECT_EQ(top.forward_train(x.data.data(), n), first);
 }
 
 TEST(FineTune, OptimizersFollowKerasRules) {

@@ -207,6 +207,7 @@ struct TrainableTop::State {
     lo.fold_batch_norm = false;
     lo.fuse_activations = false;
     detail::LoweredGraph lg = detail::lower(train_graph, lo);
+    const std::vector<std::size_t> previous = std::move(slot_size);
     ops.clear();
     slot_size = lg.slot_size;
     has_value.assign(slot_size.size(), true);
@@ -249,9 +250,12 @@ struct TrainableTop::State {
       if (t.pre_slot >= 0) needs_gradient[static_cast<std::size_t>(t.pre_slot)] = true;
     }
     needs_gradient[static_cast<std::size_t>(input_slot)] = false;
-    values.resize(slot_size.size());
-    grads.resize(slot_size.size());
-    capacity = 0;
+    // The weights change at each step, the slots do not: the buffers stay.
+    if (slot_size != previous) {
+      values.assign(slot_size.size(), {});
+      grads.assign(slot_size.size(), {});
+      capacity = 0;
+    }
     lowered_current = true;
   }
 
