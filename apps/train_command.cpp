@@ -260,7 +260,7 @@ class TrainLog final : public training::TrainObserver {
     // This process's time continues the killed one's on the throughput plot.
     start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(throughput_.x.empty() ? 0.0 : throughput_.x.back()));
-    std::printf("resuming %s at epoch %d/%d", c_.out.c_str(), epoch + 1, c_.epochs);
+    std::printf("resuming %s at epoch %d/%d", c_.out.c_str(), epoch + 1, total_epochs(c_));
     if (next_batch > 0) std::printf(", batch %zu", next_batch + 1);
     std::printf(" (%zu epochs done)\n", history.size());
     std::fflush(stdout);
