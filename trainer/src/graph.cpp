@@ -116,8 +116,28 @@ void WeightStore::add(RawWeight weight) {
 }
 
 RawWeight* WeightStore::find(const std::string& layer, const std::string& weight) {
-  auto it = weights_.find(layer + "/" + weight);
+  // A layer name with '/' (DenseNet's "conv1/conv") is keyed by its last part; its full stored
+  // name tells it from the other layers sharing that part ("conv2_block1_1/conv").
+  const std::string leaf = layer.substr(layer.rfind('/') + 1);
+  auto it = weights_.find(leaf + "/" + weight);
   if (it == weights_.end()) return nullptr;
+  if (it->second.size() > 1 || leaf != layer) {
+    // An .h5 file stores a layer's weights in the group named after it: "<layer>/<layer>/<weight>".
+    // Then any name ending in "/<layer>/<weight>".
+    const std::string suffix = layer + "/" + weight, in_group = layer + "/" + suffix;
+    for (bool exact : {true, false}) {
+      RawWeight* match = nullptr;
+      int matches = 0;
+      for (RawWeight& w : it->second) {
+        const std::string stored = w.full_name.substr(0, w.full_name.rfind(':'));
+        const bool ends_with = stored.size() > suffix.size() && stored[stored.size() - suffix.size() - 1] == '/' &&
+                               stored.compare(stored.size() - suffix.size(), suffix.size(), suffix) == 0;
+        if (stored == suffix || stored == in_group || (!exact && ends_with)) match = &w, ++matches;
+      }
+      if (matches == 1) return match;
+      if (!exact && leaf != layer && matches == 0) return nullptr;
+    }
+  }
   if (it->second.size() > 1)
     throw InvalidArgument("layer '" + layer + "': weight '" + weight + "' is stored " +
                           std::to_string(it->second.size()) + " times (" + it->second[0].full_name + ", " +
@@ -188,13 +208,23 @@ void finalize_graph(Graph& g, WeightStore& store, const std::string& source) {
     for (int i : n.inputs) ins.push_back(g.nodes[static_cast<std::size_t>(i)].out_shape);
     n.out_shape = infer_shape(n, ins);
     const int cin = ins.empty() || ins[0].empty() ? 0 : ins[0].back();
+    // A Conv2D with groups == filters (ConvNeXt's depthwise convolution) imports as a
+    // DepthwiseConv2D: its "kernel" [kh, kw, 1, C] has the depthwise kernel's memory layout.
+    const bool grouped_depthwise = n.kind == LayerKind::DepthwiseConv2D && n.keras_class == "Conv2D";
     for (const auto& [key, expected] : expected_weights(n, cin)) {
       const std::size_t count = weight_count(n, key, expected);
-      RawWeight* w = store.find(n.name, key);
-      if (!w) fail(n, "weight '" + key + "' " + shape_to_string(expected) + " is missing from " + source);
-      if (w->shape != expected)
+      const bool as_grouped = grouped_depthwise && key == "depthwise_kernel";
+      const std::string stored_key = as_grouped ? "kernel" : key;
+      const std::vector<int> stored_shape =
+          as_grouped ? std::vector<int>{n.kernel_h, n.kernel_w, 1, n.filters} : expected;
+      if (as_grouped && n.filters != cin)
+        fail(n, "grouped convolution with groups=" + std::to_string(n.filters) + " on " + std::to_string(cin) +
+                    " input channels is not supported (only groups == filters == input channels)");
+      RawWeight* w = store.find(n.name, stored_key);
+      if (!w) fail(n, "weight '" + stored_key + "' " + shape_to_string(stored_shape) + " is missing from " + source);
+      if (w->shape != stored_shape)
         fail(n, "weight '" + w->full_name + "' has shape " + shape_to_string(w->shape) + ", expected " +
-                    shape_to_string(expected));
+                    shape_to_string(stored_shape));
       if (w->data.size() != count)
         fail(n, "weight '" + w->full_name + "' holds " + std::to_string(w->data.size()) + " values, expected " +
                     std::to_string(count));

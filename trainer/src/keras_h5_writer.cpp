@@ -190,8 +190,19 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
       break;
     case LayerKind::Rescaling:
       l.class_name = "Rescaling";
-      c["scale"] = n.multiplier;
-      c["offset"] = n.offset;
+      if (n.channel_multipliers.empty()) {
+        c["scale"] = n.multiplier;
+        c["offset"] = n.offset;
+      } else {
+        c["scale"] = n.channel_multipliers;
+        c["offset"] = n.channel_offsets;
+      }
+      break;
+    case LayerKind::LayerScale:  // Keras Applications' ConvNeXt layer (keras.applications.convnext.LayerScale)
+      l.class_name = "LayerScale";
+      c["init_values"] = 1e-6;
+      if (const Weight* g = n.weight("gamma")) c["projection_dim"] = static_cast<int>(g->size());
+      with_weights({"gamma"});
       break;
     case LayerKind::Input: break;  // written by the caller
   }

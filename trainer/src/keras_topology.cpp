@@ -119,6 +119,95 @@ bool is_inception_resnet_lambda(const json& cfg, const std::string& name) {
   return false;
 }
 
+// A number or a list of numbers (Rescaling's scale and offset, Normalization's mean and variance).
+std::vector<float> numbers_or(const json& cfg, const char* key, float fallback, const std::string& layer) {
+  if (!cfg.contains(key) || cfg[key].is_null()) return {fallback};
+  const json& v = cfg[key];
+  if (v.is_number()) return {v.get<float>()};
+  std::vector<float> r;
+  if (v.is_array())
+    for (const auto& e : v) {
+      if (!e.is_number()) break;
+      r.push_back(e.get<float>());
+    }
+  if (r.empty() || r.size() != v.size())
+    fail(layer, std::string(key) + " must be a number or a flat list of numbers, received " + v.dump().substr(0, 100));
+  return r;
+}
+
+// Normalization with a constant mean and variance in its config (ConvNeXt's ImageNet statistics):
+// tf_keras' (x - mean) / max(sqrt(variance), 1e-7), as a per-channel Rescaling. No weights.
+void normalization_as_rescaling(const json& cfg, const std::string& name, LayerNode& n) {
+  const std::vector<float> mean = numbers_or(cfg, "mean", 0.0f, name);
+  const std::vector<float> variance = numbers_or(cfg, "variance", 1.0f, name);
+  if (mean.size() != variance.size() && mean.size() != 1 && variance.size() != 1)
+    fail(name, "Normalization's mean and variance have different lengths");
+  const std::size_t c = std::max(mean.size(), variance.size());
+  std::vector<float> scale(c), offset(c);
+  for (std::size_t i = 0; i < c; ++i) {
+    const double m = mean[mean.size() == 1 ? 0 : i], v = variance[variance.size() == 1 ? 0 : i];
+    if (!(v >= 0)) fail(name, "Normalization's variance must be >= 0");
+    const double s = 1.0 / std::max(std::sqrt(v), 1e-7);
+    scale[i] = static_cast<float>(s), offset[i] = static_cast<float>(-m * s);
+  }
+  n.kind = LayerKind::Rescaling;
+  if (c == 1) n.multiplier = scale[0], n.offset = offset[0];
+  else n.channel_multipliers = std::move(scale), n.channel_offsets = std::move(offset);
+}
+
+// A Keras 2 tensor reference [layer, node index, tensor index] (a TFOpLambda's second operand).
+bool is_tensor_ref(const json& v) { return v.is_array() && v.size() >= 3 && v[0].is_string(); }
+
+// TFOpLambda: a TensorFlow function tf_keras recorded by name when a model applied it to a Keras
+// tensor (MobileNetV3's hard_sigmoid is tf.__operators__.add(x, 3.0) -> ReLU(6) ->
+// tf.math.multiply(., 1/6); ConvNeXt's residual is tf.__operators__.add(x, y)). The other
+// arguments are in the call's kwargs; `tensor_inputs` counts the Keras tensors among them.
+LayerNode make_tf_op_node(const json& cfg, const std::string& name, const json& kwargs, std::size_t tensor_inputs) {
+  const std::string fn = cfg.value("function", std::string());
+  LayerNode n;
+  n.name = name;
+  n.keras_class = "TFOpLambda";
+  const json* y = kwargs.is_object() && kwargs.contains("y") ? &kwargs["y"] : nullptr;
+  const bool y_number = y && y->is_number();
+  const bool y_tensor = y && is_tensor_ref(*y) && tensor_inputs == 2;
+  auto activation = [&](ActKind kind, float max_value) {
+    n.kind = LayerKind::Activation;
+    n.activation.kind = kind;
+    n.activation.max_value = max_value;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  if ((fn == "__operators__.add" || fn == "math.add") && y_number) {
+    n.kind = LayerKind::Rescaling, n.offset = y->get<float>();
+  } else if ((fn == "__operators__.add" || fn == "math.add") && y_tensor) {
+    n.kind = LayerKind::Add;
+  } else if (fn == "math.subtract" && y_number) {
+    n.kind = LayerKind::Rescaling, n.offset = -y->get<float>();
+  } else if (fn == "math.multiply" && y_number) {
+    n.kind = LayerKind::Rescaling, n.multiplier = y->get<float>();
+  } else if (fn == "math.multiply" && y_tensor) {
+    n.kind = LayerKind::Multiply;
+  } else if ((fn == "math.truediv" || fn == "math.divide") && y_number && y->get<float>() != 0.0f) {
+    n.kind = LayerKind::Rescaling, n.multiplier = 1.0f / y->get<float>();
+  } else if (fn == "nn.relu" && !y) {
+    activation(ActKind::ReLU, inf);
+  } else if (fn == "nn.relu6" && !y) {
+    activation(ActKind::ReLU, 6.0f);
+  } else if ((fn == "math.sigmoid" || fn == "nn.sigmoid") && !y) {
+    activation(ActKind::Sigmoid, inf);
+  } else if ((fn == "nn.silu" || fn == "nn.swish") && !y) {
+    activation(ActKind::Swish, inf);
+  } else if (fn == "math.tanh" && !y) {
+    activation(ActKind::Tanh, inf);
+  } else {
+    const std::string args = kwargs.is_object() ? kwargs.dump().substr(0, 100) : "{}";
+    fail(name, "TFOpLambda op '" + fn + "' with arguments " + args +
+                   " is not supported (supported: __operators__.add, math.add, math.subtract, math.multiply, "
+                   "math.truediv with a number; __operators__.add, math.add, math.multiply of two tensors; "
+                   "nn.relu, nn.relu6, math.sigmoid, nn.silu, math.tanh)");
+  }
+  return n;
+}
+
 // What Conv2D, DepthwiseConv2D and SeparableConv2D configs share: channels last, the window,
 // padding, bias and fused activation.
 void read_convolution(const json& cfg, const std::string& name, LayerNode& n) {
@@ -145,8 +234,14 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     read_convolution(cfg, name, n);
     if ((n.stride_h > 1 || n.stride_w > 1) && (n.dilation_h > 1 || n.dilation_w > 1))
       fail(name, "strides > 1 together with dilation_rate > 1 is not supported by Keras either");
-    if (cfg.contains("groups") && !cfg["groups"].is_null() && int_or(cfg, "groups", 1, name) != 1)
-      fail(name, "grouped convolution (groups=" + cfg["groups"].dump() + ") is not supported");
+    const int groups = int_or(cfg, "groups", 1, name);
+    if (groups > 1 && groups == n.filters) {  // a depthwise convolution (ConvNeXt); finalize checks C == groups
+      n.kind = LayerKind::DepthwiseConv2D;
+      n.depth_multiplier = 1;
+    } else if (groups != 1) {
+      fail(name, "grouped convolution (groups=" + cfg["groups"].dump() +
+                     ") is not supported (only groups == filters == input channels, a depthwise convolution)");
+    }
   } else if (cls == "DepthwiseConv2D") {
     n.kind = LayerKind::DepthwiseConv2D;
     read_convolution(cfg, name, n);
@@ -160,10 +255,10 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.kind = LayerKind::Normalization;
     n.axis = single_axis(cfg, name, "Normalization");
     if (cfg.value("invert", false)) fail(name, "Normalization with invert=True is not supported");
-    for (const char* key : {"mean", "variance"})
-      if (cfg.contains(key) && !cfg[key].is_null())
-        fail(name, std::string("Normalization with a ") + key +
-                       " in its config is not supported (only adapted weights mean/variance)");
+    const bool has_mean = cfg.contains("mean") && !cfg["mean"].is_null();
+    const bool has_variance = cfg.contains("variance") && !cfg["variance"].is_null();
+    if (has_mean != has_variance) fail(name, "Normalization with only one of mean and variance in its config");
+    if (has_mean) normalization_as_rescaling(cfg, name, n);
   } else if (cls == "LayerNormalization") {
     n.kind = LayerKind::LayerNormalization;
     n.axis = single_axis(cfg, name, "LayerNormalization");
@@ -271,13 +366,19 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     n.activation = activation_of(cfg, name);
   } else if (cls == "Rescaling") {
     n.kind = LayerKind::Rescaling;
-    for (const char* key : {"scale", "offset"}) {
-      if (cfg.contains(key) && !cfg[key].is_number())
-        fail(name, std::string("Rescaling with a per-channel ") + key + " " + cfg[key].dump().substr(0, 60) +
-                       " is not supported (only a number)");
+    const std::vector<float> scale = numbers_or(cfg, "scale", 1.0f, name);
+    const std::vector<float> offset = numbers_or(cfg, "offset", 0.0f, name);
+    if (scale.size() == 1 && offset.size() == 1) {
+      n.multiplier = scale[0], n.offset = offset[0];
+    } else if (scale.size() == 1 || offset.size() == 1 || scale.size() == offset.size()) {
+      const std::size_t c = std::max(scale.size(), offset.size());
+      n.channel_multipliers = scale.size() == 1 ? std::vector<float>(c, scale[0]) : scale;
+      n.channel_offsets = offset.size() == 1 ? std::vector<float>(c, offset[0]) : offset;
+    } else {
+      fail(name, "Rescaling's scale and offset have different lengths");
     }
-    n.multiplier = cfg.contains("scale") ? cfg["scale"].get<float>() : 1.0f;
-    n.offset = cfg.contains("offset") ? cfg["offset"].get<float>() : 0.0f;
+  } else if (cls == "LayerScale") {  // Keras Applications' ConvNeXt: x * gamma, gamma trainable per channel
+    n.kind = LayerKind::LayerScale;
   } else if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianDropout" || cls == "GaussianNoise") {
     n.kind = LayerKind::Dropout;  // identity at inference
     n.rate = cfg.contains("rate") && cfg["rate"].is_number() ? cfg["rate"].get<float>() : 0.0f;
@@ -293,7 +394,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
                    "BatchNormalization, LayerNormalization, Normalization, ReLU, LeakyReLU, ELU, Activation, "
                    "ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
                    "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Multiply, Flatten, Dense, "
-                   "Dropout, Rescaling, CustomScaleLayer)");
+                   "Dropout, Rescaling, CustomScaleLayer, LayerScale, TFOpLambda)");
   }
   return n;
 }
@@ -344,7 +445,10 @@ void collect_keras3_refs(const json& v, std::vector<Ref>& out) {
 
 std::vector<Ref> parse_inbound_node(const json& node) {
   std::vector<Ref> refs;
-  if (node.is_array()) {  // Keras 2: [[name, node_index, tensor_index, kwargs], ...]
+  if (node.is_array() && !node.empty() && node[0].is_string()) {  // a TFOpLambda's: [name, node, tensor, kwargs]
+    refs.push_back({node[0].get<std::string>(), to_int(node.at(1), "", "inbound node index"),
+                    to_int(node.at(2), "", "inbound tensor index")});
+  } else if (node.is_array()) {  // Keras 2: [[name, node_index, tensor_index, kwargs], ...]
     for (const auto& r : node) {
       if (r.is_array() && r.size() >= 3 && r[0].is_string())
         refs.push_back({r[0].get<std::string>(), to_int(r[1], "", "inbound node index"),
@@ -354,6 +458,16 @@ std::vector<Ref> parse_inbound_node(const json& node) {
     collect_keras3_refs(node, refs);
   }
   return refs;
+}
+
+// The keyword arguments of a layer call: Keras 2 writes them as the 4th element of the (first)
+// inbound reference, Keras 3 as "kwargs".
+json call_kwargs(const json& node) {
+  if (node.is_array() && node.size() >= 4 && node[0].is_string() && node[3].is_object()) return node[3];
+  if (node.is_array() && !node.empty() && node[0].is_array() && node[0].size() >= 4 && node[0][3].is_object())
+    return node[0][3];
+  if (node.is_object() && node.contains("kwargs") && node["kwargs"].is_object()) return node["kwargs"];
+  return nullptr;
 }
 
 class Flattener {
@@ -394,14 +508,16 @@ class Flattener {
     return id;
   }
 
-  std::vector<int> add_layer(const json& layer, const std::vector<int>& inputs) {
+  // `kwargs`: the call's keyword arguments (a TFOpLambda's operands), null when none.
+  std::vector<int> add_layer(const json& layer, const std::vector<int>& inputs, const json& kwargs = nullptr) {
     const std::string cls = layer.at("class_name").get<std::string>();
     const std::string name = layer_name_of(layer);
     if (is_model_class(cls)) return add_model(layer, inputs);
     if (cls == "InputLayer") fail(name, "InputLayer inside the graph is not expected here");
-    if (cls == "TFOpLambda" || (cls == "Lambda" && !is_inception_resnet_lambda(layer.at("config"), name)))
+    if (cls == "Lambda" && !is_inception_resnet_lambda(layer.at("config"), name))
       fail(name, "layer class '" + cls + "' (arbitrary Python code) is not supported");
-    LayerNode n = make_node(cls, layer.at("config"), name);
+    LayerNode n = cls == "TFOpLambda" ? make_tf_op_node(layer.at("config"), name, kwargs, inputs.size())
+                                      : make_node(cls, layer.at("config"), name);
     // Keras 3 (its layers carry "module") redefined hard_sigmoid as relu6(x + 3) / 6; stoker's is
     // tf_keras' clip(0.2 x + 0.5, 0, 1).
     if (layer.contains("module") && n.activation.kind == ActKind::HardSigmoid)
@@ -482,7 +598,11 @@ class Flattener {
           fail(lname, nodes.empty() ? "the layer has no inbound node (not connected)"
                                     : "the layer is called " + std::to_string(nodes.size()) +
                                           " times (shared layers are not supported)");
-        const auto refs = parse_inbound_node(nodes[0]);
+        auto refs = parse_inbound_node(nodes[0]);
+        const json kwargs = call_kwargs(nodes[0]);
+        if (cls == "TFOpLambda" && kwargs.is_object() && kwargs.contains("y") && is_tensor_ref(kwargs["y"]))
+          refs.push_back({kwargs["y"][0].get<std::string>(), to_int(kwargs["y"][1], lname, "y node index"),
+                          to_int(kwargs["y"][2], lname, "y tensor index")});
         bool ready = true;
         for (const auto& r : refs) ready = ready && produced.count(r.layer) > 0;
         if (!ready) continue;
@@ -493,7 +613,7 @@ class Flattener {
             fail(lname, "input '" + r.layer + "' has no output tensor " + std::to_string(r.tensor));
           ins.push_back(outs[static_cast<std::size_t>(r.tensor)]);
         }
-        produced[lname] = add_layer(layer, ins);
+        produced[lname] = add_layer(layer, ins, kwargs);
         done[i] = true, --remaining, progress = true;
       }
       if (!progress) {

@@ -181,6 +181,15 @@ std::vector<int> infer_multiply(const LayerNode& n, const std::vector<std::vecto
               " are not supported (only equal shapes, or [H, W, C] and [1, 1, C])");
 }
 
+std::vector<int> infer_rescaling(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  const std::size_t c = static_cast<std::size_t>(s.back());
+  if (!n.channel_multipliers.empty() && (n.channel_multipliers.size() != c || n.channel_offsets.size() != c))
+    fail(n, "has " + std::to_string(n.channel_multipliers.size()) + " per-channel values for an input of " +
+                std::to_string(c) + " channels");
+  return s;
+}
+
 std::vector<int> infer_flatten(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   const auto& s = one_input(n, in);
   std::int64_t count = 1;
@@ -240,6 +249,8 @@ WeightShapes batch_norm_weights(const LayerNode& n, int cin) {
   w.push_back({"moving_variance", {cin}});
   return w;
 }
+
+WeightShapes layer_scale_weights(const LayerNode&, int cin) { return {{"gamma", {cin}}}; }
 
 WeightShapes dense_weights(const LayerNode& n, int cin) {
   if (n.use_bias) return {{"kernel", {cin, n.filters}}, {"bias", {n.filters}}};
@@ -391,7 +402,20 @@ void lower_layer_norm(Lowering& lw, int id) {
 void lower_rescaling(Lowering& lw, int id) {
   const auto channels = static_cast<std::size_t>(lw.input_shape(id).back());
   const LayerNode& n = lw.node(id);
-  lower_channel_affine(lw, id, {std::vector<double>(channels, n.multiplier), std::vector<double>(channels, n.offset)});
+  if (n.channel_multipliers.empty()) {
+    lower_channel_affine(lw, id,
+                         {std::vector<double>(channels, n.multiplier), std::vector<double>(channels, n.offset)});
+    return;
+  }
+  lower_channel_affine(lw, id,
+                       {std::vector<double>(n.channel_multipliers.begin(), n.channel_multipliers.end()),
+                        std::vector<double>(n.channel_offsets.begin(), n.channel_offsets.end())});
+}
+
+void lower_layer_scale(Lowering& lw, int id) {
+  const float* gamma = lw.node(id).weight("gamma")->ptr();
+  const auto channels = static_cast<std::size_t>(lw.input_shape(id).back());
+  lower_channel_affine(lw, id, {std::vector<double>(gamma, gamma + channels), std::vector<double>(channels, 0.0)});
 }
 
 void lower_activation(Lowering& lw, int id) {
@@ -493,13 +517,14 @@ constexpr LayerRule kRules[] = {
     {LayerKind::Flatten, "Flatten", infer_flatten, no_weights, lower_alias},
     {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
     {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
-    {LayerKind::Rescaling, "Rescaling", infer_same, no_weights, lower_rescaling},
+    {LayerKind::Rescaling, "Rescaling", infer_rescaling, no_weights, lower_rescaling},
     {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", infer_global_average, no_weights, lower_global_max},
     {LayerKind::Reshape, "Reshape", infer_reshape, no_weights, lower_alias},
     {LayerKind::Multiply, "Multiply", infer_multiply, no_weights, lower_multiply},
     {LayerKind::SeparableConv2D, "SeparableConv2D", infer_window, separable_weights, lower_separable},
     {LayerKind::Normalization, "Normalization", infer_batch_norm, normalization_weights, lower_normalization},
     {LayerKind::LayerNormalization, "LayerNormalization", infer_batch_norm, layer_norm_weights, lower_layer_norm},
+    {LayerKind::LayerScale, "LayerScale", infer_same, layer_scale_weights, lower_layer_scale},
 };
 
 constexpr bool in_enum_order() {

@@ -28,13 +28,14 @@ enum class LayerKind {
   Flatten,
   Dense,
   Dropout,
-  Rescaling,  // y = x * multiplier + offset (Keras' Rescaling with scalar scale and offset)
+  Rescaling,  // y = x * multiplier + offset, per channel when channel_multipliers/offsets are set
   GlobalMaxPooling2D,
   Reshape,             // target_shape: a relabelling of the per-sample data (row-major, like Keras)
   Multiply,            // two inputs of equal shapes, or [H, W, C] × [1, 1, C] (squeeze-and-excitation)
   SeparableConv2D,     // a depthwise conv (depth_multiplier) then a 1×1 conv to `filters`, + bias, act
   Normalization,       // Keras' adapted Normalization: (x - mean) / max(sqrt(variance), 1e-7), last axis
   LayerNormalization,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
+  LayerScale,          // x * gamma per channel (ConvNeXt's trainable residual scale)
 };
 const char* to_string(LayerKind kind);
 
@@ -98,6 +99,9 @@ struct LayerNode {
   // empty: every value draws its own. SpatialDropout2D is {1, 1, -1}.
   std::vector<int> noise_shape;
   float multiplier = 1.0f, offset = 0.0f;  // Rescaling
+  // Rescaling per channel (a list scale/offset, or Normalization with a constant mean and
+  // variance in its config); empty: the scalars above.
+  std::vector<float> channel_multipliers, channel_offsets;
   ActivationSpec activation;  // fused activation of Conv2D/DepthwiseConv2D/Dense; the op of ReLU/Activation
 
   // Weights by Keras name: kernel, bias, depthwise_kernel, gamma, beta, moving_mean, moving_variance.
