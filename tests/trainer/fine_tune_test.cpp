@@ -402,5 +402,36 @@ TEST(FineTune, DropoutDropsInTrainingOnly) {
   }
 }
 
+// ConvNeXt's LayerScale (x * gamma per channel) trains: dL/dgamma[c] = sum of x * dL/dy over
+// channel c's values.
+TEST(FineTune, LayerScaleGammaTrains) {
+  Graph g;
+  LayerNode input;
+  input.name = "input";
+  input.kind = LayerKind::Input;
+  input.out_shape = {2, 3, 4};
+  LayerNode scale;
+  scale.name = "layer_scale";
+  scale.kind = LayerKind::LayerScale;
+  scale.inputs = {0};
+  scale.weights["gamma"] = Weight{{4}, std::make_shared<const std::vector<float>>(noise(4, 21))};
+  g.nodes = {input, scale};
+  g.inputs = {0};
+  g.outputs = {1};
+  infer_shapes_and_check(g);
+  TrainableTop top(g, "layer_scale");
+  const int n = 3;
+  const std::vector<float> x = noise(static_cast<std::size_t>(n) * 24, 22), upstream = noise(x.size(), 23);
+  top.forward_train(x.data(), n);
+  top.backward(upstream.data());
+  const std::vector<float>& got = top.gradient("layer_scale", "gamma");
+  ASSERT_EQ(got.size(), 4u);
+  for (int c = 0; c < 4; ++c) {
+    double want = 0;
+    for (std::size_t i = static_cast<std::size_t>(c); i < x.size(); i += 4) want += double(x[i]) * upstream[i];
+    EXPECT_NEAR(got[static_cast<std::size_t>(c)], want, 1e-5) << c;
+  }
+}
+
 }  // namespace
 }  // namespace stoker::trainer

@@ -299,7 +299,8 @@ struct TrainableTop::State {
         break;
       case OpKind::Affine:
       case OpKind::LayerNorm:
-        if (node.kind == LayerKind::BatchNormalization || node.kind == LayerKind::LayerNormalization) {
+        if (node.kind == LayerKind::BatchNormalization || node.kind == LayerKind::LayerNormalization ||
+            node.kind == LayerKind::LayerScale) {
           m.gamma = find_weight(node.name, "gamma");
           m.beta = find_weight(node.name, "beta");
         }
@@ -324,9 +325,13 @@ struct TrainableTop::State {
       return;
     }
     if (op.kind != OpKind::Affine || (m.gamma < 0 && m.beta < 0)) return;
+    const LayerNode& node = sub.nodes[static_cast<std::size_t>(sub.find(op.name))];
+    if (node.kind == LayerKind::LayerScale) {  // x * gamma: the scale is the weight
+      add(m.gamma, g.scale);
+      return;
+    }
     // BatchNormalization as x * scale + shift with scale = gamma / sqrt(var + eps) and
     // shift = beta - mean * scale: dgamma = (dscale - mean * dshift) / sqrt(var + eps), dbeta = dshift.
-    const LayerNode& node = sub.nodes[static_cast<std::size_t>(sub.find(op.name))];
     const float* mean = node.weight("moving_mean")->ptr();
     const float* var = node.weight("moving_variance")->ptr();
     if (m.gamma >= 0) {
