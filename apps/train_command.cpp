@@ -35,6 +35,7 @@ struct EpochLog {
   bool stopped_early = false;
   bool improved = false;
   double images_per_second = 0;
+  double run_seconds = 0;  // the run's time at the epoch's end (a resumed run counts the killed one's)
   Utilisation utilisation;
 };
 
@@ -156,8 +157,10 @@ std::vector<EpochLog> earlier_epochs(const TrainConfig& c, const std::vector<tra
     EpochLog e = epoch_log(r, val_skipped);
     if (old.is_object() && old.contains("epochs")) {
       for (const auto& j : old["epochs"])
-        if (j.value("epoch", -1) == r.epoch && j.contains("utilisation"))
+        if (j.value("epoch", -1) == r.epoch && j.contains("utilisation")) {
           e.utilisation = utilisation_from(j["utilisation"]);
+          e.run_seconds = j.value("run_seconds", 0.0);
+        }
     }
     log.push_back(e);
   }
@@ -198,6 +201,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
                            {"features_cached", e.features_cached},
                            {"fine_tuning", e.fine_tuning},
                            {"improved", e.improved},
+                           {"run_seconds", e.run_seconds},
                            {"utilisation", to_json(e.utilisation)}});
   }
   j["skipped_files"] = nlohmann::json::array();
@@ -206,7 +210,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
   write_file_atomically(fs::path(c.out) / "history.json", j.dump(2) + "\n");
 
   Series loss{"loss", {}, {}}, val_loss{"val_loss", {}, {}}, acc{"accuracy", {}, {}}, val_acc{"val_accuracy", {}, {}};
-  Series rate{"img/s", {}, {}}, cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
+  Series cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
   Series own{"backbone on GPU % (events)", {}, {}};
   for (const auto& e : log) {
     const double x = e.epoch + 1;
@@ -219,15 +223,35 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
     if (e.utilisation.gpu_busy_percent) gpu.x.push_back(x), gpu.y.push_back(*e.utilisation.gpu_busy_percent);
     if (e.utilisation.backbone_gpu_share) own.x.push_back(x), own.y.push_back(100 * *e.utilisation.backbone_gpu_share);
   }
+  // The fine-tuning phase shaded, in epochs and in the run's seconds; the best epoch marked.
+  std::vector<Span> phase_in_epochs, phase_in_seconds;
+  const auto tuned = std::find_if(log.begin(), log.end(), [](const EpochLog& e) { return e.fine_tuning; });
+  if (tuned != log.end()) {
+    phase_in_epochs.push_back({tuned->epoch + 0.5, log.back().epoch + 1.5, "fine-tuning"});
+    const double begun = tuned == log.begin() ? 0.0 : std::prev(tuned)->run_seconds;
+    phase_in_seconds.push_back(
+        {begun, throughput.x.empty() ? log.back().run_seconds : throughput.x.back(), "fine-tuning"});
+  }
+  std::optional<Marker> best;
+  if (const int b = best_epoch(log); b >= 0) best = Marker{b + 1.0, "best epoch " + std::to_string(b + 1)};
+  auto per_epoch = [&](std::string title, std::string y_label, std::vector<Series> series, bool mark) {
+    return Chart{std::move(title),          "epoch", std::move(y_label), std::move(series), true, phase_in_epochs,
+                 mark ? best : std::nullopt};
+  };
   write_charts(fs::path(c.out) / "metrics.png",
-               {Chart{"loss per epoch", "epoch", "binary/categorical cross-entropy", {loss, val_loss}},
-                Chart{"accuracy per epoch", "epoch", "accuracy", {acc, val_acc}}});
+               {per_epoch("loss per epoch", "binary/categorical cross-entropy", {loss, val_loss}, true),
+                per_epoch("accuracy per epoch", "accuracy", {acc, val_acc}, true)});
   std::vector<Series> util{cpu, wait};
   if (!gpu.x.empty()) util.push_back(gpu);
   if (!own.x.empty()) util.push_back(own);
-  write_charts(fs::path(c.out) / "throughput.png",
-               {Chart{"training throughput over time", "seconds", "images per second", {throughput}},
-                Chart{"utilisation per epoch", "epoch", "percent", util}});
+  write_charts(fs::path(c.out) / "throughput.png", {Chart{"training throughput over time",
+                                                          "seconds",
+                                                          "images per second",
+                                                          {throughput},
+                                                          false,
+                                                          phase_in_seconds,
+                                                          std::nullopt},
+                                                    per_epoch("utilisation per epoch", "percent", util, false)});
 }
 
 // Progress bars, the per-epoch lines and utilisation, and the throughput series for the plots.
@@ -307,6 +331,7 @@ class TrainLog final : public training::TrainObserver {
     finish_progress();
     EpochLog e = epoch_log(r, val_skipped_);
     e.utilisation = meter_->finish(r.times);
+    e.run_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     meter_.reset();
     print_epoch(c_, e);
     skipped_.add(r.skipped);
@@ -392,6 +417,12 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   const training::TrainingData data = training_data(c);
   training::TrainOptions options = c.options();
   options.loss.class_weight = c.class_weights(data.train);
+  if (!options.loss.class_weight.empty()) {
+    std::printf("class weights:");
+    for (std::size_t k = 0; k < options.loss.class_weight.size(); ++k)
+      std::printf("%s %s %.4g", k ? "," : "", data.train.class_names[k].c_str(), options.loss.class_weight[k]);
+    std::printf("\n");
+  }
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);

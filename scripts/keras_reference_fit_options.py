@@ -33,14 +33,19 @@ args = ap.parse_args()
 rng = np.random.default_rng(19)
 
 cases = []
-for name, units, class_weight, smoothing in (
-    ("sigmoid_class_weight", 1, {0: 0.5, 1: 2.0}, 0.0),
-    ("sigmoid_label_smoothing", 1, None, 0.2),
-    ("softmax_class_weight_and_smoothing", 3, {0: 1.0, 1: 3.0, 2: 0.25}, 0.1),
+# The last case is an imbalanced set (8 of 10 in class 0) with sklearn's balanced weights, what
+# `--class-weight auto` computes: n / (classes * count) = {0: 0.625, 1: 2.5}.
+imbalanced = np.array([0, 0, 1, 0, 0, 0, 0, 1, 0, 0])
+for name, units, class_weight, smoothing, labels in (
+    ("sigmoid_class_weight", 1, {0: 0.5, 1: 2.0}, 0.0, [0, 1, 1, 0, 1, 0]),
+    ("sigmoid_label_smoothing", 1, None, 0.2, [0, 1, 1, 0, 1, 0]),
+    ("softmax_class_weight_and_smoothing", 3, {0: 1.0, 1: 3.0, 2: 0.25}, 0.1, [0, 1, 2, 2, 1, 0]),
+    ("sigmoid_balanced_weights_on_an_imbalanced_set", 1,
+     {c: len(imbalanced) / (2 * np.sum(imbalanced == c)) for c in (0, 1)}, 0.0, imbalanced.tolist()),
 ):
-    d, n = 3, 6
+    y = np.array(labels)
+    d, n = 3, len(y)
     x = rng.normal(0, 1, (n, d)).astype(np.float32)
-    y = np.array([0, 1, 1, 0, 1, 0] if units == 1 else [0, 1, 2, 2, 1, 0])
     k0 = rng.normal(0, 0.5, (d, units)).astype(np.float32)
     b0 = rng.normal(0, 0.1, (units,)).astype(np.float32)
     target = y.reshape(n, 1).astype(np.float32) if units == 1 else np.eye(units, dtype=np.float32)[y]

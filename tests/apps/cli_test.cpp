@@ -318,6 +318,44 @@ TEST_F(Cli, KerasFitOptions) {
   EXPECT_NE(changed.out.find("--cosine-decay cannot change"), std::string::npos) << changed.out;
 }
 
+// Keras' class_weight on an imbalanced set (10 cats, 4 dogs): 'auto' is sklearn's balanced weights,
+// printed; a weighted loss is not the plain one; weights all doubled double the loss while Adam's
+// steps, invariant to the gradient's scale, train the same head (the same validation loss).
+TEST_F(Cli, ClassWeightsOnAnImbalancedSet) {
+  for (int i = 4; i < 10; ++i) fs::remove(dir / "data" / "dog" / ("img" + std::to_string(i) + ".jpg"));
+  make_dataset(dir / "val", 3);
+  const std::string common = "--device cpu --val " + (dir / "val").string();
+  struct Run {
+    std::string out;
+    std::vector<double> loss, val_loss;
+  };
+  auto run = [&](const std::string& flags) {
+    Run r;
+    const CommandResult c = stoker(train_args(common + " " + flags));
+    EXPECT_EQ(c.exit_code, 0) << flags << "\n" << c.out;
+    r.out = c.out;
+    std::ifstream h(dir / "out" / "history.json");
+    const nlohmann::json history = nlohmann::json::parse(h);
+    for (const auto& e : history["epochs"]) {
+      r.loss.push_back(e["loss"].get<double>());
+      r.val_loss.push_back(e["val_loss"].get<double>());
+    }
+    EXPECT_EQ(r.loss.size(), 2u) << flags << "\n" << c.out;
+    return r;
+  };
+  const Run plain = run(""), balanced = run("--class-weight auto"), doubled = run("--class-weight cat:2,dog:2");
+  ASSERT_TRUE(plain.loss.size() == 2 && balanced.loss.size() == 2 && doubled.loss.size() == 2);
+  EXPECT_NE(balanced.out.find("class weights: cat 0.7, dog 1.75"), std::string::npos) << "14 / (2 x 10), 14 / (2 x 4)\n"
+                                                                                      << balanced.out;
+  EXPECT_EQ(plain.out.find("class weights"), std::string::npos);
+  for (std::size_t e = 0; e < 2; ++e) {
+    SCOPED_TRACE("epoch " + std::to_string(e + 1));
+    EXPECT_GT(std::abs(balanced.loss[e] - plain.loss[e]), 1e-3);
+    EXPECT_NEAR(doubled.loss[e], 2 * plain.loss[e], 1e-4 * plain.loss[e]);
+    EXPECT_NEAR(doubled.val_loss[e], plain.val_loss[e], 1e-4 * plain.val_loss[e]);
+  }
+}
+
 // A CSV list instead of class folders (Keras' flow_from_dataframe), and the extensions a class
 // folder is read with: WebP among the defaults, --extensions to choose.
 TEST_F(Cli, TrainFromACsvAndChooseExtensions) {

@@ -96,7 +96,7 @@ TEST(Head, ClassWeightAndLabelSmoothingMatchKeras) {
     }
     return v;
   };
-  ASSERT_EQ(ref["cases"].size(), 3u);
+  ASSERT_EQ(ref["cases"].size(), 4u);
   for (const auto& c : ref["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const std::vector<float> x = flat(c["x"]);

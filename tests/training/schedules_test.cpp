@@ -65,6 +65,15 @@ TEST(Schedules, BalancedClassWeightIsSklearns) {
   EXPECT_DOUBLE_EQ(w[2], 12.0 / 12);
   d.class_names.push_back("empty");
   EXPECT_THROW(balanced_class_weight(d), DatasetError);
+
+  // The weights of the reference's imbalanced case, whose training steps Head's test checks.
+  const nlohmann::json ref = reference();
+  const nlohmann::json& c = ref["cases"][3];
+  ASSERT_EQ(c["name"], "sigmoid_balanced_weights_on_an_imbalanced_set");
+  Dataset imbalanced;
+  imbalanced.class_names = {"a", "b"};
+  for (int label : c["y"].get<std::vector<int>>()) imbalanced.samples.push_back({"x.jpg", label});
+  EXPECT_EQ(balanced_class_weight(imbalanced), c["class_weight"].get<std::vector<double>>());
 }
 
 }  // namespace
