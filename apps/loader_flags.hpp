@@ -8,6 +8,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <oneapi/tbb/info.h>
 
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
@@ -32,7 +33,7 @@ struct LoaderFlags {
   int image_size = 224;
   int batch_size = 32;
   int threads = 0;
-  int prefetch = 4;
+  int prefetch = 0;  // 0: two batches per decode thread (train: with --threads not given, calibrated)
   std::uint64_t seed = 0;
   std::string interpolation = "nearest";
   std::string label_mode = "binary";
@@ -131,7 +132,8 @@ struct LoaderFlags {
     cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
     cmd.add_option("--threads", threads, "decode threads (0 = all cores; train: chosen by a short calibration)")
         ->capture_default_str();
-    cmd.add_option("--prefetch", prefetch, "batches decoded ahead of the consumer")->capture_default_str();
+    cmd.add_option("--prefetch", prefetch, "batches decoded ahead of the consumer (0 = two per decode thread)")
+        ->capture_default_str();
     cmd.add_option("--seed", seed, "shuffle and augmentation seed")->capture_default_str();
     cmd.add_option("--interpolation", interpolation, "nearest|bilinear|area")->capture_default_str();
     cmd.add_option("--label-mode", label_mode, "binary|categorical|sparse|none")->capture_default_str();
@@ -152,7 +154,7 @@ struct LoaderFlags {
     o.image_height = o.image_width = image_size;
     o.batch_size = batch_size;
     o.threads = threads;
-    o.prefetch = prefetch;
+    o.prefetch = prefetch > 0 ? prefetch : 2 * std::max(1, threads > 0 ? threads : tbb::info::default_concurrency());
     o.seed = seed;
     o.interpolation = parse_interpolation(interpolation);
     o.label_mode = parse_label_mode(label_mode);

@@ -183,6 +183,7 @@ training::TrainOptions TrainConfig::options() const {
   o.out = out;
   o.checkpoint_every_batches = checkpoint_every;
   o.tune_loader = loader.threads == 0;  // --threads not given: calibrated for this backbone
+  o.tune_prefetch = loader.prefetch == 0;
   o.tune_max_threads = cpu_budget;
   o.tune_ram_budget_bytes = ram_budget.empty() ? 0 : parse_byte_size(ram_budget);
   o.resume = !resume.empty();

@@ -39,7 +39,8 @@ std::string rate(double images_per_second) {
 }  // namespace
 
 LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
-                         int max_threads, std::uint64_t ram_budget_bytes, int batches_per_trial) {
+                         int max_threads, std::uint64_t ram_budget_bytes, int batches_per_trial,
+                         bool consumer_shares_cores) {
   if (!(consumer_images_per_second > 0))
     throw InvalidArgument("tune_loader: the consumer's rate must be positive, received " +
                           std::to_string(consumer_images_per_second));
@@ -48,13 +49,19 @@ LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double c
   options.cache = {};
   LoaderTuning t;
   t.consumer_images_per_second = consumer_images_per_second;
-  const double wanted = 1.2 * consumer_images_per_second;
+  double wanted = 1.2 * consumer_images_per_second;
   int chosen = cores;
   for (int threads = 1;; threads = std::min(cores, threads * 2)) {
     options.threads = threads;
     options.prefetch = threads + 1;  // enough to keep every thread busy while measuring
     const double r = measure(dataset, options, batches_per_trial);
     t.curve.emplace_back(threads, r);
+    if (consumer_shares_cores && threads == 1 && r > 0) {
+      // An image costs 1/r core-seconds to load and cores/consumer to consume: on shared cores
+      // the two together reach cores / (1/r + cores/consumer), the rate the loader must keep.
+      t.consumer_images_per_second = cores / (1 / r + cores / consumer_images_per_second);
+      wanted = 1.2 * t.consumer_images_per_second;
+    }
     if (r >= wanted) {
       chosen = threads;
       break;
@@ -69,11 +76,15 @@ LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double c
     t.prefetch = static_cast<int>(
         std::max<std::uint64_t>(2, std::min<std::uint64_t>(t.prefetch, ram_budget_bytes / batch_bytes)));
   const double at = t.curve.back().second;
+  const std::string consumer = consumer_shares_cores
+                                   ? rate(t.consumer_images_per_second) + " that loading and the consumer (" +
+                                         rate(consumer_images_per_second) + " alone) reach together on " +
+                                         std::to_string(cores) + " shared cores"
+                                   : "consumer's " + rate(consumer_images_per_second);
   t.reason = at >= wanted ? std::to_string(chosen) + " thread" + (chosen > 1 ? "s" : "") + " load " + rate(at) +
-                                ", enough for the consumer's " + rate(consumer_images_per_second) + " (+20%)"
-                          : "all " + std::to_string(chosen) + " threads: the loader's " + rate(at) +
-                                " is below the consumer's " + rate(consumer_images_per_second) +
-                                " (the input pipeline limits; try --cache decoded)";
+                                ", enough for the " + consumer + " (+20%)"
+                          : "all " + std::to_string(chosen) + " threads: the loader's " + rate(at) + " is below the " +
+                                consumer + " (the input pipeline limits; try --cache decoded)";
   t.reason += "; prefetch " + std::to_string(t.prefetch);
   return t;
 }

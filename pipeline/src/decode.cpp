@@ -114,21 +114,29 @@ bool parse_webp(std::span<const std::uint8_t> b, int& width, int& height) {
 
 std::string tj_error(tjhandle h) { return tjGetErrorStr2(h); }
 
-}  // namespace
+// A TurboJPEG decompressor owned by its scope.
+struct Decompressor {
+  Decompressor() : tj(tjInitDecompress()) {
+    if (!tj) throw Error("TurboJPEG: cannot create a decompressor");
+  }
+  ~Decompressor() { tjDestroy(tj); }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+  tjhandle tj;
+};
 
-ImageHeader read_image_header(std::span<const std::uint8_t> b, const std::string& name) {
+// read_image_header with the caller's decompressor, so that ImageDecoder::decode parses a JPEG's
+// header once; `jpeg_colorspace` (TJCS_*) is set for JPEGs.
+ImageHeader read_header(std::span<const std::uint8_t> b, const std::string& name, tjhandle tj, int& jpeg_colorspace) {
   if (b.empty()) throw DecodeError(name, "empty file");
   ImageHeader h;
   if (starts_with(b, {0xFF, 0xD8, 0xFF})) {
     h.format = ImageFormat::Jpeg;
-    tjhandle tj = tjInitDecompress();
-    if (!tj) throw Error("TurboJPEG: cannot create a decompressor");
-    int subsamp = 0, colorspace = 0;
-    const int rc = tjDecompressHeader3(tj, b.data(), static_cast<unsigned long>(b.size()), &h.width, &h.height,
-                                       &subsamp, &colorspace);
-    std::string why = rc ? tj_error(tj) : "";
-    tjDestroy(tj);
-    if (rc) throw DecodeError(name, "corrupt JPEG header (" + why + ")");
+    int subsamp = 0;
+    if (tjDecompressHeader3(tj, b.data(), static_cast<unsigned long>(b.size()), &h.width, &h.height, &subsamp,
+                            &jpeg_colorspace)) {
+      throw DecodeError(name, "corrupt JPEG header (" + tj_error(tj) + ")");
+    }
   } else if (starts_with(b, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A})) {
     h.format = ImageFormat::Png;
     if (b.size() < 24 || std::memcmp(b.data() + 12, "IHDR", 4) != 0) throw DecodeError(name, "truncated PNG header");
@@ -160,6 +168,14 @@ ImageHeader read_image_header(std::span<const std::uint8_t> b, const std::string
                                 std::to_string(h.height) + " pixels");
   }
   return h;
+}
+
+}  // namespace
+
+ImageHeader read_image_header(std::span<const std::uint8_t> b, const std::string& name) {
+  thread_local Decompressor d;  // one per thread, not one per call
+  int colorspace = 0;
+  return read_header(b, name, d.tj, colorspace);
 }
 
 SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out) {
@@ -228,7 +244,8 @@ struct ImageDecoder::Impl {
   std::vector<std::uint8_t> cmyk;    // CMYK scratch
   cv::Mat opencv;                    // OpenCV decode scratch (reallocated only when size grows)
 
-  ImageView decode_jpeg(std::span<const std::uint8_t> b, const std::string& name, int min_h, int min_w);
+  ImageView decode_jpeg(std::span<const std::uint8_t> b, const std::string& name, const ImageHeader& header,
+                        int colorspace, int min_h, int min_w);
   ImageView decode_opencv(std::span<const std::uint8_t> b, const std::string& name);
 };
 
@@ -266,16 +283,12 @@ void ImageDecoder::choose_jpeg_scale(int width, int height, int min_h, int min_w
   }
 }
 
-ImageView ImageDecoder::Impl::decode_jpeg(std::span<const std::uint8_t> b, const std::string& name, int min_h,
-                                          int min_w) {
-  int width = 0, height = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj, b.data(), static_cast<unsigned long>(b.size()), &width, &height, &subsamp, &colorspace)) {
-    throw DecodeError(name, "corrupt JPEG header (" + tj_error(tj) + ")");
-  }
+ImageView ImageDecoder::Impl::decode_jpeg(std::span<const std::uint8_t> b, const std::string& name,
+                                          const ImageHeader& header, int colorspace, int min_h, int min_w) {
   int num = 1, denom = 1;
-  choose_jpeg_scale(width, height, min_h, min_w, num, denom);
+  choose_jpeg_scale(header.width, header.height, min_h, min_w, num, denom);
   const tjscalingfactor f{num, denom};
-  const int w = TJSCALED(width, f), h = TJSCALED(height, f);
+  const int w = TJSCALED(header.width, f), h = TJSCALED(header.height, f);
   const bool is_cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   const int channels = is_cmyk ? 4 : 3;
   auto& target = is_cmyk ? cmyk : pixels;
@@ -314,13 +327,15 @@ ImageView ImageDecoder::Impl::decode_opencv(std::span<const std::uint8_t> b, con
 
 ImageView ImageDecoder::decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
                                int min_width) {
-  const ImageHeader header = read_image_header(bytes, name);
+  int colorspace = 0;
+  const ImageHeader header = read_header(bytes, name, impl_->tj, colorspace);  // a JPEG's header once, here
   if (static_cast<std::int64_t>(header.width) * header.height > impl_->limits.max_pixels) {
     throw DecodeError(name, std::string(to_string(header.format)) + " header announces " +
                                 std::to_string(header.width) + "x" + std::to_string(header.height) +
                                 " pixels, over the limit of " + std::to_string(impl_->limits.max_pixels));
   }
-  if (header.format == ImageFormat::Jpeg) return impl_->decode_jpeg(bytes, name, min_height, min_width);
+  if (header.format == ImageFormat::Jpeg)
+    return impl_->decode_jpeg(bytes, name, header, colorspace, min_height, min_width);
   return impl_->decode_opencv(bytes, name);
 }
 

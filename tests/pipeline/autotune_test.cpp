@@ -48,5 +48,22 @@ TEST_F(Autotune, ASlowConsumerGetsOneThreadAFastOneEveryThread) {
   EXPECT_THROW(tune_loader(ds, options, 0.0), InvalidArgument);
 }
 
+// A CPU backbone shares the cores with the loader: the loader is tuned for the rate both reach
+// together, below the backbone's rate alone, as computed from the one-thread measurement.
+TEST_F(Autotune, AConsumerOnTheSameCoresIsKeptFedAtTheRateBothReachTogether) {
+  const Dataset ds = dataset_from_directory(dir.path());
+  const double backbone_alone = 500;
+  const LoaderTuning t = tune_loader(ds, options, backbone_alone, 2, 0, 4, /*consumer_shares_cores=*/true);
+  ASSERT_FALSE(t.curve.empty());
+  const double r1 = t.curve[0].second;
+  EXPECT_DOUBLE_EQ(t.consumer_images_per_second, 2 / (1 / r1 + 2 / backbone_alone));
+  EXPECT_LT(t.consumer_images_per_second, backbone_alone);
+  EXPECT_NE(t.reason.find("(500 img/s alone) reach together on 2 shared cores"), std::string::npos) << t.reason;
+  EXPECT_EQ(t.threads, t.curve.back().first);
+
+  // A slow backbone needs one thread whether or not it shares the cores.
+  EXPECT_EQ(tune_loader(ds, options, 1.0, 2, 0, 4, true).threads, 1);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -18,7 +18,7 @@ namespace stoker {
 struct LoaderTuning {
   int threads = 1;
   int prefetch = 2;
-  double consumer_images_per_second = 0;
+  double consumer_images_per_second = 0;      // the rate the loader was tuned to keep up with
   std::vector<std::pair<int, double>> curve;  // (threads, measured loader img/s), in the order measured
   std::string reason;                         // one line: the choice and the figures behind it
 };
@@ -28,7 +28,11 @@ struct LoaderTuning {
 // the fewest whose rate is at least 1.2x the consumer's; when none is, all of them (the loader
 // limits). Prefetch: two batches per thread (jitter between threads), at least 2, at most what
 // ram_budget_bytes (0: no limit) holds. Throws what the Loader throws for unusable options.
+// consumer_shares_cores: the consumer's rate was measured alone on the same cores (a CPU backbone),
+// so loading and consuming compete for them; the loader is tuned for the rate both reach together,
+// max_threads / (1/r1 + max_threads/consumer) with r1 the loader's rate on one thread.
 LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
-                         int max_threads = 0, std::uint64_t ram_budget_bytes = 0, int batches_per_trial = 4);
+                         int max_threads = 0, std::uint64_t ram_budget_bytes = 0, int batches_per_trial = 4,
+                         bool consumer_shares_cores = false);
 
 }  // namespace stoker

@@ -74,11 +74,13 @@ struct TrainOptions {
   // Batch size, threads, prefetch, seed, cache, bad-sample policy. Its image size, interpolation,
   // aspect-ratio crop, label mode and transform are set from `prepare`.
   LoaderOptions loader;
-  // Choose the loader's threads and prefetch for a backbone on the GPU (pipeline/autotune.hpp)
-  // instead of loader.threads / prefetch: at most tune_max_threads (0: all cores), the prefetched
-  // batches within tune_ram_budget_bytes (0: no limit). On the CPU the backbone shares the cores
-  // with the decoding: loader.threads stays (0: all cores).
+  // Choose the loader's threads (and, with tune_prefetch, its prefetch) for the backbone by a short
+  // calibration (pipeline/autotune.hpp) instead of loader.threads / prefetch: at most
+  // tune_max_threads (0: all cores), the prefetched batches within tune_ram_budget_bytes (0: no
+  // limit). A CPU backbone shares the cores with the decoding: the threads keep up with the rate
+  // the two reach together.
   bool tune_loader = false;
+  bool tune_prefetch = false;
   int tune_max_threads = 0;
   std::uint64_t tune_ram_budget_bytes = 0;
   int epochs = 10;
