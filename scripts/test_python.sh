@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python package as a user would (`pip install .`, scikit-build-core + nanobind from
 # PyPI) into throw-away virtual environments and runs its pytest suite there:
-#   build/venv-py     the PATH's python3 + NumPy 2, pandas, Pillow, tensorflow-cpu + tf-keras, jax
+#   build/venv-py     the PATH's python3 + NumPy 2, pandas, Pillow, webdataset, tensorflow-cpu + tf-keras, jax
 #   build/venv-emulated  a second wheel on the emulated CUDA device, for the device-batch tests
 #   build/venv-torch  Debian's python3 with its python3-torch / python3-torchvision (PyPI's torch
 #                     wheels carry CUDA and are gigabytes), when /usr/bin/python3 has torch
@@ -16,7 +16,7 @@ $py -m pip install -q --upgrade pip
 echo "test_python: building the wheel (pip wheel .)"
 $py -m pip wheel -q --no-deps -w build/wheels .
 wheel=$(ls build/wheels/stoker-*.whl)
-extras=(pytest pillow pandas)
+extras=(pytest pillow pandas webdataset)  # webdataset: reads what `stoker shard` writes
 if [[ "${STOKER_PY_FRAMEWORKS:-1}" != 0 ]]; then
   extras+=(tensorflow-cpu tf-keras "jax[cpu]")
 fi

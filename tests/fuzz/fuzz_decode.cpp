@@ -1,20 +1,28 @@
 // Fuzzes the image decoding path every sample takes (ImageDecoder::decode: the header sniffing and
 // size checks of read_image_header, TurboJPEG with DCT scaling and CMYK conversion, OpenCV for PNG,
-// BMP, PPM, TIFF and WebP), then reads every pixel of what it returned.
+// BMP, PPM, TIFF and WebP), reads every pixel of what it returned, then resizes it as the loader
+// does (ResizeTransform: every interpolation, with and without Keras' aspect crop) to a size the
+// input chooses.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
+#include <vector>
 
 #include <stoker/core/error.hpp>
 #include <stoker/pipeline/decode.hpp>
+#include <stoker/pipeline/transform.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size < 1) return 0;
+  if (size < 3) return 0;
   // Byte 0: the smallest size a JPEG may be shrunk to in the DCT domain (0: full size).
   const int min_size = data[0] % 64;
-  const std::span<const std::uint8_t> bytes(data + 1, size - 1);
+  // Bytes 1-2: the resize's output (1..32 square or 1..8 × 1..64), interpolation and aspect crop.
+  const int out_h = 1 + data[1] % 32, out_w = data[2] & 0x80 ? 1 + (data[2] >> 3) % 8 : out_h;
+  const auto interpolation = static_cast<stoker::Interpolation>(data[2] % 9);
+  const bool keep_aspect = data[2] & 0x40;
+  const std::span<const std::uint8_t> bytes(data + 3, size - 3);
   // A small pixel limit: an image announcing more is rejected before any allocation.
   static stoker::ImageDecoder decoder(stoker::DecodeLimits{4'000'000});
   try {
@@ -25,6 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int y = 0; y < v.height; ++y)
       for (std::size_t x = 0; x < static_cast<std::size_t>(v.width) * 3; ++x) sum += v.row(y)[x];
     if (sum == 0xFFFFFFFFu) std::fprintf(stderr, "(unlikely sum)\n");  // keeps the reads
+    const stoker::ResizeTransform resize(out_h, out_w, interpolation, keep_aspect);
+    std::vector<std::byte> out(resize.output_shape().bytes());
+    resize.apply(v, stoker::SampleContext{}, out.data());
   } catch (const stoker::Error& e) {
     if (std::getenv("STOKER_FUZZ_VERBOSE")) std::fprintf(stderr, "stoker::Error: %s\n", e.what());
   }

@@ -372,7 +372,9 @@ TEST(FineTune, DropoutDropsInTrainingOnly) {
     for (std::size_t i = 0; i < x.size(); ++i) {
       mask[i] = y[i] == 0.0f ? 0.0f : y[i] / x[i];
       dropped += y[i] == 0.0f;
-      if (y[i] != 0.0f) ASSERT_NEAR(mask[i], 1.0f / 0.75f, 1e-5) << i;
+      if (y[i] != 0.0f) {
+        ASSERT_NEAR(mask[i], 1.0f / 0.75f, 1e-5) << i;
+      }
     }
     EXPECT_NEAR(dropped / static_cast<double>(x.size()), 0.25, 0.04);
     if (shared_rows) {

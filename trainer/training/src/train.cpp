@@ -116,6 +116,20 @@ double consumer_rate(const trainer::Model& backbone, int image_size, int batch_s
   return batch_size / std::max(since(t0), 1e-9);
 }
 
+// --threads not given (TrainOptions::tune_loader): the loader's threads, and without --prefetch its
+// prefetch, calibrated for this backbone on this data; returns the reason, or "" when not tuned.
+std::string choose_loader_threads(const TrainingData& data, const TrainOptions& o, Sources& sources,
+                                  const trainer::Model& backbone, bool gpu) {
+  if (!o.tune_loader) return {};
+  const LoaderTuning t = tune_loader(data.train, sources.train_loader(gpu),
+                                     consumer_rate(backbone, o.prepare.image_size, o.loader.batch_size),
+                                     o.tune_max_threads, o.tune_ram_budget_bytes, 4, /*consumer_shares_cores=*/!gpu);
+  sources.use_threads(t.threads, o.tune_prefetch ? t.prefetch : o.loader.prefetch);
+  return o.tune_prefetch ? t.reason
+                         : t.reason.substr(0, t.reason.rfind("; prefetch")) + "; prefetch " +
+                               std::to_string(o.loader.prefetch) + " (--prefetch)";
+}
+
 // Where train() stands, for checkpoints: the head, the best epoch, the history, and (for runs
 // without augmentation) whether the training features are saved.
 struct RunState {
@@ -517,16 +531,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   if (!device.fallback_reason.empty()) observer.on_warning(device.fallback_reason);
 
   Sources sources(data, o, backbone);
-  std::string tuning;
-  if (o.tune_loader && !gpu) {
-    tuning = "all cores' threads: on the CPU the backbone and the decoding share the cores";
-  } else if (o.tune_loader) {
-    const LoaderTuning t = tune_loader(data.train, sources.train_loader(gpu != nullptr),
-                                       consumer_rate(backbone, o.prepare.image_size, o.loader.batch_size),
-                                       o.tune_max_threads, o.tune_ram_budget_bytes);
-    sources.use_threads(t.threads, t.prefetch);
-    tuning = t.reason;
-  }
+  const std::string tuning = choose_loader_threads(data, o, sources, backbone, gpu != nullptr);
   sources.make(gpu);
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
                      ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(), o.prepare.featurewise,
@@ -571,7 +576,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
       observer.on_warning(why);
       gpu.reset();
       backbone.set_backend(nullptr);
-      if (o.tune_loader) sources.use_threads(o.loader.threads, o.loader.prefetch);  // the CPU's: all cores
+      choose_loader_threads(data, o, sources, backbone, false);  // now sharing the cores with the backbone
       sources.make(nullptr);
       validation = extract(sources.validation(), "validation features", observer);
     }
