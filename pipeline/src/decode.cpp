@@ -127,7 +127,7 @@ struct Decompressor {
 
 // read_image_header with the caller's decompressor, so that ImageDecoder::decode parses a JPEG's
 // header once; `jpeg_colorspace` (TJCS_*) is set for JPEGs.
-ImageHeader read_header(std::span<const std::uint8_t> b, const std::string& name, tjhandle tj, int& jpeg_colorspace) {
+ImageHeader read_header(std::span<const std::uint8_t> b, const std::string& name, tjhandle& tj, int& jpeg_colorspace) {
   if (b.empty()) throw DecodeError(name, "empty file");
   ImageHeader h;
   if (starts_with(b, {0xFF, 0xD8, 0xFF})) {
@@ -135,7 +135,13 @@ ImageHeader read_header(std::span<const std::uint8_t> b, const std::string& name
     int subsamp = 0;
     if (tjDecompressHeader3(tj, b.data(), static_cast<unsigned long>(b.size()), &h.width, &h.height, &subsamp,
                             &jpeg_colorspace)) {
-      throw DecodeError(name, "corrupt JPEG header (" + tj_error(tj) + ")");
+      const std::string why = tj_error(tj);
+      // A failed header read leaves the handle mid-parse (TurboJPEG does not abort it), and the
+      // next file's header would read as 0x0: the next file gets a fresh handle.
+      tjDestroy(tj);
+      tj = tjInitDecompress();
+      if (!tj) throw Error("TurboJPEG: cannot create a decompressor");
+      throw DecodeError(name, "corrupt JPEG header (" + why + ")");
     }
   } else if (starts_with(b, {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A})) {
     h.format = ImageFormat::Png;

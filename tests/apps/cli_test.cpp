@@ -356,6 +356,24 @@ TEST_F(Cli, ClassWeightsOnAnImbalancedSet) {
   }
 }
 
+// Without --threads, train calibrates the loader: on the CPU for the rate loading and the backbone
+// reach together on the shared cores; a given --prefetch is kept.
+TEST_F(Cli, TrainWithoutThreadsCalibratesTheLoaderForTheSharedCores) {
+  std::string args = train_args("--device cpu --epochs 1 --horizontal-flip");
+  args.erase(args.find(" --threads 2"), std::string(" --threads 2").size());
+  const CommandResult chosen = stoker(args);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.out;
+  EXPECT_NE(chosen.out.find("loader: "), std::string::npos) << chosen.out;
+  EXPECT_NE(chosen.out.find("alone) reach together on"), std::string::npos) << chosen.out;
+  EXPECT_NE(chosen.out.find("; prefetch "), std::string::npos) << chosen.out;
+  const CommandResult kept = stoker(args + " --prefetch 3");
+  ASSERT_EQ(kept.exit_code, 0) << kept.out;
+  EXPECT_NE(kept.out.find("; prefetch 3 (--prefetch)"), std::string::npos) << kept.out;
+  const CommandResult given = stoker(args + " --threads 1");
+  ASSERT_EQ(given.exit_code, 0) << given.out;
+  EXPECT_EQ(given.out.find("loader: "), std::string::npos) << "--threads given: nothing to calibrate\n" << given.out;
+}
+
 // A CSV list instead of class folders (Keras' flow_from_dataframe), and the extensions a class
 // folder is read with: WebP among the defaults, --extensions to choose.
 TEST_F(Cli, TrainFromACsvAndChooseExtensions) {

@@ -203,6 +203,25 @@ TEST(DecodeErrors, TruncatedJpeg) {
   expect_decode_error(dir / "head.jpg", "JPEG");
 }
 
+// One decoder, as a loader thread keeps it: a JPEG whose header fails to parse must not spoil the
+// next file (TurboJPEG leaves its handle mid-parse; the next header read as 0x0 before the fix).
+TEST(DecodeErrors, AJpegAfterACorruptHeaderDecodes) {
+  TempDir dir;
+  test::write_jpeg(dir / "good.jpg", test::make_pattern_rgb(48, 40));
+  const auto good = test::read_bytes(dir / "good.jpg");
+  auto head = good;
+  head.resize(40);  // cut inside the header
+  ImageDecoder decoder;
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_THROW(decoder.decode(head, "head.jpg"), DecodeError);
+    const ImageView v = decoder.decode(good, "good.jpg");
+    EXPECT_EQ(v.width, 40);
+    EXPECT_EQ(v.height, 48);
+    EXPECT_THROW(read_image_header(head, "head.jpg"), DecodeError);
+    EXPECT_EQ(read_image_header(good, "good.jpg").width, 40);
+  }
+}
+
 TEST(DecodeErrors, CorruptJpegAndPng) {
   TempDir dir;
   test::write_jpeg(dir / "a.jpg", test::make_pattern_rgb(32, 32));
