@@ -120,8 +120,11 @@ Vec ref_forward(const LoweredOp& op, const std::vector<Vec>& in, const Params& p
     case OpKind::ZeroPad:
       for (int n = 0; n < nb; ++n)
         for (int iy = 0; iy < op.h; ++iy)
-          for (int ix = 0; ix < op.w; ++ix)
-            for (int ch = 0; ch < op.c; ++ch) yat(n, iy + op.pad_top, ix + op.pad_left, ch) = xat(n, iy, ix, ch);
+          for (int ix = 0; ix < op.w; ++ix) {
+            const int oy = iy + op.pad_top, ox = ix + op.pad_left;  // negative pads crop
+            if (oy < 0 || oy >= op.oh || ox < 0 || ox >= op.ow) continue;
+            for (int ch = 0; ch < op.c; ++ch) yat(n, oy, ox, ch) = xat(n, iy, ix, ch);
+          }
       break;
     case OpKind::Add:
       for (std::size_t i = 0; i < y.size(); ++i) {
@@ -407,6 +410,18 @@ TEST(BackwardOps, ZeroPad) {
   op.pad_top = 1, op.pad_bottom = 2, op.pad_left = 0, op.pad_right = 3;
   op.oh = 5 + 3, op.ow = 7 + 3;
   check_op(op, 2);
+}
+
+// Cropping2D lowers to ZeroPad with negative sides; mixed signs too (cut one side, pad the other).
+TEST(BackwardOps, ZeroPadWithNegativeSidesCrops) {
+  LoweredOp op = elementwise_op(OpKind::ZeroPad, "crop 1, 0, 2, 1", 5, 7, 3, 1);
+  op.pad_top = -1, op.pad_bottom = 0, op.pad_left = -2, op.pad_right = -1;
+  op.oh = 5 - 1, op.ow = 7 - 3;
+  check_op(op, 2);
+  LoweredOp mixed = elementwise_op(OpKind::ZeroPad, "crop top 2, pad left 1", 5, 7, 3, 1);
+  mixed.pad_top = -2, mixed.pad_bottom = 1, mixed.pad_left = 1, mixed.pad_right = -2;
+  mixed.oh = 5 - 1, mixed.ow = 7 - 1;
+  check_op(mixed, 2);
 }
 
 TEST(BackwardOps, Add) {

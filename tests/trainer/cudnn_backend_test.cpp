@@ -150,6 +150,13 @@ LayerNode zero_pad(int top, int bottom, int left, int right) {
   n.pad_top = top, n.pad_bottom = bottom, n.pad_left = left, n.pad_right = right;
   return n;
 }
+LayerNode cropping(int top, int bottom, int left, int right) {
+  LayerNode n;
+  n.kind = LayerKind::Cropping2D;
+  n.keras_class = "Cropping2D";
+  n.crop_top = top, n.crop_bottom = bottom, n.crop_left = left, n.crop_right = right;
+  return n;
+}
 LayerNode pool(LayerKind kind, int k, int stride, Padding pad) {
   LayerNode n;
   n.kind = kind;
@@ -221,6 +228,15 @@ std::vector<std::pair<std::string, Graph>> layer_cases() {
     x = b.add(zero_pad(1, 2, 3, 0), {x});
     x = b.add(pool(LayerKind::MaxPooling2D, 2, 2, Padding::Valid), {x});
     cases.push_back({"zero_padding", b.done({x})});
+  }
+  {  // NASNet's reduction-cell shift: pad bottom/right, crop top/left; an uneven crop after a conv
+    Builder b({10, 10, 3});
+    int x = b.add(zero_pad(0, 1, 0, 1), {0});
+    x = b.add(cropping(1, 0, 1, 0), {x});
+    x = b.add(conv(4, 3, 1, Padding::Valid, true), {x});
+    x = b.add(cropping(2, 1, 0, 3), {x});
+    x = b.add(pool(LayerKind::AveragePooling2D, 2, 1, Padding::Valid), {x});
+    cases.push_back({"cropping", b.done({x})});
   }
   {  // BN unfolded (after the input), activations on their own
     Builder b({6, 7, 5});

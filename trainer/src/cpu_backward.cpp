@@ -531,14 +531,20 @@ void concat_backward(const detail::LoweredOp& op, const float* dy, const std::ve
   });
 }
 
+// The forward copies x[iy][ix] to y[iy + pad_top][ix + pad_left] where that is inside y (a crop,
+// negative pads, leaves the rest of x out: no gradient there).
 void zero_pad_backward(const detail::LoweredOp& op, const float* dy, float* dx, int nb) {
+  const int ix0 = std::max(0, -op.pad_left), ix1 = std::min(op.w, op.ow - op.pad_left);
+  if (ix1 <= ix0) return;
   const std::size_t lines = static_cast<std::size_t>(nb) * op.h;
-  const std::size_t width = static_cast<std::size_t>(op.w) * op.c;
+  const std::size_t width = static_cast<std::size_t>(ix1 - ix0) * op.c;
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, lines, 16), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t line = r.begin(); line != r.end(); ++line) {
-      const std::size_t n = line / op.h, iy = line % op.h;
-      const float* src = dy + ((n * op.oh + iy + op.pad_top) * op.ow + op.pad_left) * op.c;
-      float* d = dx + line * width;
+      const std::size_t n = line / op.h;
+      const int iy = static_cast<int>(line % op.h), oy = iy + op.pad_top;
+      if (oy < 0 || oy >= op.oh) continue;
+      const float* src = dy + ((n * op.oh + oy) * op.ow + ix0 + op.pad_left) * op.c;
+      float* d = dx + (line * op.w + ix0) * op.c;
       for (std::size_t j = 0; j < width; ++j) d[j] += src[j];
     }
   });

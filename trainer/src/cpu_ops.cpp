@@ -187,13 +187,17 @@ void act(const Op& op, const float* x, float* y, int nb) {
   });
 }
 
+// y[oy][ox] = x[oy - pad_top][ox - pad_left] inside x, else 0: padding, or a crop when the pads
+// are negative.
 void zero_pad(const Op& op, const float* x, float* y, int nb) {
   std::fill(y, y + op.out_size * static_cast<std::size_t>(nb), 0.0f);
+  const int ox0 = std::max(0, op.pad_left), ox1 = std::min(op.ow, op.w + op.pad_left);
+  if (ox1 <= ox0) return;
   for (int n = 0; n < nb; ++n)
-    for (int iy = 0; iy < op.h; ++iy)
-      std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + iy + op.pad_top) * op.ow + op.pad_left) * op.c,
-                  x + ((static_cast<std::size_t>(n) * op.h + iy) * op.w) * op.c,
-                  sizeof(float) * static_cast<std::size_t>(op.w) * op.c);
+    for (int oy = std::max(0, op.pad_top); oy < std::min(op.oh, op.h + op.pad_top); ++oy)
+      std::memcpy(y + ((static_cast<std::size_t>(n) * op.oh + oy) * op.ow + ox0) * op.c,
+                  x + ((static_cast<std::size_t>(n) * op.h + oy - op.pad_top) * op.w + ox0 - op.pad_left) * op.c,
+                  sizeof(float) * static_cast<std::size_t>(ox1 - ox0) * op.c);
 }
 
 void add(const Op& op, const std::vector<const float*>& in, float* y, int nb) {

@@ -138,6 +138,11 @@ std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::
       c["padding"] = {{n.pad_top, n.pad_bottom}, {n.pad_left, n.pad_right}};
       c["data_format"] = "channels_last";
       break;
+    case LayerKind::Cropping2D:
+      l.class_name = "Cropping2D";
+      c["cropping"] = {{n.crop_top, n.crop_bottom}, {n.crop_left, n.crop_right}};
+      c["data_format"] = "channels_last";
+      break;
     case LayerKind::Add: l.class_name = "Add"; break;
     case LayerKind::ScaledAdd: {
       // inputs[0] + inputs[1] * scale as Rescaling(scale) + Add: the same two float operations,

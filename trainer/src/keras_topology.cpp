@@ -77,6 +77,25 @@ void check_channels_last(const json& cfg, const std::string& layer) {
     fail(layer, "data_format '" + cfg["data_format"].get<std::string>() + "' is not supported (only channels_last)");
 }
 
+// ZeroPadding2D's `padding` and Cropping2D's `cropping`: n, (rows, columns) or ((top, bottom),
+// (left, right)).
+void read_sides(const json& cfg, const char* key, const std::string& name, int& top, int& bottom, int& left,
+                int& right) {
+  const json& p = cfg.at(key);
+  if (p.is_number_integer()) {
+    top = bottom = left = right = to_int(p, name, key);
+  } else if (p.is_array() && p.size() == 2 && p[0].is_number_integer()) {
+    top = bottom = to_int(p[0], name, key);
+    left = right = to_int(p[1], name, key);
+  } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[0].size() == 2 && p[1].is_array() &&
+             p[1].size() == 2) {
+    top = to_int(p[0][0], name, key), bottom = to_int(p[0][1], name, key);
+    left = to_int(p[1][0], name, key), right = to_int(p[1][1], name, key);
+  } else {
+    fail(name, std::string(key) + " " + p.dump() + " is not understood");
+  }
+}
+
 ActivationSpec activation_of(const json& cfg, const std::string& layer) {
   if (!cfg.contains("activation") || cfg["activation"].is_null()) return {};
   const json& a = cfg["activation"];
@@ -305,19 +324,11 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
   } else if (cls == "ZeroPadding2D") {
     n.kind = LayerKind::ZeroPadding2D;
     check_channels_last(cfg, name);
-    const json& p = cfg.at("padding");
-    if (p.is_number_integer()) {
-      n.pad_top = n.pad_bottom = n.pad_left = n.pad_right = to_int(p, name, "padding");
-    } else if (p.is_array() && p.size() == 2 && p[0].is_number_integer()) {
-      n.pad_top = n.pad_bottom = to_int(p[0], name, "padding");
-      n.pad_left = n.pad_right = to_int(p[1], name, "padding");
-    } else if (p.is_array() && p.size() == 2 && p[0].is_array() && p[0].size() == 2 && p[1].is_array() &&
-               p[1].size() == 2) {
-      n.pad_top = to_int(p[0][0], name, "padding"), n.pad_bottom = to_int(p[0][1], name, "padding");
-      n.pad_left = to_int(p[1][0], name, "padding"), n.pad_right = to_int(p[1][1], name, "padding");
-    } else {
-      fail(name, "padding " + p.dump() + " is not understood");
-    }
+    read_sides(cfg, "padding", name, n.pad_top, n.pad_bottom, n.pad_left, n.pad_right);
+  } else if (cls == "Cropping2D") {
+    n.kind = LayerKind::Cropping2D;
+    check_channels_last(cfg, name);
+    read_sides(cfg, "cropping", name, n.crop_top, n.crop_bottom, n.crop_left, n.crop_right);
   } else if (cls == "Add") {
     n.kind = LayerKind::Add;
   } else if (cls == "CustomScaleLayer" ||
@@ -392,7 +403,7 @@ LayerNode make_node(const std::string& cls, const json& cfg, const std::string& 
     fail(name, "layer class '" + cls +
                    "' is not supported (supported: InputLayer, Conv2D, DepthwiseConv2D, SeparableConv2D, "
                    "BatchNormalization, LayerNormalization, Normalization, ReLU, LeakyReLU, ELU, Activation, "
-                   "ZeroPadding2D, Add, Concatenate, MaxPooling2D, "
+                   "ZeroPadding2D, Cropping2D, Add, Concatenate, MaxPooling2D, "
                    "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, Reshape, Multiply, Flatten, Dense, "
                    "Dropout, Rescaling, CustomScaleLayer, LayerScale, TFOpLambda)");
   }

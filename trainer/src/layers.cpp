@@ -101,6 +101,18 @@ std::vector<int> infer_zero_padding(const LayerNode& n, const std::vector<std::v
           checked_int(n, static_cast<std::int64_t>(s[1]) + n.pad_left + n.pad_right, "padded width"), s[2]};
 }
 
+std::vector<int> infer_cropping(const LayerNode& n, const std::vector<std::vector<int>>& in) {
+  const auto& s = one_input(n, in);
+  need_rank(n, s, 3);
+  need_at_least(n, "cropping", std::min({n.crop_top, n.crop_bottom, n.crop_left, n.crop_right}), 0);
+  const std::int64_t h = static_cast<std::int64_t>(s[0]) - n.crop_top - n.crop_bottom;
+  const std::int64_t w = static_cast<std::int64_t>(s[1]) - n.crop_left - n.crop_right;
+  if (h < 1 || w < 1)
+    fail(n,
+         "cropping leaves " + std::to_string(h) + "x" + std::to_string(w) + " of the " + shape_to_string(s) + " input");
+  return {static_cast<int>(h), static_cast<int>(w), s[2]};
+}
+
 std::vector<int> infer_add(const LayerNode& n, const std::vector<std::vector<int>>& in) {
   if (in.size() < 2) fail(n, "expects at least 2 inputs, received " + std::to_string(in.size()));
   for (const auto& s : in)
@@ -443,6 +455,14 @@ void lower_zero_padding(Lowering& lw, int id) {
   op.pad_left = node.pad_left, op.pad_right = node.pad_right;
 }
 
+// A crop is the ZeroPad op with negative sides: the output is a window of the input.
+void lower_cropping(Lowering& lw, int id) {
+  const LayerNode& node = lw.node(id);
+  LoweredOp& op = lw.emit(OpKind::ZeroPad, id);
+  op.pad_top = -node.crop_top, op.pad_bottom = -node.crop_bottom;
+  op.pad_left = -node.crop_left, op.pad_right = -node.crop_right;
+}
+
 // Adds the input that is computed first to the op producing the other one, when that op can add a
 // residual and the Add is its only reader.
 bool fuse_residual(Lowering& lw, int id) {
@@ -525,6 +545,7 @@ constexpr LayerRule kRules[] = {
     {LayerKind::Normalization, "Normalization", infer_batch_norm, normalization_weights, lower_normalization},
     {LayerKind::LayerNormalization, "LayerNormalization", infer_batch_norm, layer_norm_weights, lower_layer_norm},
     {LayerKind::LayerScale, "LayerScale", infer_same, layer_scale_weights, lower_layer_scale},
+    {LayerKind::Cropping2D, "Cropping2D", infer_cropping, no_weights, lower_cropping},
 };
 
 constexpr bool in_enum_order() {

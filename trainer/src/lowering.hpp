@@ -24,7 +24,7 @@ enum class OpKind {
   Dense,          // rows × c → rows × oc (h = w = oh = ow = 1); weights [c, oc]
   Affine,         // y = x * scale[channel] + bias[channel]: an unfolded BatchNormalization
   Activation,     // y = act(x)
-  ZeroPad,        // zeros around each image (pad_* per side)
+  ZeroPad,        // each image into a window of the output: zeros around it (pad_* > 0) or cut (< 0)
   Add,            // y = in[0] + residual_scale * in[1] + in[2] + ...
   Concat,         // along the last axis
   MaxPool,

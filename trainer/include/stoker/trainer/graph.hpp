@@ -36,6 +36,7 @@ enum class LayerKind {
   Normalization,       // Keras' adapted Normalization: (x - mean) / max(sqrt(variance), 1e-7), last axis
   LayerNormalization,  // over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
   LayerScale,          // x * gamma per channel (ConvNeXt's trainable residual scale)
+  Cropping2D,          // rows and columns cut off each side (crop_*; NASNet's reduction cells)
 };
 const char* to_string(LayerKind kind);
 
@@ -84,7 +85,8 @@ struct LayerNode {
   int stride_h = 1, stride_w = 1;
   int dilation_h = 1, dilation_w = 1;
   Padding padding = Padding::Valid;
-  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;  // ZeroPadding2D
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;      // ZeroPadding2D
+  int crop_top = 0, crop_bottom = 0, crop_left = 0, crop_right = 0;  // Cropping2D
   int depth_multiplier = 1;
   bool use_bias = false;  // Conv2D/DepthwiseConv2D/SeparableConv2D/Dense bias; (Layer/Batch)Normalization `center`
   bool scale = true;      // BatchNormalization / LayerNormalization `scale` (gamma)
