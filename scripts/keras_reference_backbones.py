@@ -9,6 +9,10 @@ Initializer, regularizer and constraint configs are dropped from the topology (t
 reads them; they are half its size). The C++ tests (tests/trainer/backbones_test.cpp) import each
 topology, give it weights and compare the parameter counts with Keras'.
 
+Each file also holds "seeded": Keras' output for one image when every weight and the input come
+from seeded_values() below, a generator the C++ test (Backbones.SeededOutputsMatchKeras)
+implements too, so CI compares stoker's forward pass with Keras' without committing the weights.
+
 With --models DIR it also saves each model with random weights (BatchNormalization statistics,
 Normalization, LayerScale included; fixed seed) as DIR/<name>.h5 with a fixed input batch
 DIR/<name>.input.bin and Keras' output DIR/<name>.output.bin (float32; shapes in
@@ -96,6 +100,51 @@ def randomise(model, rng):
             layer.set_weights(new)
 
 
+M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def fnv1a(text):
+    h = 0xCBF29CE484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def seeded_values(name, count, lo, hi):
+    """float32(lo + (hi - lo) * u_i), u_i = splitmix64(fnv1a(name) + (i + 1) * golden) >> 11 / 2^53."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(fnv1a(name)) + (np.arange(1, count + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    return (lo + (hi - lo) * u).astype(np.float32)
+
+
+def seeded_range(key, shape):
+    """The uniform range of a weight: He-uniform kernels, variances and gammas in [0.5, 1.5]."""
+    if key in ("kernel", "pointwise_kernel", "depthwise_kernel"):
+        fan_in = int(np.prod(shape[:2])) if key == "depthwise_kernel" else int(np.prod(shape[:-1]))
+        return -np.sqrt(6.0 / fan_in), np.sqrt(6.0 / fan_in)
+    if key in ("moving_variance", "variance", "gamma"):
+        return 0.5, 1.5
+    return -0.1, 0.1  # bias, beta, moving_mean, mean
+
+
+def seed_weights(model):
+    for layer in leaf_layers(model):
+        new = []
+        for w in layer.weights:
+            key, shape = w.name.split("/")[-1].split(":")[0], tuple(w.shape)
+            if key == "count":
+                new.append(np.asarray(w.numpy()))
+                continue
+            lo, hi = seeded_range(key, shape)
+            new.append(seeded_values(layer.name + "/" + key, int(np.prod(shape)), lo, hi).reshape(shape))
+        if new:
+            layer.set_weights(new)
+
+
 for name, (make, size, raw_pixels) in BACKBONES.items():
     if args.only and name not in args.only:
         continue
@@ -107,6 +156,12 @@ for name, (make, size, raw_pixels) in BACKBONES.items():
              "total_params": int(model.count_params()), "layer_params": layer_params,
              "output_shape": list(model.output_shape[1:]), "tf_keras": keras.__version__,
              "model_config": config}
+    # Keras' output for the seeded weights and input (before randomise() below changes them).
+    seed_weights(model)
+    lo, hi = (0.0, 255.0) if raw_pixels else (-1.0, 1.0)
+    xs = seeded_values("input", size * size * 3, lo, hi).reshape(1, size, size, 3)
+    ys = model.predict(xs, verbose=0).astype(np.float32)[0]
+    entry["seeded"] = {"input_range": [lo, hi], "output": [float(v) for v in ys]}
     (out / f"{name}.json").write_text(json.dumps(entry, separators=(",", ":")) + "\n")
     print(f"{name}: {len(layer_params)} layers, {entry['total_params']} parameters, "
           f"{(out / f'{name}.json').stat().st_size} bytes", flush=True)
