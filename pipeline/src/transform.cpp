@@ -94,14 +94,17 @@ void ResizeTransform::apply(const ImageView& src, const SampleContext&, std::byt
   auto* const out_data = reinterpret_cast<std::uint8_t*>(dst);
   const std::size_t out_stride = static_cast<std::size_t>(shape_.width) * 3;
   const bool same_size = src.height == shape_.height && src.width == shape_.width;
-  const CropBox box = keep_aspect_ratio_ && !same_size
-                          ? centre_crop_box(src.height, src.width, shape_.height, shape_.width)
-                          : CropBox{0, 0, src.width, src.height};
+  CropBox box = keep_aspect_ratio_ && !same_size ? centre_crop_box(src.height, src.width, shape_.height, shape_.width)
+                                                 : CropBox{0, 0, src.width, src.height};
   if (is_pil_filter(interpolation_)) {
     pil_resize(src, shape_.height, shape_.width, interpolation_, out_data, out_stride,
                ResampleBox{box.x, box.y, box.x + box.width, box.y + box.height});
     return;
   }
+  // An aspect ratio far from the source's can leave Keras' integer box empty (17x1 from 7x9: a
+  // width of 7/17 = 0); OpenCV needs a pixel, so the box keeps at least its centre one.
+  if (box.width < 1) box.x = std::min(box.x, src.width - 1), box.width = 1;
+  if (box.height < 1) box.y = std::min(box.y, src.height - 1), box.height = 1;
   cv::Mat in(src.height, src.width, CV_8UC3, const_cast<std::uint8_t*>(src.data), src.row_stride);
   in = in(cv::Rect(box.x, box.y, box.width, box.height));
   cv::Mat out(shape_.height, shape_.width, CV_8UC3, out_data);

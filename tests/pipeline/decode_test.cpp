@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <cstring>
+
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -309,6 +311,28 @@ TEST(ResizeTransform, KeepAspectRatioCropsTheCentreLikeKeras) {
   EXPECT_EQ(tall.width, 40);
   EXPECT_EQ(tall.height, 20);
   EXPECT_EQ(tall.y, 40);
+}
+
+// Found by fuzz_decode: a target aspect far from the source's leaves Keras' integer box 0 pixels
+// wide (17x1 from 9x7: 7 * 1 / 17 = 0). Every interpolation gives an image (OpenCV's from the
+// centre column), none reads outside the source.
+TEST(ResizeTransform, AnAspectCropNarrowerThanAPixelKeepsTheCentreColumn) {
+  EXPECT_EQ(centre_crop_box(7, 9, 17, 1).width, 0);
+  const cv::Mat img = test::make_pattern_rgb(7, 9, 2);
+  const ImageView src{img.data, img.rows, img.cols, 3, img.step};
+  for (int i = 0; i <= static_cast<int>(Interpolation::OpenCvLinear); ++i) {
+    const auto interpolation = static_cast<Interpolation>(i);
+    SCOPED_TRACE(to_string(interpolation));
+    for (const auto& [h, w] : {std::pair{17, 1}, std::pair{1, 17}}) {
+      const ResizeTransform resize(h, w, interpolation, /*keep_aspect_ratio=*/true);
+      std::vector<std::byte> out(resize.output_shape().bytes());
+      ASSERT_NO_THROW(resize.apply(src, {}, out.data()));
+      if (interpolation == Interpolation::CentreNearest && w == 1) {
+        for (int y = 0; y < h; ++y)  // every row reads the centre column, x = 4
+          EXPECT_EQ(std::memcmp(out.data() + 3 * y, img.ptr(static_cast<int>((y + 0.5) * 7 / 17)) + 3 * 4, 3), 0) << y;
+      }
+    }
+  }
 }
 
 TEST(ResizeTransform, NearestSamplesPixelCentresLikePil) {
