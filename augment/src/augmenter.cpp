@@ -169,6 +169,7 @@ struct RowPass {
     target.height = p.out_height;
     target.channels = cn;
     target.float_output = p.float_output;
+    target.dtype = p.output_dtype;
     target.nchw = p.nchw;
     std::vector<float>& buf = scratch().planes;
     buf.resize(static_cast<std::size_t>(cn) * w);
@@ -340,7 +341,11 @@ void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const 
         value_of(static_cast<std::size_t>(y) * w + x, v);
         for (int oc = 0; oc < cn; ++oc) {
           const float val = augment::hd::add(augment::hd::mul(v[oa.source_channel[oc]], oa.scale[oc]), oa.offset[oc]);
-          store<T>(dst, augment::output_index(p, x, y, oc), val);
+          if constexpr (std::is_same_v<T, float>) {
+            convert::store(p.output_dtype, dst, augment::output_index(p, x, y, oc), val);  // f32, f16 or bf16
+          } else {
+            store<T>(dst, augment::output_index(p, x, y, oc), val);
+          }
         }
       }
     }
@@ -367,19 +372,29 @@ void Augmenter::finish(const std::uint8_t* warped, const SampleParams& s, const 
         for (int oc = 0; oc < cn; ++oc) lut[oc][v] = augment::hd::add(augment::hd::mul(x, oa.scale[oc]), oa.offset[oc]);
       }
       const std::size_t plane = pixels;
-      if (p.float_output) {
-        float* out = reinterpret_cast<float*>(dst);
+      // One lookup per element into a table of the output type.
+      auto write_table = [&](auto* out, const auto& table) {
         if (p.nchw) {
           for (int oc = 0; oc < cn; ++oc) {
-            const float* l = lut[oc];
+            const auto* l = table[oc];
             const std::uint8_t* in = warped + oa.source_channel[oc];
-            float* o = out + plane * oc;
+            auto* o = out + plane * oc;
             for (std::size_t i = 0; i < plane; ++i) o[i] = l[in[i * cn]];
           }
         } else {
           for (std::size_t i = 0; i < plane; ++i)
-            for (int oc = 0; oc < cn; ++oc) out[i * cn + oc] = lut[oc][warped[i * cn + oa.source_channel[oc]]];
+            for (int oc = 0; oc < cn; ++oc) out[i * cn + oc] = table[oc][warped[i * cn + oa.source_channel[oc]]];
         }
+      };
+      if (p.float_output && p.output_dtype == DType::F32) {
+        write_table(reinterpret_cast<float*>(dst), lut);
+        return;
+      }
+      if (p.float_output) {  // f16 / bf16: the float table's values rounded once
+        std::uint16_t bits[augment::kMaxChannels][256];
+        for (int oc = 0; oc < cn; ++oc)
+          for (int v = 0; v < 256; ++v) convert::store(p.output_dtype, bits[oc], v, lut[oc][v]);
+        write_table(reinterpret_cast<std::uint16_t*>(dst), bits);
         return;
       }
       std::uint8_t lut8[augment::kMaxChannels][256];

@@ -48,7 +48,7 @@ CudaAugmenter::CudaAugmenter(std::shared_ptr<const Augmenter> augmenter, std::op
     if ((*dtype == DType::U8) == float_spec) {
       throw InvalidArgument(std::string("CudaAugmenter: output dtype ") + to_string(*dtype) +
                             " does not fit a spec with " + to_string(shape_.dtype) +
-                            " output (f16 and bf16 need an f32 spec)");
+                            " output (f16 and bf16 need a float spec)");
     }
     shape_.dtype = *dtype;
   }

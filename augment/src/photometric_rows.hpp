@@ -18,6 +18,7 @@
 
 #include "hd_math.hpp"
 #include "pixel.hpp"
+#include "stoker/core/half.hpp"
 
 namespace stoker::augment::rows {
 
@@ -170,6 +171,7 @@ struct RowTarget {
   float* values = nullptr;
   int width = 0, height = 0, channels = 0;
   bool float_output = false, nchw = false;
+  DType dtype = DType::F32;  // of a float output: f32, or f16/bf16 rounded as stored
 };
 
 // Row y of the planes (one float array per channel) into the target.
@@ -186,7 +188,11 @@ inline void store_row(const RowTarget& t, int y, float* const* plane) {
   for (int oc = 0; oc < cn; ++oc) {
     const float* in = plane[t.oa->source_channel[oc]];
     const float scale = t.oa->scale[oc], offset = t.oa->offset[oc];
-    if (t.float_output) {
+    if (t.float_output && t.dtype != DType::F32) {
+      const std::size_t first = t.nchw ? plane_size * oc + row : row * cn + oc, step = t.nchw ? 1 : cn;
+      for (int x = 0; x < w; ++x)
+        convert::store(t.dtype, t.dst, first + x * step, hd::add(hd::mul(in[x], scale), offset));
+    } else if (t.float_output) {
       float* out = reinterpret_cast<float*>(t.dst);
       if (t.nchw) {
         affine_row_f32(in, w, scale, offset, out + plane_size * oc + row);

@@ -117,14 +117,15 @@ augment::AugmentPlan make_plan(const AugmentSpec& s) {
   if (s.channels != 1 && s.channels != 3 && s.channels != 4) {
     fail("channels", "must be 1, 3 or 4, received " + std::to_string(s.channels));
   }
-  if (s.dtype != DType::U8 && s.dtype != DType::F32) {
-    fail("dtype", std::string("the CPU executor writes u8 or f32, received ") + to_string(s.dtype));
+  if (s.dtype != DType::U8 && s.dtype != DType::F32 && s.dtype != DType::F16 && s.dtype != DType::BF16) {
+    fail("dtype", std::string("must be u8, f32, f16 or bf16, received ") + to_string(s.dtype));
   }
   p.out_height = s.height;
   p.out_width = s.width;
   p.channels = s.channels;
   p.training = s.training;
-  p.float_output = s.dtype == DType::F32;
+  p.float_output = s.dtype != DType::U8;
+  p.output_dtype = s.dtype;
   p.nchw = s.layout == Layout::NCHW;
   p.keras_axes = s.keras_axis_conventions;
 

@@ -222,6 +222,10 @@ class Loader:
     holding more than `prefetch` batches at once is an error that says so (copy=True gives
     independent arrays). Device batches (device='cuda:N') are DLPack CUDA arrays.
 
+    dtype: the images' type with an augment: 'uint8', 'float32', 'float16' or 'bfloat16' (the
+    float32 values rounded as they are written, on the CPU as on the GPU; bfloat16 host batches
+    are DLPack arrays, as NumPy has no bfloat16: torch.from_dlpack takes them).
+
     rank, world_size: this process's share of each epoch in a job of several (torchrun, Slurm):
     PyTorch's DistributedSampler semantics (every rank computes the epoch's permutation alike and
     takes every world_size-th sample), equal counts by padding (batch.padding marks the repeats)
@@ -271,7 +275,8 @@ class Loader:
         if augment is not None:
             if augment.height == 0 and augment.width == 0:
                 augment.height, augment.width = height, width
-            if dtype is not None and dtype in ("uint8", "float32"):
+            # On the GPU the feed converts (GpuFeed's dtype); on the CPU the augmentation writes it.
+            if dtype in ("uint8", "float32") or (dtype in ("float16", "bfloat16") and _device(device) is None):
                 augment.dtype = dtype
         # Tar shards' bad samples are found while indexing: with on_bad_sample='skip' they are
         # left out and listed in skipped_at_index as (shard, key, reason).
@@ -301,8 +306,12 @@ class Loader:
         self.device = device
         cuda = _device(device)
         if cuda is None:
-            if dtype not in (None, "uint8", "float32"):
-                raise _stoker.InvalidArgument(f"dtype {dtype!r} is made on the GPU only (device='cuda')")
+            if dtype not in (None, "uint8", "float32", "float16", "bfloat16"):
+                raise _stoker.InvalidArgument(
+                    f"dtype must be uint8, float32, float16 or bfloat16, received {dtype!r}")
+            if dtype in ("float16", "bfloat16") and augment is None:
+                raise _stoker.InvalidArgument(
+                    f"dtype {dtype!r} on the CPU needs augment=stoker.Augment(...) (its output pass writes it)")
             self._core = _stoker.Loader(self.dataset, args, copy=copy)
         else:
             self._core = _stoker.GpuFeed(self.dataset, args, device=cuda, depth=depth, dtype=dtype or "")

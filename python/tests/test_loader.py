@@ -108,6 +108,29 @@ def test_set_epoch_chooses_order_reproducibly(folder):
     assert loader.epoch == 3
 
 
+def test_half_precision_on_the_cpu_is_the_float32_output_rounded(folder):
+    aug = dict(rotation_range=20, horizontal_flip=True, brightness_range=(0.7, 1.3), contrast=0.3, rescale=1 / 255)
+
+    loaders = []  # kept alive with their batches
+
+    def first_batch(dtype):
+        loaders.append(stoker.Loader(folder, 16, batch_size=8, seed=5, shuffle=False, augment=aug, dtype=dtype))
+        return next(iter(loaders[-1])).images
+
+    f32 = first_batch("float32")
+    f16 = first_batch("float16")
+    assert f16.dtype == np.float16 and f16.shape == f32.shape
+    np.testing.assert_array_equal(f16, f32.astype(np.float16))  # NumPy rounds to nearest even, as stoker
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        bf16 = torch.from_dlpack(first_batch("bfloat16"))
+        assert bf16.dtype == torch.bfloat16
+        assert torch.equal(bf16, torch.from_numpy(f32).to(torch.bfloat16))
+    with pytest.raises(stoker.InvalidArgument, match="needs augment"):
+        stoker.Loader(folder, 16, dtype="float16")
+
+
 def test_state_dict_resumes_mid_epoch_with_the_same_batches(folder):
     aug = dict(rotation_range=20, horizontal_flip=True, brightness_range=(0.7, 1.3), dtype="float32")
 

@@ -34,7 +34,6 @@ TEST(AugmentSpec, InvalidSettingsFailAtConstructionNamingTheParameter) {
   expect_rejected([](AugmentSpec& s) { s.height = 0; }, "height");
   expect_rejected([](AugmentSpec& s) { s.width = -3; }, "width");
   expect_rejected([](AugmentSpec& s) { s.channels = 2; }, "channels");
-  expect_rejected([](AugmentSpec& s) { s.dtype = DType::BF16; }, "dtype");
   expect_rejected([](AugmentSpec& s) { s.rotation_range = -10; }, "rotation_range");
   expect_rejected([](AugmentSpec& s) { s.width_shift_range = ShiftRange::uniform(-0.2); }, "width_shift_range");
   expect_rejected([](AugmentSpec& s) { s.height_shift_range = ShiftRange::integer(-2); }, "height_shift_range");

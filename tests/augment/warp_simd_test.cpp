@@ -16,6 +16,7 @@
 #include "params.hpp"
 #include "pixel.hpp"
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/core/half.hpp"
 #include "warp.hpp"
 
 namespace stoker::augment {
@@ -298,6 +299,57 @@ TEST(AugmenterOutputs, TablePhotometricMatchesTheReferenceInEveryFormat) {
     }
   }
   EXPECT_GT(warps, 200);
+}
+
+// f16 and bf16 outputs on the CPU: each value is the f32 output's, rounded as it is stored
+// (core/half.hpp, as the CUDA kernels round), bit for bit, on every path of the executor: the
+// warp's table (brightness), the per-value table (contrast), the row pass (saturation, hue), the
+// sample-wise standardisation, with and without a normalisation, NHWC and NCHW, fast and reference.
+TEST(AugmenterOutputs, HalfPrecisionIsTheFloatOutputRoundedAsStored) {
+  std::mt19937 rng(23);
+  const int h = 61, w = 77, cn = 3;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(h) * w * cn);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(rng());
+  const ImageView src{pixels.data(), h, w, cn, static_cast<std::size_t>(w) * cn};
+  int compared = 0;
+  for (int path = 0; path < 4; ++path) {
+    for (const Layout layout : {Layout::NHWC, Layout::NCHW}) {
+      AugmentSpec spec = keras_example_augmentation(40, 47);
+      spec.layout = layout;
+      if (path == 1) spec.contrast = 0.4;
+      if (path == 2) spec.saturation = 0.5, spec.hue = 0.1;
+      if (path == 3) spec.samplewise_center = spec.samplewise_std_normalization = true;
+      if (path != 3) spec.normalization = ChannelNormalization::torch();
+      spec.dtype = DType::F32;
+      const Augmenter f32(spec);
+      std::vector<std::byte> want(f32.output_shape().bytes());
+      for (const DType half : {DType::F16, DType::BF16}) {
+        spec.dtype = half;
+        const Augmenter aug(spec);
+        ASSERT_EQ(aug.output_shape().bytes(), want.size() / 2);
+        std::vector<std::byte> got(aug.output_shape().bytes());
+        for (std::int64_t id = 0; id < 6; ++id) {
+          const SampleContext ctx{4, 1, id};
+          for (const bool reference : {false, true}) {
+            SCOPED_TRACE("path " + std::to_string(path) + (layout == Layout::NCHW ? " nchw " : " nhwc ") +
+                         to_string(half) + " sample " + std::to_string(id) + (reference ? " reference" : ""));
+            reference ? f32.apply_reference(src, ctx, want.data()) : f32.apply(src, ctx, want.data());
+            reference ? aug.apply_reference(src, ctx, got.data()) : aug.apply(src, ctx, got.data());
+            const float* v = reinterpret_cast<const float*>(want.data());
+            const std::uint16_t* bits = reinterpret_cast<const std::uint16_t*>(got.data());
+            std::size_t wrong = 0;
+            for (std::size_t i = 0; i < got.size() / 2; ++i) {
+              const std::uint16_t expected = half == DType::F16 ? convert::f16_bits(v[i]) : convert::bf16_bits(v[i]);
+              wrong += bits[i] != expected;
+            }
+            EXPECT_EQ(wrong, 0u);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 4 * 2 * 2 * 6 * 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, VectorWarp, ::testing::Values(WarpIsa::Avx2, WarpIsa::Avx512),

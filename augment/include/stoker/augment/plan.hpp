@@ -84,8 +84,9 @@ struct AugmentPlan {
   float feature_std[kMaxChannels] = {1, 1, 1, 1};
   float norm_mean[kMaxChannels] = {0, 0, 0, 0};
   float norm_std[kMaxChannels] = {1, 1, 1, 1};
-  bool swap_rb = false;  // output BGR (caffe)
-  bool float_output = false;
+  bool swap_rb = false;            // output BGR (caffe)
+  bool float_output = false;       // the output holds float values: f32, f16 or bf16 (output_dtype)
+  DType output_dtype = DType::U8;  // f16/bf16: each float rounded as it is stored (core/half.hpp)
   bool nchw = false;
 };
 

@@ -92,7 +92,7 @@ struct AugmentSpec {
   int height = 0;
   int width = 0;
   int channels = 3;         // of the decoded input and of the output (1, 3 or 4)
-  DType dtype = DType::U8;  // U8 or F32
+  DType dtype = DType::U8;  // U8, F32, or F16/BF16 (the F32 values rounded as they are stored)
   Layout layout = Layout::NHWC;
 
   // ---- Keras ImageDataGenerator
