@@ -63,9 +63,8 @@ void run_bench(BenchArgs& args) {
       "dataset: %s, %zu images; %dx%d %s, batch %d, prefetch %s; each figure the median of %d runs after a "
       "warm-up, a run being whole epochs for at least %.2g s (the cold epoch: one)\n",
       s.loader.data.c_str(), ds.size(), s.loader.image_size, s.loader.image_size, s.loader.interpolation.c_str(),
-      s.loader.batch_size,
-      s.loader.prefetch > 0 ? std::to_string(s.loader.prefetch).c_str() : "two batches per thread", s.repeat,
-      s.min_seconds);
+      s.loader.batch_size, s.loader.prefetch > 0 ? std::to_string(s.loader.prefetch).c_str() : "two batches per thread",
+      s.repeat, s.min_seconds);
 
   std::vector<BenchRow> rows;
   for (const auto& suite : args.suites) {
