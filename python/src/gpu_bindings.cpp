@@ -214,6 +214,17 @@ void bind_gpu(nb::module_& m) {
           },
           nb::arg("dataset"), nb::arg("settings"), nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "")
       .def("begin_epoch", &PyGpuFeed::begin_epoch, nb::arg("epoch"))
+      .def(
+          "state", [](PyGpuFeed& f) { return f.live().state().to_string(); },
+          "The feed's state after the batches delivered so far (LoaderState::to_string)")
+      .def(
+          "resume",
+          [](PyGpuFeed& f, const std::string& state) {
+            const LoaderState st = LoaderState::parse(state);
+            nb::gil_scoped_release unlocked;
+            f.live().resume(st);
+          },
+          nb::arg("state"), "Starts the saved epoch at its next batch")
       .def("next", &PyGpuFeed::next)
       .def("close", &PyGpuFeed::close)
       .def("__len__", [](PyGpuFeed& f) { return f.live().batches_per_epoch(); })

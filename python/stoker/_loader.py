@@ -369,8 +369,6 @@ class Loader:
         of the data and settings. A loader built alike continues from it with load_state_dict():
         its next iteration yields the rest of that epoch, the same batches pixel for pixel as an
         uninterrupted run (then the epochs after it, unless set_epoch() says otherwise)."""
-        if not hasattr(self._core, "state"):
-            raise NotImplementedError("state_dict() of a device loader (device='cuda'): resume on the CPU loader")
         text = self._core.state()
         if not self._in_epoch:  # between epochs: the next iteration's epoch, from its start
             magic, version, *fields = text.split()
@@ -382,8 +380,6 @@ class Loader:
     def load_state_dict(self, state: dict) -> None:
         """Continue from state_dict()'s result at the next iteration. A state from other data,
         other settings, another seed or another rank is refused (stoker.InvalidArgument)."""
-        if not hasattr(self._core, "resume"):
-            raise NotImplementedError("load_state_dict() of a device loader (device='cuda')")
         text = state["stoker_loader_state"]
         self._core.resume(text)  # checked now; the next iteration starts there
         self._resume = text

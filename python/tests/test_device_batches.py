@@ -177,3 +177,34 @@ def test_stream_arguments(folder):
 def test_unknown_device_is_named(folder):
     with pytest.raises(stoker.InvalidArgument, match="cuda:3"):
         stoker.Loader(folder, 32, augment=augment(32), device="cuda:3")
+
+
+def test_state_dict_of_a_device_loader_resumes_with_the_same_batches(folder):
+    def make():
+        return stoker.Loader(folder, 32, batch_size=4, seed=3, augment=augment(32), device="cuda")
+
+    def pixels(batch):
+        t = Consumed(batch.images.__dlpack__(stream=1), stream=1)
+        a = t.array()
+        t.done()
+        return a
+
+    whole = make()
+    whole.set_epoch(1)
+    reference = [(b.sample_ids.copy(), pixels(b)) for b in whole]
+    assert len(reference) == 5
+    for stop in (0, 2, 5):
+        first = make()
+        first.set_epoch(1)
+        it = iter(first)
+        for _ in range(stop):
+            next(it)
+        state = first.state_dict()
+        first.close()
+        second = make()
+        second.load_state_dict(state)
+        rest = [(b.sample_ids.copy(), pixels(b)) for b in second]
+        assert len(rest) == len(reference) - stop
+        for (ids, px), (want_ids, want_px) in zip(rest, reference[stop:]):
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(px, want_px)
