@@ -6,7 +6,9 @@
    (torch.cuda._sleep before each read) give the same per-batch sums as a plain synchronous run;
    a slot refilled before the consumer's stream read it would change them.
 3. GPU vs CPU: the same (seed, epoch) through the CPU loader in float32 matches within bf16 rounding.
-4. Warm throughput into torch at 299x299 (decoded cache), images per second.
+4. Resuming: a device loader's state_dict() after two batches, loaded into a new one, gives the
+   rest of the uninterrupted epoch (the same per-batch sums).
+5. Warm throughput into torch at 299x299 (decoded cache), images per second.
 Prints `python_gpu ...` lines that gpu_check.sh puts in its summary; exits non-zero on a failure.
 """
 
@@ -81,6 +83,27 @@ def main():
     agree = worst <= 0.05  # bf16 keeps 8 bits: |x| <= 1 rounds by <= 2^-8; a grey level is 0.0078
     print(f"python_gpu GPU vs CPU: max |diff| {worst:.4f} ({'ok' if agree else 'FAILED'}, bound 0.05)")
     failures += not agree
+
+    def device_loader():
+        return stoker.Loader(a.data, a.size, a.batch, seed=3, augment=spec(a.size, "float32"), device="cuda",
+                             dtype="bfloat16", shuffle=True)
+
+    whole = device_loader()
+    whole.set_epoch(4)
+    reference = sums(whole)
+    first = device_loader()
+    first.set_epoch(4)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    first.close()
+    resumed = device_loader()
+    resumed.load_state_dict(state)
+    rest = sums(resumed)
+    same = rest == reference[2:]
+    print(f"python_gpu resume: {'ok' if same else 'FAILED'} ({len(rest)} of {len(reference)} batches after 2)")
+    failures += not same
 
     warm = stoker.Loader(a.data, a.size, 256, augment=spec(a.size, "float32"), device="cuda", dtype="bfloat16",
                          cache="decoded", threads=0)
