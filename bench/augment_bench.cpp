@@ -228,25 +228,45 @@ int main(int argc, char** argv) {
   }
   stoker::augment::set_warp_isa(vector_isa);
   stoker::ImageDecoder dec;
-  const std::vector<double> r =
-      rates(seconds, n_images,
-            {run_transform(cv_resize, images), run_transform(validation, images), run_transform(seed_f32, images),
-             run_transform(seed_jitter, images), run_transform(crop_flip, images),
-             [&](std::size_t i) {
-               seed.apply_reference(images[i % n_images].view,
-                                    stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
-             },
-             [&](std::size_t i) {
-               const stoker::ImageView v = dec.decode(encoded[i % n_images], "bench", 299, 299);
-               seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
-             }});
+  const std::vector<double> r = rates(
+      seconds, n_images,
+      {run_transform(cv_resize, images), run_transform(validation, images), run_transform(seed_f32, images),
+       run_transform(seed_jitter, images), run_transform(crop_flip, images),
+       [&](std::size_t i) {
+         seed.apply_reference(images[i % n_images].view, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)},
+                              out.data());
+       },
+       [&](std::size_t i) {
+         const stoker::ImageView v = dec.decode(encoded[i % n_images], "bench", 299, 299);
+         seed.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+       },
+       [&](std::size_t i) {
+         const stoker::ImageView v =
+             dec.decode(encoded[i % n_images], "bench", crop_flip.min_decode_height(), crop_flip.min_decode_width());
+         crop_flip.apply(v, stoker::SampleContext{1, 0, static_cast<std::int64_t>(i)}, out.data());
+       },
+       [&](std::size_t i) {
+         // As the loader does: only the box the crop reads.
+         const stoker::SampleContext ctx{1, 0, static_cast<std::int64_t>(i)};
+         const stoker::DecodedSize full =
+             dec.prepare(encoded[i % n_images], "bench", crop_flip.min_decode_height(), crop_flip.min_decode_width());
+         const auto box = crop_flip.source_region(ctx, full.height, full.width);
+         const stoker::ImageView v = dec.decode_prepared(box ? &*box : nullptr);
+         if (box) {
+           crop_flip.apply_part(v, *box, full.height, full.width, ctx, out.data());
+         } else {
+           crop_flip.apply(v, ctx, out.data());
+         }
+       }});
   const char* names[] = {"plain resize (cv::resize bilinear, u8) 299",
                          "validation mode (deterministic part: resize)",
                          "seed augmentation, f32 NCHW [-1,1]",
                          "seed + contrast/saturation/hue, f32 NCHW",
                          "random-resized-crop + flip, u8",
                          "seed augmentation, slow reference executor",
-                         "JPEG decode (DCT-scaled) + seed augmentation, u8"};
+                         "JPEG decode (DCT-scaled) + seed augmentation, u8",
+                         "JPEG decode + random-resized-crop + flip, whole image",
+                         "JPEG decode + random-resized-crop + flip, its box only"};
   for (std::size_t k = 0; k < r.size(); ++k) rows.push_back({names[k], r[k], 1, r[0]});
 
   std::printf("%-56s %8s %10s %10s %9s\n", "configuration", "threads", "img/s", "us/img", "x resize");

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config
-  libopencv-dev libturbojpeg0-dev libtbb-dev
+  libopencv-dev libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhdf5-dev libzip-dev nlohmann-json3-dev libcli11-dev
   clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)

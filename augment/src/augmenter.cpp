@@ -259,6 +259,23 @@ void Augmenter::apply(const ImageView& src, const SampleContext& ctx, std::byte*
   apply_with(src, params(ctx, src.height, src.width), ctx, dst);
 }
 
+std::optional<CropBox> Augmenter::source_region(const SampleContext& ctx, int src_height, int src_width) const {
+  const SampleParams s = params(ctx, src_height, src_width);
+  if (!augment::is_resize_only(s)) return std::nullopt;  // a warp may read anywhere (fill modes)
+  const CropBox box{static_cast<int>(s.crop_x), static_cast<int>(s.crop_y), static_cast<int>(s.crop_w),
+                    static_cast<int>(s.crop_h)};
+  if (box.width == src_width && box.height == src_height) return std::nullopt;
+  return box;
+}
+
+void Augmenter::apply_part(const ImageView& part, const CropBox& region, int full_height, int full_width,
+                           const SampleContext& ctx, std::byte* dst) const {
+  SampleParams s = params(ctx, full_height, full_width);
+  s.crop_x -= static_cast<float>(region.x);
+  s.crop_y -= static_cast<float>(region.y);
+  apply_with(part, s, ctx, dst);
+}
+
 void Augmenter::apply_reference(const ImageView& src, const SampleContext& ctx, std::byte* dst) const {
   check_source(plan_, src);
   apply_reference_with(src, params(ctx, src.height, src.width), ctx, dst);

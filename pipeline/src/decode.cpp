@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csetjmp>
+#include <cstdio>  // before jpeglib.h, which uses FILE
 #include <cstring>
+
+#include <jpeglib.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -243,26 +247,127 @@ SourceStamp read_file_range(const std::string& path, const ByteRange& range, con
   return stamp_from(st);
 }
 
+namespace {
+
+// libjpeg's error handler for the region decodes: errors and warnings (corrupt data, a truncated
+// file) alike jump back to the caller with the message, as TurboJPEG's TJFLAG_STOPONWARNING does.
+struct JpegErrors {
+  jpeg_error_mgr mgr{};
+  std::jmp_buf jump{};
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+[[noreturn]] void jpeg_fail(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErrors*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void jpeg_warn(j_common_ptr c, int level) {
+  if (level < 0) jpeg_fail(c);  // a warning; trace messages (level >= 0) are ignored
+}
+
+// Decodes rows [box.y, box.y + box.height) of the JPEG at 1/denom scale, columns from the iMCU
+// boundary at or left of box.x - margin to box.x + box.width + margin (the margin keeps the box's
+// edge pixels away from the cropped part's edge, where fancy upsampling has no neighbour to
+// blend), into `out` (`columns` * channels bytes a row, the first column `first_column`). Reads
+// the rest of the file too (skipping its rows; the last one into last_row), so that a truncated
+// or corrupt file fails here.
+// Returns false with the message in err. No C++ object with a destructor lives in this frame
+// after setjmp: libjpeg's errors leave it by longjmp.
+bool decode_jpeg_rows(jpeg_decompress_struct& ci, JpegErrors& err, std::span<const std::uint8_t> b, int denom,
+                      bool cmyk, const CropBox& box, std::vector<std::uint8_t>& out,
+                      std::vector<std::uint8_t>& last_row, int& first_column, int& columns) {
+  if (setjmp(err.jump)) {
+    jpeg_abort_decompress(&ci);
+    return false;
+  }
+  jpeg_abort_decompress(&ci);  // whatever state an earlier exception left it in
+  jpeg_mem_src(&ci, b.data(), static_cast<unsigned long>(b.size()));
+  jpeg_read_header(&ci, TRUE);
+  // TurboJPEG's settings for tjDecompress2 without flags (accurate IDCT, fancy upsampling are
+  // libjpeg's defaults too), so that the pixels are the whole decode's.
+  ci.out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  ci.scale_num = 1;
+  ci.scale_denom = static_cast<unsigned>(denom);
+  jpeg_start_decompress(&ci);
+  const int width = static_cast<int>(ci.output_width), margin = ci.max_h_samp_factor;
+  const int x0 = std::max(0, box.x - margin), x1 = std::min(width, box.x + box.width + margin);
+  JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
+  if (x0 > 0 || x1 < width) jpeg_crop_scanline(&ci, &x, &w);  // widens to whole iMCUs
+  first_column = static_cast<int>(x);
+  columns = static_cast<int>(w);
+  const std::size_t row_bytes = static_cast<std::size_t>(columns) * static_cast<std::size_t>(ci.output_components);
+  out.resize(row_bytes * static_cast<std::size_t>(box.height));
+  if (box.y > 0) jpeg_skip_scanlines(&ci, static_cast<JDIMENSION>(box.y));
+  for (int r = 0; r < box.height; ++r) {
+    JSAMPROW row = out.data() + row_bytes * static_cast<std::size_t>(r);
+    jpeg_read_scanlines(&ci, &row, 1);
+  }
+  // The rows below are entropy-decoded while skipped, but a skip to the very end decodes nothing:
+  // the last row is read.
+  if (ci.output_scanline < ci.output_height) {
+    const JDIMENSION rest = ci.output_height - ci.output_scanline;
+    if (rest > 1) jpeg_skip_scanlines(&ci, rest - 1);
+    last_row.resize(row_bytes);
+    JSAMPROW row = last_row.data();
+    jpeg_read_scanlines(&ci, &row, 1);
+  }
+  jpeg_finish_decompress(&ci);
+  return true;
+}
+
+// Adobe CMYK JPEGs store inverted inks: channel value v means (255 - v) ink, so R = C * K / 255.
+void cmyk_to_rgb(const std::uint8_t* cmyk, std::size_t pixels, std::uint8_t* rgb) {
+  for (std::size_t i = 0; i < pixels; ++i) {
+    const unsigned k = cmyk[4 * i + 3];
+    for (int c = 0; c < 3; ++c) rgb[3 * i + c] = static_cast<std::uint8_t>((cmyk[4 * i + c] * k + 127) / 255);
+  }
+}
+
+}  // namespace
+
 struct ImageDecoder::Impl {
   DecodeLimits limits;
   tjhandle tj = nullptr;
-  std::vector<std::uint8_t> pixels;  // RGB output
-  std::vector<std::uint8_t> cmyk;    // CMYK scratch
-  cv::Mat opencv;                    // OpenCV decode scratch (reallocated only when size grows)
+  jpeg_decompress_struct region_decoder{};  // libjpeg, for decoding part of a JPEG
+  JpegErrors region_errors;
+  std::vector<std::uint8_t> pixels;    // RGB output
+  std::vector<std::uint8_t> cmyk;      // CMYK scratch
+  std::vector<std::uint8_t> last_row;  // a region decode's read of the image's last row
+  cv::Mat opencv;                      // OpenCV decode scratch (reallocated only when size grows)
 
-  ImageView decode_jpeg(std::span<const std::uint8_t> b, const std::string& name, const ImageHeader& header,
-                        int colorspace, int min_h, int min_w);
-  ImageView decode_opencv(std::span<const std::uint8_t> b, const std::string& name);
+  // What prepare() found, for decode_prepared().
+  struct Prepared {
+    std::span<const std::uint8_t> bytes;
+    const std::string* name = nullptr;
+    ImageHeader header;
+    int colorspace = 0;
+    int denom = 1;  // the JPEG's DCT scale 1/denom
+    DecodedSize size;
+  } prepared;
+  bool part = false;
+
+  ImageView decode_jpeg();
+  ImageView decode_jpeg_region(const CropBox& box);
+  ImageView decode_opencv();
+  bool is_cmyk() const { return prepared.colorspace == TJCS_CMYK || prepared.colorspace == TJCS_YCCK; }
 };
 
 ImageDecoder::ImageDecoder(DecodeLimits limits) : impl_(std::make_unique<Impl>()) {
   impl_->limits = limits;
   impl_->tj = tjInitDecompress();
   if (!impl_->tj) throw Error("TurboJPEG: cannot create a decompressor");
+  impl_->region_decoder.err = jpeg_std_error(&impl_->region_errors.mgr);
+  impl_->region_errors.mgr.error_exit = jpeg_fail;
+  impl_->region_errors.mgr.emit_message = jpeg_warn;
+  jpeg_create_decompress(&impl_->region_decoder);
 }
 
 ImageDecoder::~ImageDecoder() {
-  if (impl_ && impl_->tj) tjDestroy(impl_->tj);
+  if (!impl_) return;
+  if (impl_->tj) tjDestroy(impl_->tj);
+  jpeg_destroy_decompress(&impl_->region_decoder);
 }
 ImageDecoder::ImageDecoder(ImageDecoder&&) noexcept = default;
 ImageDecoder& ImageDecoder::operator=(ImageDecoder&&) noexcept = default;
@@ -289,60 +394,114 @@ void ImageDecoder::choose_jpeg_scale(int width, int height, int min_h, int min_w
   }
 }
 
-ImageView ImageDecoder::Impl::decode_jpeg(std::span<const std::uint8_t> b, const std::string& name,
-                                          const ImageHeader& header, int colorspace, int min_h, int min_w) {
-  int num = 1, denom = 1;
-  choose_jpeg_scale(header.width, header.height, min_h, min_w, num, denom);
-  const tjscalingfactor f{num, denom};
-  const int w = TJSCALED(header.width, f), h = TJSCALED(header.height, f);
-  const bool is_cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  const int channels = is_cmyk ? 4 : 3;
-  auto& target = is_cmyk ? cmyk : pixels;
-  target.resize(static_cast<std::size_t>(w) * h * channels);
+ImageView ImageDecoder::Impl::decode_jpeg() {
+  const Prepared& p = prepared;
+  const int w = p.size.width, h = p.size.height;
+  const bool four = is_cmyk();
+  auto& target = four ? cmyk : pixels;
+  target.resize(static_cast<std::size_t>(w) * h * (four ? 4 : 3));
   // Warnings (e.g. "premature end of data" for a truncated file) are errors too: a half-grey image
   // must never reach a batch.
-  if (tjDecompress2(tj, b.data(), static_cast<unsigned long>(b.size()), target.data(), w, 0, h,
-                    is_cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_STOPONWARNING)) {
-    throw DecodeError(name, "corrupt or truncated JPEG data (" + tj_error(tj) + ")");
+  if (tjDecompress2(tj, p.bytes.data(), static_cast<unsigned long>(p.bytes.size()), target.data(), w, 0, h,
+                    four ? TJPF_CMYK : TJPF_RGB, TJFLAG_STOPONWARNING)) {
+    throw DecodeError(*p.name, "corrupt or truncated JPEG data (" + tj_error(tj) + ")");
   }
-  if (is_cmyk) {
-    // Adobe CMYK JPEGs store inverted inks: channel value v means (255 - v) ink, so R = C * K / 255.
+  if (four) {
     pixels.resize(static_cast<std::size_t>(w) * h * 3);
-    for (std::size_t i = 0, n = static_cast<std::size_t>(w) * h; i < n; ++i) {
-      const unsigned k = cmyk[4 * i + 3];
-      for (int c = 0; c < 3; ++c) pixels[3 * i + c] = static_cast<std::uint8_t>((cmyk[4 * i + c] * k + 127) / 255);
-    }
+    cmyk_to_rgb(cmyk.data(), static_cast<std::size_t>(w) * h, pixels.data());
   }
   return ImageView{pixels.data(), h, w, 3, static_cast<std::size_t>(w) * 3};
 }
 
-ImageView ImageDecoder::Impl::decode_opencv(std::span<const std::uint8_t> b, const std::string& name) {
+ImageView ImageDecoder::Impl::decode_jpeg_region(const CropBox& box) {
+  const bool four = is_cmyk();
+  int first = 0, columns = 0;
+  if (!decode_jpeg_rows(region_decoder, region_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels,
+                        last_row, first, columns)) {
+    throw DecodeError(*prepared.name, std::string("corrupt or truncated JPEG data (") + region_errors.message + ")");
+  }
+  if (four) {
+    pixels.resize(static_cast<std::size_t>(columns) * box.height * 3);
+    cmyk_to_rgb(cmyk.data(), static_cast<std::size_t>(columns) * box.height, pixels.data());
+  }
+  const std::size_t stride = static_cast<std::size_t>(columns) * 3;
+  return ImageView{pixels.data() + static_cast<std::size_t>(box.x - first) * 3, box.height, box.width, 3, stride};
+}
+
+ImageView ImageDecoder::Impl::decode_opencv() {
+  const std::span<const std::uint8_t> b = prepared.bytes;
   const cv::Mat raw(1, static_cast<int>(b.size()), CV_8UC1, const_cast<std::uint8_t*>(b.data()));
   cv::Mat bgr;
   try {
     bgr = cv::imdecode(raw, cv::IMREAD_COLOR);
   } catch (const cv::Exception& e) {
-    throw DecodeError(name, std::string("OpenCV could not decode it: ") + e.what());
+    throw DecodeError(*prepared.name, std::string("OpenCV could not decode it: ") + e.what());
   }
-  if (bgr.empty()) throw DecodeError(name, "corrupt, truncated or unsupported image data (OpenCV could not decode it)");
+  if (bgr.empty()) {
+    throw DecodeError(*prepared.name, "corrupt, truncated or unsupported image data (OpenCV could not decode it)");
+  }
   pixels.resize(bgr.total() * 3);
   cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, pixels.data());
   cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
   return ImageView{pixels.data(), bgr.rows, bgr.cols, 3, static_cast<std::size_t>(bgr.cols) * 3};
 }
 
-ImageView ImageDecoder::decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
-                               int min_width) {
-  int colorspace = 0;
-  const ImageHeader header = read_header(bytes, name, impl_->tj, colorspace);  // a JPEG's header once, here
+DecodedSize ImageDecoder::prepare(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
+                                  int min_width) {
+  Impl::Prepared& p = impl_->prepared;
+  p = Impl::Prepared{};
+  p.header = read_header(bytes, name, impl_->tj, p.colorspace);  // a JPEG's header once, here
+  const ImageHeader& header = p.header;
   if (static_cast<std::int64_t>(header.width) * header.height > impl_->limits.max_pixels) {
     throw DecodeError(name, std::string(to_string(header.format)) + " header announces " +
                                 std::to_string(header.width) + "x" + std::to_string(header.height) +
                                 " pixels, over the limit of " + std::to_string(impl_->limits.max_pixels));
   }
-  if (header.format == ImageFormat::Jpeg)
-    return impl_->decode_jpeg(bytes, name, header, colorspace, min_height, min_width);
-  return impl_->decode_opencv(bytes, name);
+  p.size = {header.height, header.width};
+  if (header.format == ImageFormat::Jpeg) {
+    int num = 1;
+    choose_jpeg_scale(header.width, header.height, min_height, min_width, num, p.denom);
+    const tjscalingfactor f{num, p.denom};
+    p.size = {TJSCALED(header.height, f), TJSCALED(header.width, f)};
+  }
+  p.bytes = bytes;
+  p.name = &name;
+  return p.size;
+}
+
+ImageView ImageDecoder::decode_prepared(const CropBox* region) {
+  Impl& d = *impl_;
+  if (!d.prepared.name) throw InvalidArgument("ImageDecoder::decode_prepared without prepare()");
+  const DecodedSize size = d.prepared.size;
+  d.part = false;
+  const bool whole =
+      !region || (region->x == 0 && region->y == 0 && region->width == size.width && region->height == size.height);
+  if (!whole && !(region->x >= 0 && region->y >= 0 && region->width >= 1 && region->height >= 1 &&
+                  region->x + region->width <= size.width && region->y + region->height <= size.height)) {
+    throw InvalidArgument(*d.prepared.name + ": region " + std::to_string(region->width) + "x" +
+                          std::to_string(region->height) + "+" + std::to_string(region->x) + "+" +
+                          std::to_string(region->y) + " is not inside the " + std::to_string(size.width) + "x" +
+                          std::to_string(size.height) + " image");
+  }
+  if (d.prepared.header.format == ImageFormat::Jpeg && !whole) {
+    d.part = true;
+    return d.decode_jpeg_region(*region);
+  }
+  ImageView image = d.prepared.header.format == ImageFormat::Jpeg ? d.decode_jpeg() : d.decode_opencv();
+  if (!whole) {
+    image.data += static_cast<std::size_t>(region->y) * image.row_stride + static_cast<std::size_t>(region->x) * 3;
+    image.height = region->height;
+    image.width = region->width;
+  }
+  return image;
+}
+
+bool ImageDecoder::decoded_part() const noexcept { return impl_->part; }
+
+ImageView ImageDecoder::decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
+                               int min_width) {
+  prepare(bytes, name, min_height, min_width);
+  return decode_prepared();
 }
 
 }  // namespace stoker

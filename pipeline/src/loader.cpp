@@ -176,10 +176,12 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
 
   std::unique_ptr<SampleCache> cache_;  // null without CacheKind
   bool cache_outputs_ = false;          // decoded cache of the transform's output (see CacheKey)
+  bool decode_parts_ = true;            // decode only what the transform reads (not when caching images)
 
   struct Counters {
     std::atomic<std::uint64_t> files{0}, bytes{0}, decoded{0}, skipped{0}, batches{0}, cache_hits{0}, cache_misses{0};
     std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
+    std::atomic<std::uint64_t> partial_decodes{0};
   } counters_;
 
   mutable std::mutex mu_;
@@ -291,6 +293,7 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
     cache_outputs_ = decoded && !identity.empty() && shape_.dtype == DType::U8 && shape_.layout == Layout::NHWC;
     CacheKey key{o.cache.kind, decoded ? decode_min_height_ : 0, decoded ? decode_min_width_ : 0, 0};
     if (cache_outputs_) key.transform = std::max<std::uint64_t>(1, checksum64(identity.data(), identity.size()));
+    decode_parts_ = !decoded || cache_outputs_;  // a cached image must be the whole image
     std::vector<std::string> paths;
     paths.reserve(dataset_.size());
     for (const auto& s : dataset_.samples) {
@@ -534,7 +537,10 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
   } else {
     // Decoded hit: no read, no decode. Encoded hit: decode only. Miss: read and decode, then offer
     // the result to the cache (after a successful decode, so a bad file is never cached).
+    const SampleContext ctx{options_.seed, s.epoch, static_cast<std::int64_t>(sample)};
     ImageView image;
+    std::optional<CropBox> region;  // set when only this part of the image was decoded
+    DecodedSize full;
     std::span<const std::uint8_t> bytes;
     SourceStamp stamp;
     if (hit && cache_->key().kind == CacheKind::Decoded) {
@@ -552,11 +558,19 @@ void LoaderCore::process_sample(Slot& s, int position, std::uint32_t sample) {
         bytes = local->file;
       }
       const auto t0 = Clock::now();
-      image = local->decoder.decode(bytes, name, decode_min_height_, decode_min_width_);
+      full = local->decoder.prepare(bytes, name, decode_min_height_, decode_min_width_);
+      // Only the part the transform reads, unless the whole image is to be cached.
+      if (decode_parts_) region = transform_->source_region(ctx, full.height, full.width);
+      image = local->decoder.decode_prepared(region ? &*region : nullptr);
+      if (local->decoder.decoded_part()) counters_.partial_decodes += 1;
       counters_.decode_ns += elapsed_ns(t0);
     }
     const auto t0 = Clock::now();
-    transform_->apply(image, SampleContext{options_.seed, s.epoch, static_cast<std::int64_t>(sample)}, slot);
+    if (region) {
+      transform_->apply_part(image, *region, full.height, full.width, ctx, slot);
+    } else {
+      transform_->apply(image, ctx, slot);
+    }
     counters_.transform_ns += elapsed_ns(t0);
 
     if (cache_ && !hit) {
@@ -908,6 +922,7 @@ LoaderStats Loader::stats() const noexcept {
   s.consumer_wait_seconds = static_cast<double>(c.wait_ns.load()) * kNs;
   s.cache_hits = c.cache_hits.load();
   s.cache_misses = c.cache_misses.load();
+  s.samples_decoded_in_part = c.partial_decodes.load();
   if (core_->cache_) s.cache_bytes_held = core_->cache_->bytes_held();
   return s;
 }
@@ -915,7 +930,7 @@ LoaderStats Loader::stats() const noexcept {
 void Loader::reset_stats() noexcept {
   auto& c = core_->counters_;
   for (auto* a : {&c.files, &c.bytes, &c.decoded, &c.skipped, &c.batches, &c.cache_hits, &c.cache_misses, &c.read_ns,
-                  &c.decode_ns, &c.transform_ns, &c.wait_ns}) {
+                  &c.decode_ns, &c.transform_ns, &c.wait_ns, &c.partial_decodes}) {
     a->store(0);
   }
 }

@@ -63,6 +63,10 @@ void resize_nearest_centres(const cv::Mat& in, cv::Mat& out) {
 
 }  // namespace
 
+void SampleTransform::apply_part(const ImageView&, const CropBox&, int, int, const SampleContext&, std::byte*) const {
+  throw InvalidArgument("this transform reads whole images: it has no source_region(), so no apply_part()");
+}
+
 CropBox centre_crop_box(int src_height, int src_width, int target_height, int target_width) noexcept {
   // Keras (keras.utils.load_img): integer crop sizes, then int() of the half margins.
   int crop_h = static_cast<int>((static_cast<long>(src_width) * target_height) / target_width);

@@ -74,6 +74,67 @@ TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
   }
 }
 
+// Random-resized crops read only their box: the loader decodes only that part of each JPEG, and
+// the batches are those of whole-image decoding (a decoded cache keeps whole images, so its
+// loader decodes them whole, and Augmenter::apply on the whole decode gives the same again).
+TEST(AugmentInLoader, DecodingOnlyTheCropBoxGivesTheWholeDecodesBatches) {
+  test::TempDir dir;
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / cls);
+    for (int i = 0; i < 5; ++i) {
+      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
+                       test::make_pattern_rgb(90 + 13 * i, 140 - 11 * i, i % 3));
+    }
+  }
+  AugmentSpec spec;
+  spec.height = spec.width = 32;
+  spec.random_resized_crop = RandomResizedCrop{};
+  spec.horizontal_flip = true;
+  spec.brightness_range = Range{0.8, 1.2};
+  const auto aug = std::make_shared<const Augmenter>(spec);
+  auto epoch = [&](CacheKind cache, LoaderStats& stats) {
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.threads = 2;
+    o.seed = 5;
+    o.transform = aug;
+    o.cache.kind = cache;
+    Loader loader(dataset_from_directory(dir.path()), o);
+    std::map<std::int64_t, std::vector<std::byte>> out;
+    for (std::uint64_t e = 0; e < 2; ++e) {
+      loader.begin_epoch(e);
+      const std::size_t bytes = loader.sample_shape().bytes();
+      while (auto batch = loader.next()) {
+        for (int i = 0; i < batch->size(); ++i) {
+          const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
+          out[batch->sample_ids()[static_cast<std::size_t>(i)] + 100 * static_cast<std::int64_t>(e)] =
+              std::vector<std::byte>(p, p + bytes);
+        }
+      }
+    }
+    stats = loader.stats();
+    return out;
+  };
+  LoaderStats parts_stats, cached_stats;
+  const auto parts = epoch(CacheKind::None, parts_stats);
+  const auto cached = epoch(CacheKind::Decoded, cached_stats);
+  ASSERT_EQ(parts.size(), 20u);
+  EXPECT_EQ(parts, cached);
+  EXPECT_GT(parts_stats.samples_decoded_in_part, 10u);  // a box of the whole image is decoded whole
+  EXPECT_EQ(cached_stats.samples_decoded_in_part, 0u);
+
+  const Dataset ds = dataset_from_directory(dir.path());
+  ImageDecoder decoder;
+  for (std::int64_t id : {std::int64_t{0}, std::int64_t{3}, std::int64_t{9}}) {
+    std::vector<std::uint8_t> bytes;
+    read_file(ds.samples[static_cast<std::size_t>(id)].path, bytes);
+    const ImageView v = decoder.decode(bytes, "x", aug->min_decode_height(), aug->min_decode_width());
+    std::vector<std::byte> want(aug->output_shape().bytes());
+    aug->apply(v, SampleContext{5, 1, id}, want.data());
+    EXPECT_EQ(parts.at(id + 100), want) << "sample " << id;
+  }
+}
+
 // An augmenter made for grayscale input behind the RGB decoder is a configuration error, not 24 bad
 // files: under the skip policy too, the first next() throws the augmenter's InvalidArgument (it
 // used to skip every sample and deliver an empty epoch).

@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <random>
+
+#include <turbojpeg.h>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
@@ -173,6 +176,133 @@ TEST(Decode, TiffAndWebPDecodeThroughOpenCv) {
   for (const char* name : {"a.tif", "a.webp"}) {
     EXPECT_EQ(max_abs_diff(view_to_mat(decode_file(decoder, bytes, dir / name)), rgb), 0) << name;
   }
+}
+
+// Expects the view to hold exactly `box` of `whole`.
+void expect_region_of(const ImageView& part, const ImageView& whole, const CropBox& box, const std::string& what) {
+  ASSERT_EQ(part.width, box.width) << what;
+  ASSERT_EQ(part.height, box.height) << what;
+  int differing = 0;
+  for (int y = 0; y < box.height; ++y) {
+    const std::uint8_t* want = whole.row(box.y + y) + static_cast<std::size_t>(box.x) * 3;
+    differing += std::memcmp(part.row(y), want, static_cast<std::size_t>(box.width) * 3) != 0;
+  }
+  EXPECT_EQ(differing, 0) << what << ": rows differing from the whole decode";
+}
+
+// A region decode gives the whole decode's pixels there: every chroma subsampling (fancy
+// upsampling blends neighbouring chroma samples, so a region's edge pixels need the columns beyond
+// it), baseline and progressive, each DCT scale, odd sizes, 1xN and Nx1, boxes at the edges.
+TEST(DecodeRegion, EveryRegionHoldsTheWholeDecodesPixels) {
+  std::mt19937 rng(7);
+  struct Size {
+    int height, width;
+  };
+  int checked = 0, partial = 0;
+  for (const Size size : {Size{61, 97}, Size{1, 37}, Size{37, 1}, Size{180, 250}}) {
+    const cv::Mat src = test::make_pattern_rgb(size.height, size.width, 2);
+    for (const int subsampling : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_411, TJSAMP_GRAY}) {
+      for (const bool progressive : {false, true}) {
+        const auto jpeg = test::encode_jpeg(src, TJPF_RGB, subsampling, 90, progressive);
+        for (const int min_side : {0, 40}) {  // full size; DCT-scaled where the image is large enough
+          ImageDecoder whole_decoder, part_decoder;
+          const ImageView whole = whole_decoder.decode(jpeg, "a.jpg", min_side, min_side);
+          const DecodedSize full = part_decoder.prepare(jpeg, "a.jpg", min_side, min_side);
+          ASSERT_EQ(full.height, whole.height);
+          ASSERT_EQ(full.width, whole.width);
+          std::vector<CropBox> boxes{{0, 0, 1, 1},
+                                     {full.width - 1, full.height - 1, 1, 1},
+                                     {0, full.height / 2, full.width, full.height - full.height / 2},
+                                     {full.width / 3, 0, full.width - full.width / 3, full.height}};
+          for (int i = 0; i < 12; ++i) {
+            const int w = std::uniform_int_distribution<int>(1, full.width)(rng);
+            const int h = std::uniform_int_distribution<int>(1, full.height)(rng);
+            boxes.push_back({std::uniform_int_distribution<int>(0, full.width - w)(rng),
+                             std::uniform_int_distribution<int>(0, full.height - h)(rng), w, h});
+          }
+          for (const CropBox& box : boxes) {
+            part_decoder.prepare(jpeg, "a.jpg", min_side, min_side);
+            const ImageView part = part_decoder.decode_prepared(&box);
+            const bool is_whole = box.width == full.width && box.height == full.height;
+            EXPECT_EQ(part_decoder.decoded_part(), !is_whole);
+            partial += part_decoder.decoded_part();
+            expect_region_of(part, whole, box,
+                             std::to_string(size.width) + "x" + std::to_string(size.height) + " subsampling " +
+                                 std::to_string(subsampling) + (progressive ? " progressive" : "") + " scale to " +
+                                 std::to_string(full.width) + "x" + std::to_string(full.height) + ", box " +
+                                 std::to_string(box.width) + "x" + std::to_string(box.height) + "+" +
+                                 std::to_string(box.x) + "+" + std::to_string(box.y));
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(partial, checked / 2);
+}
+
+TEST(DecodeRegion, CmykJpegsAndOtherFormats) {
+  TempDir dir;
+  cv::Mat cmyk(40, 52, CV_8UC4);
+  cv::randu(cmyk, 0, 256);
+  test::write_cmyk_jpeg(dir / "cmyk.jpg", cmyk, 90);
+  test::write_png(dir / "a.png", test::make_pattern_rgb(40, 52, 1));
+  const CropBox box{9, 5, 30, 21};
+  for (const char* name : {"cmyk.jpg", "a.png"}) {
+    const auto bytes = test::read_bytes(dir / name);
+    ImageDecoder whole_decoder, part_decoder;
+    const ImageView whole = whole_decoder.decode(bytes, name);
+    part_decoder.prepare(bytes, name);
+    const ImageView part = part_decoder.decode_prepared(&box);
+    EXPECT_EQ(part_decoder.decoded_part(), std::string(name) == "cmyk.jpg");
+    expect_region_of(part, whole, box, name);
+  }
+}
+
+// The region path reads the file to its end: a truncated or corrupt JPEG fails whichever part is
+// asked for (the rows above the damage too), and the decoder decodes the next file.
+TEST(DecodeRegion, ATruncatedJpegFailsWhicheverPartIsAsked) {
+  const auto good = test::encode_jpeg(test::make_pattern_rgb(128, 96), TJPF_RGB, TJSAMP_420);
+  auto cut = good;
+  cut.resize(cut.size() * 2 / 3);
+  ImageDecoder decoder;
+  for (const CropBox box : {CropBox{0, 0, 20, 8}, CropBox{40, 100, 50, 28}}) {
+    decoder.prepare(cut, "cut.jpg");
+    try {
+      decoder.decode_prepared(&box);
+      FAIL() << "no error for a truncated JPEG, box at row " << box.y;
+    } catch (const DecodeError& e) {
+      EXPECT_EQ(e.path(), "cut.jpg");
+      EXPECT_NE(e.reason().find("corrupt or truncated JPEG"), std::string::npos) << e.reason();
+    }
+    decoder.prepare(good, "good.jpg");
+    EXPECT_EQ(decoder.decode_prepared(&box).width, box.width);
+  }
+  // Damaged entropy-coded data below the region: fails as the whole decode does.
+  int damaged_whole = 0;
+  for (std::size_t at = good.size() / 2; at < good.size() - 8; at += good.size() / 9) {
+    auto bad = good;
+    for (std::size_t i = at; i < at + 6; ++i) bad[i] = static_cast<std::uint8_t>(bad[i] ^ 0xA5);
+    bool whole_fails = false, part_fails = false;
+    try {
+      decoder.decode(bad, "bad.jpg");
+    } catch (const DecodeError&) {
+      whole_fails = true;
+    }
+    const CropBox top{0, 0, 30, 8};
+    try {
+      decoder.prepare(bad, "bad.jpg");
+      decoder.decode_prepared(&top);
+    } catch (const DecodeError&) {
+      part_fails = true;
+    }
+    EXPECT_EQ(part_fails, whole_fails) << "damage at byte " << at;
+    damaged_whole += whole_fails;
+  }
+  EXPECT_GT(damaged_whole, 0);
+  decoder.prepare(good, "good.jpg");
+  const CropBox outside{90, 0, 10, 10};  // 90 + 10 > 96
+  EXPECT_THROW(decoder.decode_prepared(&outside), InvalidArgument);
 }
 
 TEST(DecodeErrors, MissingEmptyDirectoryAndFifo) {

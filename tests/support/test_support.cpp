@@ -54,34 +54,34 @@ cv::Mat make_pattern_rgb(int height, int width, int variant) {
   return img;
 }
 
-namespace {
-void write_with_turbojpeg(const fs::path& file, const cv::Mat& img, int pixel_format, int subsamp, int quality) {
+std::vector<std::uint8_t> encode_jpeg(const cv::Mat& img, int pixel_format, int subsampling, int quality,
+                                      bool progressive) {
   tjhandle handle = tjInitCompress();
   if (!handle) throw std::runtime_error("tjInitCompress failed");
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const cv::Mat cont = img.isContinuous() ? img : img.clone();
-  const int rc =
-      tjCompress2(handle, cont.data, cont.cols, 0, cont.rows, pixel_format, &out, &size, subsamp, quality, 0);
+  const int rc = tjCompress2(handle, cont.data, cont.cols, 0, cont.rows, pixel_format, &out, &size, subsampling,
+                             quality, progressive ? TJFLAG_PROGRESSIVE : 0);
   if (rc != 0) {
     std::string msg = tjGetErrorStr2(handle);
     tjDestroy(handle);
     throw std::runtime_error("tjCompress2: " + msg);
   }
-  std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(out), static_cast<std::streamsize>(size));
+  std::vector<std::uint8_t> bytes(out, out + size);
   tjFree(out);
   tjDestroy(handle);
+  return bytes;
 }
-}  // namespace
 
 void write_jpeg(const fs::path& file, const cv::Mat& rgb, int quality) {
-  write_with_turbojpeg(file, rgb, TJPF_RGB, TJSAMP_420, quality);
+  write_bytes(file, encode_jpeg(rgb, TJPF_RGB, TJSAMP_420, quality));
 }
 void write_gray_jpeg(const fs::path& file, const cv::Mat& gray, int quality) {
-  write_with_turbojpeg(file, gray, TJPF_GRAY, TJSAMP_GRAY, quality);
+  write_bytes(file, encode_jpeg(gray, TJPF_GRAY, TJSAMP_GRAY, quality));
 }
 void write_cmyk_jpeg(const fs::path& file, const cv::Mat& cmyk, int quality) {
-  write_with_turbojpeg(file, cmyk, TJPF_CMYK, TJSAMP_444, quality);
+  write_bytes(file, encode_jpeg(cmyk, TJPF_CMYK, TJSAMP_444, quality));
 }
 void write_png(const fs::path& file, const cv::Mat& rgb) {
   cv::Mat bgr;

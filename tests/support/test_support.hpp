@@ -35,6 +35,9 @@ std::filesystem::path source_dir();
 // A deterministic RGB test pattern: smooth gradients plus a few sharp edges.
 cv::Mat make_pattern_rgb(int height, int width, int variant = 0);
 
+// Pixels as JPEG bytes via TurboJPEG: pixel_format TJPF_*, chroma subsampling TJSAMP_*.
+std::vector<std::uint8_t> encode_jpeg(const cv::Mat& img, int pixel_format, int subsampling, int quality = 95,
+                                      bool progressive = false);
 // Writes RGB pixels (cv::Mat CV_8UC3 in RGB order) as a JPEG via TurboJPEG.
 void write_jpeg(const std::filesystem::path& file, const cv::Mat& rgb, int quality = 95);
 // Writes a grayscale JPEG (CV_8UC1).

@@ -29,6 +29,12 @@ class Augmenter final : public SampleTransform {
   int min_decode_height() const override;
   int min_decode_width() const override;
   void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const override;
+
+  // The crop box, when the sample's geometry is only a crop and resize (+ flips: random-resized
+  // crop, a centre crop) and the box is less than the image: the warp reads nothing outside it.
+  std::optional<CropBox> source_region(const SampleContext& ctx, int src_height, int src_width) const override;
+  void apply_part(const ImageView& part, const CropBox& region, int full_height, int full_width,
+                  const SampleContext& ctx, std::byte* dst) const override;
   // Validation mode with uint8 NHWC output and no preprocessing_function ignores the context:
   // a decoded cache may keep its output. Empty otherwise.
   std::string cache_identity() const override;

@@ -50,4 +50,10 @@ struct ImageView {
   bool empty() const noexcept { return data == nullptr || height <= 0 || width <= 0; }
 };
 
+// A box of pixels in an image: columns [x, x + width), rows [y, y + height).
+struct CropBox {
+  int x = 0, y = 0, width = 0, height = 0;
+  friend constexpr bool operator==(const CropBox&, const CropBox&) = default;
+};
+
 }  // namespace stoker

@@ -45,6 +45,12 @@ SourceStamp read_file(const std::string& path, std::vector<std::uint8_t>& out);
 SourceStamp read_file_range(const std::string& path, const ByteRange& range, const std::string& name,
                             std::vector<std::uint8_t>& out);
 
+// The size an ImageDecoder's decode produces (a JPEG's after its DCT scaling).
+struct DecodedSize {
+  int height = 0;
+  int width = 0;
+};
+
 // One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
 // image seen and are then reused, so steady-state decoding does not allocate.
 class ImageDecoder {
@@ -60,6 +66,21 @@ class ImageDecoder {
   // still >= (min_height, min_width) (full size when the image is smaller, or when both are 0). The view stays valid
   // until the next call. Grayscale and CMYK sources come out as RGB. Throws DecodeError(name, …).
   ImageView decode(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0, int min_width = 0);
+
+  // decode() in two steps, for a caller that chooses what to decode from the size: prepare() parses
+  // the header (once) and fixes the DCT scale; decode_prepared() decodes the bytes given to
+  // prepare() (which, with the name, must still be valid) whole, or only `region` of the size
+  // prepare() returned. With a region the view holds exactly its pixels, equal to the whole
+  // decode's there: a JPEG's IDCT, upsampling and colour conversion run on the region's rows and
+  // iMCU columns only (libjpeg's jpeg_skip_scanlines and jpeg_crop_scanline), its entropy-coded
+  // data is still read to the end, so a truncated or corrupt file fails whichever part is asked
+  // for. Other formats decode whole and the view is the region of it.
+  DecodedSize prepare(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0,
+                      int min_width = 0);
+  ImageView decode_prepared(const CropBox* region = nullptr);
+
+  // Whether the last decode_prepared() decoded only part of the image (a JPEG region).
+  bool decoded_part() const noexcept;
 
   // The DCT scale TurboJPEG would use for this image and minimum size (numerator/denominator).
   static void choose_jpeg_scale(int width, int height, int min_height, int min_width, int& num, int& denom);

@@ -95,6 +95,8 @@ struct LoaderStats {
   std::uint64_t cache_hits = 0;  // samples served without reading their file (decoded: nor decoding)
   std::uint64_t cache_misses = 0;
   std::uint64_t cache_bytes_held = 0;  // RAM held by the cache now, bookkeeping included
+  // JPEGs decoded only in the box the transform reads (SampleTransform::source_region).
+  std::uint64_t samples_decoded_in_part = 0;
 };
 
 struct SkippedSample {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "stoker/core/image.hpp"
@@ -58,6 +59,20 @@ class SampleTransform {
   // Writes exactly output_shape().bytes() bytes to dst. Must be thread-safe (called concurrently
   // for different samples) and deterministic in (src, ctx). Throws stoker::Error on failure.
   virtual void apply(const ImageView& src, const SampleContext& ctx, std::byte* dst) const = 0;
+
+  // The box of a src_height x src_width source that apply() reads for this sample, when that is
+  // less than the whole image: the loader then decodes only that part (a JPEG's rows and iMCU
+  // columns there) and calls apply_part. nullopt (the default): the whole image.
+  virtual std::optional<CropBox> source_region(const SampleContext& /*ctx*/, int /*src_height*/,
+                                               int /*src_width*/) const {
+    return std::nullopt;
+  }
+
+  // apply() for a source of which only `region` (what source_region returned) was decoded: `part`
+  // holds that region of the full_height x full_width image. Writes what apply() would write for
+  // the whole image. Only called on transforms whose source_region() returns a box.
+  virtual void apply_part(const ImageView& part, const CropBox& region, int full_height, int full_width,
+                          const SampleContext& ctx, std::byte* dst) const;
 };
 
 // Resize to a fixed size (uint8 NHWC) as Keras' load_img does (Pillow's Image.resize), optionally
@@ -79,9 +94,6 @@ class ResizeTransform final : public SampleTransform {
 };
 
 // Keras' keep_aspect_ratio crop: the largest centred box of the target aspect ratio.
-struct CropBox {
-  int x = 0, y = 0, width = 0, height = 0;
-};
 CropBox centre_crop_box(int src_height, int src_width, int target_height, int target_width) noexcept;
 
 }  // namespace stoker
