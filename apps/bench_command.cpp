@@ -39,7 +39,9 @@ std::string find_peers_script() {
 void run_autotune(const BenchArgs& args, const Dataset& ds) {
   const BenchSettings& s = args.settings;
   const int most = s.threads.empty() ? 0 : *std::max_element(s.threads.begin(), s.threads.end());
-  const LoaderTuning t = tune_loader(ds, s.loader.options(), args.autotune, most);
+  TuneOptions tune;
+  tune.max_threads = most;
+  const LoaderTuning t = tune_loader(ds, s.loader.options(), args.autotune, tune);
   std::printf("%-10s %10s\n", "threads", "img/s");
   for (const auto& [threads, rate] : t.curve) std::printf("%-10d %10.0f\n", threads, rate);
   std::printf("choice: %s\n", t.reason.c_str());

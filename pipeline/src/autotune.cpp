@@ -39,13 +39,12 @@ std::string rate(double images_per_second) {
 }  // namespace
 
 LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
-                         int max_threads, std::uint64_t ram_budget_bytes, int batches_per_trial,
-                         bool consumer_shares_cores) {
+                         const TuneOptions& tune) {
   if (!(consumer_images_per_second > 0))
     throw InvalidArgument("tune_loader: the consumer's rate must be positive, received " +
                           std::to_string(consumer_images_per_second));
-  if (batches_per_trial < 2) throw InvalidArgument("tune_loader: batches_per_trial must be >= 2");
-  const int cores = max_threads > 0 ? max_threads : std::max(1, tbb::info::default_concurrency());
+  if (tune.batches_per_trial < 2) throw InvalidArgument("tune_loader: batches_per_trial must be >= 2");
+  const int cores = tune.max_threads > 0 ? tune.max_threads : std::max(1, tbb::info::default_concurrency());
   options.cache = {};
   LoaderTuning t;
   t.consumer_images_per_second = consumer_images_per_second;
@@ -54,9 +53,9 @@ LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double c
   for (int threads = 1;; threads = std::min(cores, threads * 2)) {
     options.threads = threads;
     options.prefetch = threads + 1;  // enough to keep every thread busy while measuring
-    const double r = measure(dataset, options, batches_per_trial);
+    const double r = measure(dataset, options, tune.batches_per_trial);
     t.curve.emplace_back(threads, r);
-    if (consumer_shares_cores && threads == 1 && r > 0) {
+    if (tune.consumer_shares_cores && threads == 1 && r > 0) {
       // An image costs 1/r core-seconds to load and cores/consumer to consume: on shared cores
       // the two together reach cores / (1/r + cores/consumer), the rate the loader must keep.
       t.consumer_images_per_second = cores / (1 / r + cores / consumer_images_per_second);
@@ -72,11 +71,12 @@ LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double c
   const std::size_t batch_bytes =
       Loader(dataset, options).sample_shape().bytes() * static_cast<std::size_t>(options.batch_size);
   t.prefetch = std::max(2, 2 * chosen);
-  if (ram_budget_bytes > 0)
+  if (tune.ram_budget_bytes > 0)
     t.prefetch = static_cast<int>(
-        std::max<std::uint64_t>(2, std::min<std::uint64_t>(t.prefetch, ram_budget_bytes / batch_bytes)));
+        std::max<std::uint64_t>(2, std::min<std::uint64_t>(t.prefetch, tune.ram_budget_bytes / batch_bytes)));
+  if (tune.prefetch > 0) t.prefetch = tune.prefetch;
   const double at = t.curve.back().second;
-  const std::string consumer = consumer_shares_cores
+  const std::string consumer = tune.consumer_shares_cores
                                    ? rate(t.consumer_images_per_second) + " that loading and the consumer (" +
                                          rate(consumer_images_per_second) + " alone) reach together on " +
                                          std::to_string(cores) + " shared cores"
@@ -85,7 +85,7 @@ LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double c
                                 ", enough for the " + consumer + " (+20%)"
                           : "all " + std::to_string(chosen) + " threads: the loader's " + rate(at) + " is below the " +
                                 consumer + " (the input pipeline limits; try --cache decoded)";
-  t.reason += "; prefetch " + std::to_string(t.prefetch);
+  t.reason += "; prefetch " + std::to_string(t.prefetch) + (tune.prefetch > 0 ? " (--prefetch)" : "");
   return t;
 }
 

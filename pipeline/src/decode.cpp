@@ -343,7 +343,8 @@ struct ImageDecoder::Impl {
     const std::string* name = nullptr;
     ImageHeader header;
     int colorspace = 0;
-    int denom = 1;  // the JPEG's DCT scale 1/denom
+    int denom = 1;    // the JPEG's DCT scale 1/denom
+    ImageView whole;  // other formats: decoded by prepare()
     DecodedSize size;
   } prepared;
   bool part = false;
@@ -457,15 +458,19 @@ DecodedSize ImageDecoder::prepare(std::span<const std::uint8_t> bytes, const std
                                 std::to_string(header.width) + "x" + std::to_string(header.height) +
                                 " pixels, over the limit of " + std::to_string(impl_->limits.max_pixels));
   }
-  p.size = {header.height, header.width};
+  p.bytes = bytes;
+  p.name = &name;
   if (header.format == ImageFormat::Jpeg) {
     int num = 1;
     choose_jpeg_scale(header.width, header.height, min_height, min_width, num, p.denom);
     const tjscalingfactor f{num, p.denom};
     p.size = {TJSCALED(header.height, f), TJSCALED(header.width, f)};
+  } else {
+    // Decoded whole here: no part of them can be decoded alone, and the size is that of the
+    // pixels, which a malformed header (or an EXIF rotation OpenCV applies) need not announce.
+    p.whole = impl_->decode_opencv();
+    p.size = {p.whole.height, p.whole.width};
   }
-  p.bytes = bytes;
-  p.name = &name;
   return p.size;
 }
 
@@ -487,7 +492,7 @@ ImageView ImageDecoder::decode_prepared(const CropBox* region) {
     d.part = true;
     return d.decode_jpeg_region(*region);
   }
-  ImageView image = d.prepared.header.format == ImageFormat::Jpeg ? d.decode_jpeg() : d.decode_opencv();
+  ImageView image = d.prepared.header.format == ImageFormat::Jpeg ? d.decode_jpeg() : d.prepared.whole;
   if (!whole) {
     image.data += static_cast<std::size_t>(region->y) * image.row_stride + static_cast<std::size_t>(region->x) * 3;
     image.height = region->height;

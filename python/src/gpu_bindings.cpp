@@ -203,8 +203,8 @@ void bind_gpu(nb::module_& m) {
       .def_ro("index", &GpuBatch::index)
       .def("__len__", [](const GpuBatch& b) { return b.size; });
 
-  nb::class_<PyGpuFeed>(m, "GpuFeed", "The GPU feed (use stoker.Loader(device='cuda:N')).")
-      .def(
+  nb::class_<PyGpuFeed> feed(m, "GpuFeed", "The GPU feed (use stoker.Loader(device='cuda:N')).");
+  feed.def(
           "__init__",
           [](PyGpuFeed* self, const Dataset& dataset, const nb::dict& settings, int device, int depth,
              const std::string& dtype) {
@@ -214,23 +214,13 @@ void bind_gpu(nb::module_& m) {
           },
           nb::arg("dataset"), nb::arg("settings"), nb::arg("device") = 0, nb::arg("depth") = 3, nb::arg("dtype") = "")
       .def("begin_epoch", &PyGpuFeed::begin_epoch, nb::arg("epoch"))
-      .def(
-          "state", [](PyGpuFeed& f) { return f.live().state().to_string(); },
-          "The feed's state after the batches delivered so far (LoaderState::to_string)")
-      .def(
-          "resume",
-          [](PyGpuFeed& f, const std::string& state) {
-            const LoaderState st = LoaderState::parse(state);
-            nb::gil_scoped_release unlocked;
-            f.live().resume(st);
-          },
-          nb::arg("state"), "Starts the saved epoch at its next batch")
       .def("next", &PyGpuFeed::next)
       .def("close", &PyGpuFeed::close)
       .def("__len__", [](PyGpuFeed& f) { return f.live().batches_per_epoch(); })
       .def("describe", [](PyGpuFeed& f) { return f.live().describe(); })
       .def_prop_ro("sharding", [](PyGpuFeed& f) { return nb::make_tuple(f.rank, f.world_size); })
       .def("stats", [](PyGpuFeed& f) { return stats_object(f.live().stats().loader); });
+  def_state_and_resume(feed);
 }
 
 }  // namespace stoker::python

@@ -175,6 +175,7 @@ nb::dict stats_dict(const LoaderStats& s) {
   d["cache_hits"] = s.cache_hits;
   d["cache_misses"] = s.cache_misses;
   d["cache_bytes_held"] = s.cache_bytes_held;
+  d["samples_decoded_in_part"] = s.samples_decoded_in_part;
   return d;
 }
 
@@ -212,7 +213,8 @@ void bind_loader(nb::module_& m) {
                std::to_string(b.size) + " samples>";
       });
 
-  nb::class_<PyLoader>(m, "Loader", "The C++ loader (use stoker.Loader).")
+  nb::class_<PyLoader> loader(m, "Loader", "The C++ loader (use stoker.Loader).");
+  loader
       .def(
           "__init__",
           [](PyLoader* self, const Dataset& dataset, const nb::dict& settings, bool copy) {
@@ -220,17 +222,6 @@ void bind_loader(nb::module_& m) {
           },
           nb::arg("dataset"), nb::arg("settings"), nb::arg("copy") = false)
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
-      .def(
-          "state", [](PyLoader& l) { return l.live().state().to_string(); },
-          "The loader's state after the batches delivered so far (LoaderState::to_string)")
-      .def(
-          "resume",
-          [](PyLoader& l, const std::string& state) {
-            const LoaderState st = LoaderState::parse(state);
-            nb::gil_scoped_release unlocked;
-            l.live().resume(st);
-          },
-          nb::arg("state"), "Starts the saved epoch at its next batch")
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
       .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")
       .def("__len__", [](PyLoader& l) { return l.live().batches_per_epoch(); })
@@ -254,6 +245,7 @@ void bind_loader(nb::module_& m) {
           "skipped", [](PyLoader& l) { return skipped_list(l.live().skipped()); },
           "(sample_id, path, reason) of each sample skipped in the current epoch")
       .def("cache_status", [](PyLoader& l) { return l.live().cache_status(); });
+  def_state_and_resume(loader);
 }
 
 }  // namespace stoker::python

@@ -28,4 +28,21 @@ nb::object copy_if(nb::object array, bool copy);  // array.copy() when copy, els
 nb::object stats_object(const LoaderStats& stats);
 nb::list skipped_list(const std::vector<SkippedSample>& skipped);
 
+// state() and resume(state) on a Python class whose objects reach a Loader or a GpuFeed through
+// live(): the position as LoaderState's one line of text, resumed without the GIL.
+template <typename Py, typename... Extra>
+void def_state_and_resume(nb::class_<Py, Extra...>& cls) {
+  cls.def(
+         "state", [](Py& self) { return self.live().state().to_string(); },
+         "The state after the batches delivered so far (LoaderState::to_string)")
+      .def(
+          "resume",
+          [](Py& self, const std::string& state) {
+            const LoaderState st = LoaderState::parse(state);
+            nb::gil_scoped_release unlocked;
+            self.live().resume(st);
+          },
+          nb::arg("state"), "Starts the saved epoch at its next batch");
+}
+
 }  // namespace stoker::python

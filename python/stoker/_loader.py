@@ -394,7 +394,9 @@ class Loader:
         return [SkippedSample(*s) for s in self._core.skipped()]
 
     def stats(self) -> dict:
-        """Cumulative counters: files read, samples decoded and skipped, busy and wait times."""
+        """Cumulative counters: files read, samples decoded and skipped, busy and wait times, and
+        samples_decoded_in_part: JPEGs of which only the crop box was decoded (random-resized and
+        centre crops read nothing else)."""
         return self._core.stats()
 
     @property

@@ -131,6 +131,26 @@ def test_half_precision_on_the_cpu_is_the_float32_output_rounded(folder):
         stoker.Loader(folder, 16, dtype="float16")
 
 
+def test_random_resized_crops_decode_only_their_box_and_give_the_whole_decodes_images(tmp_path):
+    pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
+    folder = make_folder(tmp_path / "images", per_class=6, size=96)
+    aug = dict(random_resized_crop=True, horizontal_flip=True)
+
+    def run(cache):
+        loader = stoker.Loader(folder, 32, batch_size=4, seed=3, shuffle=False, augment=aug, cache=cache)
+        images = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            images += [b.images.copy() for b in loader]
+        return np.concatenate(images), loader.stats()
+
+    parts, parts_stats = run(None)
+    whole, whole_stats = run("decoded")  # the cache keeps whole images, so they are decoded whole
+    np.testing.assert_array_equal(parts, whole)
+    assert parts_stats["samples_decoded_in_part"] > 12
+    assert whole_stats["samples_decoded_in_part"] == 0
+
+
 def test_state_dict_resumes_mid_epoch_with_the_same_batches(folder):
     aug = dict(rotation_range=20, horizontal_flip=True, brightness_range=(0.7, 1.3), dtype="float32")
 

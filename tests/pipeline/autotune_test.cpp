@@ -25,16 +25,22 @@ class Autotune : public ::testing::Test {
   LoaderOptions options;
 };
 
+TuneOptions two_threads() {
+  TuneOptions t;
+  t.max_threads = 2;
+  return t;
+}
+
 TEST_F(Autotune, ASlowConsumerGetsOneThreadAFastOneEveryThread) {
   const Dataset ds = dataset_from_directory(dir.path());
-  const LoaderTuning slow = tune_loader(ds, options, 1.0, 2);
+  const LoaderTuning slow = tune_loader(ds, options, 1.0, two_threads());
   EXPECT_EQ(slow.threads, 1);
   ASSERT_EQ(slow.curve.size(), 1u) << "one thread is enough: nothing more is measured";
   EXPECT_GT(slow.curve[0].second, 1.2);
   EXPECT_NE(slow.reason.find("1 thread load"), std::string::npos) << slow.reason;
   EXPECT_EQ(slow.prefetch, 2);
 
-  const LoaderTuning fast = tune_loader(ds, options, 1e9, 2);
+  const LoaderTuning fast = tune_loader(ds, options, 1e9, two_threads());
   EXPECT_EQ(fast.threads, 2);
   ASSERT_EQ(fast.curve.size(), 2u);
   EXPECT_EQ(fast.curve[0].first, 1);
@@ -43,8 +49,17 @@ TEST_F(Autotune, ASlowConsumerGetsOneThreadAFastOneEveryThread) {
   EXPECT_EQ(fast.prefetch, 4) << "two batches per thread";
 
   // A RAM budget of three batches of 64x64x3 bytes caps the prefetch at 3.
-  const LoaderTuning capped = tune_loader(ds, options, 1e9, 2, 3 * 4 * 64 * 64 * 3);
+  TuneOptions budget = two_threads();
+  budget.ram_budget_bytes = 3 * 4 * 64 * 64 * 3;
+  const LoaderTuning capped = tune_loader(ds, options, 1e9, budget);
   EXPECT_EQ(capped.prefetch, 3);
+
+  // The caller's own prefetch is kept, and the reason says so.
+  TuneOptions fixed = two_threads();
+  fixed.prefetch = 7;
+  const LoaderTuning kept = tune_loader(ds, options, 1.0, fixed);
+  EXPECT_EQ(kept.prefetch, 7);
+  EXPECT_NE(kept.reason.find("; prefetch 7 (--prefetch)"), std::string::npos) << kept.reason;
   EXPECT_THROW(tune_loader(ds, options, 0.0), InvalidArgument);
 }
 
@@ -53,7 +68,9 @@ TEST_F(Autotune, ASlowConsumerGetsOneThreadAFastOneEveryThread) {
 TEST_F(Autotune, AConsumerOnTheSameCoresIsKeptFedAtTheRateBothReachTogether) {
   const Dataset ds = dataset_from_directory(dir.path());
   const double backbone_alone = 500;
-  const LoaderTuning t = tune_loader(ds, options, backbone_alone, 2, 0, 4, /*consumer_shares_cores=*/true);
+  TuneOptions shared = two_threads();
+  shared.consumer_shares_cores = true;
+  const LoaderTuning t = tune_loader(ds, options, backbone_alone, shared);
   ASSERT_FALSE(t.curve.empty());
   const double r1 = t.curve[0].second;
   EXPECT_DOUBLE_EQ(t.consumer_images_per_second, 2 / (1 / r1 + 2 / backbone_alone));
@@ -62,7 +79,7 @@ TEST_F(Autotune, AConsumerOnTheSameCoresIsKeptFedAtTheRateBothReachTogether) {
   EXPECT_EQ(t.threads, t.curve.back().first);
 
   // A slow backbone needs one thread whether or not it shares the cores.
-  EXPECT_EQ(tune_loader(ds, options, 1.0, 2, 0, 4, true).threads, 1);
+  EXPECT_EQ(tune_loader(ds, options, 1.0, shared).threads, 1);
 }
 
 }  // namespace

@@ -259,6 +259,23 @@ TEST(DecodeRegion, CmykJpegsAndOtherFormats) {
   }
 }
 
+// Found by fuzz_decode: a TIFF whose first IFD announces another size than the pixels OpenCV
+// decodes. prepare() gives the pixels' size (it decodes such formats whole), so a box drawn from it
+// lies inside what decode_prepared() returns.
+TEST(DecodeRegion, TheSizeOfAFormatOpenCvDecodesIsThatOfItsPixels) {
+  const auto bytes = test::read_bytes(test::source_dir() / "tests/pipeline/vectors/decode/tiff_header_disagrees.tif");
+  ASSERT_FALSE(bytes.empty());
+  ImageDecoder whole_decoder, part_decoder;
+  const ImageView whole = whole_decoder.decode(bytes, "x.tif");
+  const ImageHeader header = read_image_header(bytes, "x.tif");
+  EXPECT_NE(header.width * 1000 + header.height, whole.width * 1000 + whole.height) << "the header agrees now";
+  const DecodedSize size = part_decoder.prepare(bytes, "x.tif");
+  ASSERT_EQ(size.width, whole.width);
+  ASSERT_EQ(size.height, whole.height);
+  const CropBox box{whole.width / 2, whole.height / 2, whole.width - whole.width / 2, whole.height - whole.height / 2};
+  expect_region_of(part_decoder.decode_prepared(&box), whole, box, "x.tif");
+}
+
 // The region path reads the file to its end: a truncated or corrupt JPEG fails whichever part is
 // asked for (the rows above the damage too), and the decoder decodes the next file.
 TEST(DecodeRegion, ATruncatedJpegFailsWhicheverPartIsAsked) {

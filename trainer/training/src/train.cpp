@@ -121,13 +121,15 @@ double consumer_rate(const trainer::Model& backbone, int image_size, int batch_s
 std::string choose_loader_threads(const TrainingData& data, const TrainOptions& o, Sources& sources,
                                   const trainer::Model& backbone, bool gpu) {
   if (!o.tune_loader) return {};
+  TuneOptions tune;
+  tune.max_threads = o.tune_max_threads;
+  tune.ram_budget_bytes = o.tune_ram_budget_bytes;
+  tune.consumer_shares_cores = !gpu;
+  if (!o.tune_prefetch) tune.prefetch = o.loader.prefetch;
   const LoaderTuning t = tune_loader(data.train, sources.train_loader(gpu),
-                                     consumer_rate(backbone, o.prepare.image_size, o.loader.batch_size),
-                                     o.tune_max_threads, o.tune_ram_budget_bytes, 4, /*consumer_shares_cores=*/!gpu);
-  sources.use_threads(t.threads, o.tune_prefetch ? t.prefetch : o.loader.prefetch);
-  return o.tune_prefetch ? t.reason
-                         : t.reason.substr(0, t.reason.rfind("; prefetch")) + "; prefetch " +
-                               std::to_string(o.loader.prefetch) + " (--prefetch)";
+                                     consumer_rate(backbone, o.prepare.image_size, o.loader.batch_size), tune);
+  sources.use_threads(t.threads, t.prefetch);
+  return t.reason;
 }
 
 // Where train() stands, for checkpoints: the head, the best epoch, the history, and (for runs
@@ -576,7 +578,9 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
       observer.on_warning(why);
       gpu.reset();
       backbone.set_backend(nullptr);
-      choose_loader_threads(data, o, sources, backbone, false);  // now sharing the cores with the backbone
+      // The loader now shares the cores with the backbone: tuned again, and the new choice said.
+      const std::string retuned = choose_loader_threads(data, o, sources, backbone, false);
+      if (!retuned.empty()) observer.on_warning("the loader, tuned again for the CPU backbone: " + retuned);
       sources.make(nullptr);
       validation = extract(sources.validation(), "validation features", observer);
     }

@@ -23,16 +23,24 @@ struct LoaderTuning {
   std::string reason;                         // one line: the choice and the figures behind it
 };
 
+// How tune_loader measures and what it may choose.
+struct TuneOptions {
+  int max_threads = 0;                 // the most decode threads tried; 0: the cores this process may use
+  std::uint64_t ram_budget_bytes = 0;  // caps the prefetch at the batches it holds; 0: no cap
+  int batches_per_trial = 4;           // batches timed per thread count (>= 2; the first is not timed)
+  // The consumer's rate was measured alone on the same cores (a CPU backbone), so loading and
+  // consuming compete for them: the loader is tuned for the rate both reach together,
+  // max_threads / (1/r1 + max_threads/consumer) with r1 the loader's rate on one thread.
+  bool consumer_shares_cores = false;
+  int prefetch = 0;  // > 0: the caller's own prefetch depth, kept (the reason says so)
+};
+
 // Measures the loader (options as given, without its cache: the cost of a cold epoch) on a few
-// batches at 1, 2, 4, ... threads up to max_threads (0: the cores this process may use) and takes
-// the fewest whose rate is at least 1.2x the consumer's; when none is, all of them (the loader
-// limits). Prefetch: two batches per thread (jitter between threads), at least 2, at most what
-// ram_budget_bytes (0: no limit) holds. Throws what the Loader throws for unusable options.
-// consumer_shares_cores: the consumer's rate was measured alone on the same cores (a CPU backbone),
-// so loading and consuming compete for them; the loader is tuned for the rate both reach together,
-// max_threads / (1/r1 + max_threads/consumer) with r1 the loader's rate on one thread.
+// batches at 1, 2, 4, ... threads up to max_threads and takes the fewest whose rate is at least
+// 1.2x the consumer's; when none is, all of them (the loader limits). Prefetch: two batches per
+// thread (jitter between threads), at least 2, at most what ram_budget_bytes holds. Throws what
+// the Loader throws for unusable options.
 LoaderTuning tune_loader(const Dataset& dataset, LoaderOptions options, double consumer_images_per_second,
-                         int max_threads = 0, std::uint64_t ram_budget_bytes = 0, int batches_per_trial = 4,
-                         bool consumer_shares_cores = false);
+                         const TuneOptions& tune = {});
 
 }  // namespace stoker

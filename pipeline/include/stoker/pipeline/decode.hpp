@@ -74,7 +74,8 @@ class ImageDecoder {
   // decode's there: a JPEG's IDCT, upsampling and colour conversion run on the region's rows and
   // iMCU columns only (libjpeg's jpeg_skip_scanlines and jpeg_crop_scanline), its entropy-coded
   // data is still read to the end, so a truncated or corrupt file fails whichever part is asked
-  // for. Other formats decode whole and the view is the region of it.
+  // for. Other formats are decoded whole by prepare() (its size is their pixels', whatever their
+  // header says) and the view is the region of them.
   DecodedSize prepare(std::span<const std::uint8_t> bytes, const std::string& name, int min_height = 0,
                       int min_width = 0);
   ImageView decode_prepared(const CropBox* region = nullptr);
