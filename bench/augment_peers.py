@@ -80,7 +80,7 @@ def part_keras(args):
     # The augmentation alone on images already decoded and resized (what stoker's bench times).
     names = files(args.data, min(args.images, 100))
     arrays = [img_to_array(load_img(f, target_size=(size, size))) for f in names]
-    rows.append(("keras random_transform+standardize (decoded, %d)" % size,
+    rows.append(("keras random_transform+standardize (decoded)",
                  timed(lambda i: gen.standardize(gen.random_transform(arrays[i % len(arrays)])), 50, args.seconds)))
     rows.append(("keras load_img(target_size) only (decode+resize)",
                  timed(lambda i: img_to_array(load_img(names[i % len(names)], target_size=(size, size))), 50,
@@ -109,7 +109,7 @@ def part_torch(args):
     rows = [
         ("torchvision Resize+RandomAffine+flip+ColorJitter (PIL)", timed(lambda i: full(decoded[i % len(decoded)]), 50, args.seconds)),
         ("torchvision same + ToTensor+Normalize (f32 CHW)", timed(lambda i: full_tensor(decoded[i % len(decoded)]), 50, args.seconds)),
-        ("torchvision RandomAffine+flip+ColorJitter (decoded, %d)" % size, timed(lambda i: only(resized[i % len(resized)]), 50, args.seconds)),
+        ("torchvision RandomAffine+flip+ColorJitter (decoded)", timed(lambda i: only(resized[i % len(resized)]), 50, args.seconds)),
         ("torchvision Resize only (PIL bilinear)", timed(lambda i: T.Resize((size, size))(decoded[i % len(decoded)]), 50, args.seconds)),
     ]
     return {"versions": "torch %s, torchvision %s" % (torch.__version__, torchvision.__version__), "rows": rows}
