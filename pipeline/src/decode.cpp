@@ -275,14 +275,20 @@ void jpeg_warn(j_common_ptr c, int level) {
 // or corrupt file fails here.
 // Returns false with the message in err. No C++ object with a destructor lives in this frame
 // after setjmp: libjpeg's errors leave it by longjmp.
-bool decode_jpeg_rows(jpeg_decompress_struct& ci, JpegErrors& err, std::span<const std::uint8_t> b, int denom,
-                      bool cmyk, const CropBox& box, std::vector<std::uint8_t>& out,
-                      std::vector<std::uint8_t>& last_row, int& first_column, int& columns) {
+bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int denom, bool cmyk, const CropBox& box,
+                      std::vector<std::uint8_t>& out, std::vector<std::uint8_t>& last_row, int& first_column,
+                      int& columns) {
+  // A decompressor per call (a few small allocations): nothing carries over from the file before,
+  // in particular not what an error left half done inside jpeg_skip_scanlines.
+  jpeg_decompress_struct ci{};
+  ci.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_fail;
+  err.mgr.emit_message = jpeg_warn;
   if (setjmp(err.jump)) {
-    jpeg_abort_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
     return false;
   }
-  jpeg_abort_decompress(&ci);  // whatever state an earlier exception left it in
+  jpeg_create_decompress(&ci);
   jpeg_mem_src(&ci, b.data(), static_cast<unsigned long>(b.size()));
   jpeg_read_header(&ci, TRUE);
   // TurboJPEG's settings for tjDecompress2 without flags (accurate IDCT, fancy upsampling are
@@ -314,6 +320,7 @@ bool decode_jpeg_rows(jpeg_decompress_struct& ci, JpegErrors& err, std::span<con
     jpeg_read_scanlines(&ci, &row, 1);
   }
   jpeg_finish_decompress(&ci);
+  jpeg_destroy_decompress(&ci);
   return true;
 }
 
@@ -330,8 +337,7 @@ void cmyk_to_rgb(const std::uint8_t* cmyk, std::size_t pixels, std::uint8_t* rgb
 struct ImageDecoder::Impl {
   DecodeLimits limits;
   tjhandle tj = nullptr;
-  jpeg_decompress_struct region_decoder{};  // libjpeg, for decoding part of a JPEG
-  JpegErrors region_errors;
+  JpegErrors region_errors;            // of the libjpeg decompressor that decodes part of a JPEG
   std::vector<std::uint8_t> pixels;    // RGB output
   std::vector<std::uint8_t> cmyk;      // CMYK scratch
   std::vector<std::uint8_t> last_row;  // a region decode's read of the image's last row
@@ -359,16 +365,10 @@ ImageDecoder::ImageDecoder(DecodeLimits limits) : impl_(std::make_unique<Impl>()
   impl_->limits = limits;
   impl_->tj = tjInitDecompress();
   if (!impl_->tj) throw Error("TurboJPEG: cannot create a decompressor");
-  impl_->region_decoder.err = jpeg_std_error(&impl_->region_errors.mgr);
-  impl_->region_errors.mgr.error_exit = jpeg_fail;
-  impl_->region_errors.mgr.emit_message = jpeg_warn;
-  jpeg_create_decompress(&impl_->region_decoder);
 }
 
 ImageDecoder::~ImageDecoder() {
-  if (!impl_) return;
-  if (impl_->tj) tjDestroy(impl_->tj);
-  jpeg_destroy_decompress(&impl_->region_decoder);
+  if (impl_ && impl_->tj) tjDestroy(impl_->tj);
 }
 ImageDecoder::ImageDecoder(ImageDecoder&&) noexcept = default;
 ImageDecoder& ImageDecoder::operator=(ImageDecoder&&) noexcept = default;
@@ -417,8 +417,8 @@ ImageView ImageDecoder::Impl::decode_jpeg() {
 ImageView ImageDecoder::Impl::decode_jpeg_region(const CropBox& box) {
   const bool four = is_cmyk();
   int first = 0, columns = 0;
-  if (!decode_jpeg_rows(region_decoder, region_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels,
-                        last_row, first, columns)) {
+  if (!decode_jpeg_rows(region_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels, last_row, first,
+                        columns)) {
     throw DecodeError(*prepared.name, std::string("corrupt or truncated JPEG data (") + region_errors.message + ")");
   }
   if (four) {

@@ -59,6 +59,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const stoker::Error& e) {
     if (whole_decoded) {
       std::fprintf(stderr, "the whole image decoded, a box of it did not: %s\n", e.what());
+      // Which of the two depends on what the decoders met before: a fresh one says.
+      try {
+        stoker::ImageDecoder fresh(stoker::DecodeLimits{4'000'000});
+        fresh.decode(bytes, "fuzz-input", min_size, min_size);
+        std::fprintf(stderr, "a fresh decoder decodes the whole image too\n");
+      } catch (const stoker::Error& again) {
+        std::fprintf(stderr, "a fresh decoder fails on the whole image: %s\n", again.what());
+      }
       std::abort();
     }
     if (std::getenv("STOKER_FUZZ_VERBOSE")) std::fprintf(stderr, "stoker::Error: %s\n", e.what());

@@ -543,6 +543,67 @@ TEST_F(Resume, WithScheduleAndCallbacksEqualsTheUninterruptedRun) {
   }
 }
 
+// Stopped during fine-tuning (after a whole epoch of it, or inside one), the run resumes in the
+// second phase from the checkpoint's backbone and optimizers: the same history, heads and
+// fine-tuned backbone as the uninterrupted run, with augmentation and without.
+TEST_F(Resume, DuringFineTuningEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);  // 18 images: 3 batches of 8
+  auto fine_tuning = [&](const fs::path& out, bool augmenting) {
+    TrainOptions o = augmenting ? augmented(out) : small_run(out);
+    o.epochs = 1;
+    o.adam.learning_rate = 1e-4f;
+    o.fine_tune.from_layer = "block_16_expand";
+    o.fine_tune.epochs = 3;
+    o.fine_tune.optimizer.learning_rate = 1e-2f;
+    return o;
+  };
+  auto tuned_weights = [](const fs::path& out) {
+    const trainer::Graph g = trainer::load_model(out / kFineTunedBackboneFile).graph();
+    std::vector<float> all;
+    for (const char* layer : {"block_16_project", "Conv_1", "Conv_1_bn"}) {
+      for (const char* key : {"kernel", "gamma"}) {
+        const auto* w = g.nodes[static_cast<std::size_t>(g.find(layer))].weight(key);
+        if (w) all.insert(all.end(), w->data->begin(), w->data->end());
+      }
+    }
+    return all;
+  };
+  for (const bool augmenting : {true, false}) {
+    const fs::path whole_out = dir / (augmenting ? "ft-whole-aug" : "ft-whole");
+    const TrainResult whole = train(data, fine_tuning(whole_out, augmenting));
+    ASSERT_EQ(whole.history.size(), 4u);
+    // After fine-tuning epochs 1 and 2; inside the second (3 batches of phase 1, 3 of the first, 2 of it).
+    for (const auto& [epochs, batches] :
+         {std::pair{2, std::size_t{0}}, std::pair{3, std::size_t{0}}, std::pair{0, std::size_t{8}}}) {
+      if (batches > 0 && !augmenting) continue;  // without augmentation no batch of images is seen
+      SCOPED_TRACE(std::string(augmenting ? "augmenting" : "cached values") + ", stopped after " +
+                   (batches > 0 ? std::to_string(batches) + " batches" : std::to_string(epochs) + " epochs"));
+      const fs::path out = dir / ("ft-stopped-" + std::to_string(augmenting) + std::to_string(epochs + batches));
+      Stop stop;
+      stop.after_epochs = epochs;
+      stop.after_batches = batches;
+      EXPECT_THROW(train(data, fine_tuning(out, augmenting), &stop), std::runtime_error);
+      TrainOptions again = fine_tuning(out, augmenting);
+      again.resume = true;
+      struct Begun final : TrainObserver {
+        std::vector<int> epochs;
+        void on_epoch_begin(int epoch, std::size_t) override { epochs.push_back(epoch); }
+      } begun;
+      const TrainResult resumed = train(data, again, &begun);
+      ASSERT_FALSE(begun.epochs.empty());
+      // The epoch in progress or the next one, not the second phase from its start.
+      EXPECT_EQ(begun.epochs.front(), batches > 0 ? 2 : epochs);
+      expect_same_history(resumed.history, whole.history);
+      EXPECT_EQ(resumed.best_epoch, whole.best_epoch);
+      EXPECT_EQ(head_bytes(out), head_bytes(whole_out));
+      EXPECT_EQ(best_bytes(out), best_bytes(whole_out));
+      EXPECT_EQ(tuned_weights(out), tuned_weights(whole_out));
+    }
+  }
+  EXPECT_TRUE(fs::exists(dir / "ft-whole" / "checkpoint-backbone-4.h5")) << "the last checkpoint's backbone";
+  EXPECT_FALSE(fs::exists(dir / "ft-whole" / "checkpoint-backbone-3.h5")) << "the one before is removed";
+}
+
 TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {
   const TrainingData data = training_data((dir / "data").string(), 0.25);
   TrainOptions o = small_run(dir / "run");

@@ -50,6 +50,23 @@ int Optimizer::add(std::size_t size) {
 
 void Optimizer::begin_step() { ++step_; }
 
+OptimizerState Optimizer::state() const { return {step_, config_.learning_rate, m_, v_}; }
+
+void Optimizer::restore(const OptimizerState& state) {
+  auto sizes = [](const std::vector<std::vector<float>>& arrays) {
+    std::vector<std::size_t> out;
+    for (const auto& a : arrays) out.push_back(a.size());
+    return out;
+  };
+  if (sizes(state.m) != sizes(m_) || sizes(state.v) != sizes(v_) || state.steps < 0)
+    throw InvalidArgument("the saved optimizer state has " + std::to_string(state.m.size()) +
+                          " weight arrays of other sizes than this optimizer's " + std::to_string(m_.size()));
+  set_learning_rate(state.learning_rate);
+  step_ = state.steps;
+  m_ = state.m;
+  v_ = state.v;
+}
+
 void Optimizer::set_learning_rate(float learning_rate) {
   if (!(learning_rate >= 0 && std::isfinite(learning_rate)))
     throw InvalidArgument("the learning rate must be >= 0, received " + std::to_string(learning_rate));
@@ -602,6 +619,7 @@ void TrainableTop::set_dropout(bool in_training) { s_->dropout = in_training; }
 
 void TrainableTop::set_learning_rate(float learning_rate) { s_->optimizer.set_learning_rate(learning_rate); }
 const Optimizer& TrainableTop::optimizer() const { return s_->optimizer; }
+Optimizer& TrainableTop::optimizer() { return s_->optimizer; }
 
 Graph TrainableTop::graph() const {
   Graph g = s_->original;

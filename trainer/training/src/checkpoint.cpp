@@ -115,6 +115,52 @@ std::pair<json, std::string_view> unframe(const char (&magic)[8], std::string_vi
   }
 }
 
+// An optimizer's arrays as raw floats after the heads; the header keeps their sizes.
+json to_json(const trainer::OptimizerState& o, std::string& payload) {
+  auto sizes = [&payload](const std::vector<std::vector<float>>& arrays) {
+    json j = json::array();
+    for (const auto& a : arrays) {
+      j.push_back(a.size());
+      payload.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(float));
+    }
+    return j;
+  };
+  json j = {{"steps", o.steps}, {"learning_rate", o.learning_rate}};
+  j["m"] = sizes(o.m);
+  j["v"] = sizes(o.v);
+  return j;
+}
+
+trainer::OptimizerState optimizer_from(const json& j, std::string_view& payload, const std::string& where) {
+  trainer::OptimizerState o;
+  o.steps = j.at("steps").get<std::int64_t>();
+  o.learning_rate = j.at("learning_rate").get<float>();
+  auto arrays = [&](const json& sizes, std::vector<std::vector<float>>& out) {
+    for (const json& n : sizes) {
+      const auto count = n.get<std::uint64_t>();
+      if (count > payload.size() / sizeof(float))
+        throw IoError(where + ": truncated: an optimizer array of " + std::to_string(count) +
+                      " values lies past the end");
+      std::vector<float> a(static_cast<std::size_t>(count));
+      std::memcpy(a.data(), payload.data(), a.size() * sizeof(float));
+      payload.remove_prefix(a.size() * sizeof(float));
+      out.push_back(std::move(a));
+    }
+  };
+  arrays(j.at("m"), o.m);
+  arrays(j.at("v"), o.v);
+  return o;
+}
+
+json to_json(const EarlyStopping& e) {
+  return {{"best", finite_or_null(e.best)}, {"wait", e.wait}, {"stopped", e.stopped}};
+}
+void restore(EarlyStopping& e, const json& j) {
+  e.best = infinity_if_null(j.at("best"));
+  e.wait = j.at("wait").get<int>();
+  e.stopped = j.at("stopped").get<bool>();
+}
+
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
@@ -135,10 +181,7 @@ void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
             {"best_epoch", c.best_epoch},
             {"best_value", c.best_value},
             {"has_features", c.has_features},
-            {"early_stopping",
-             {{"best", finite_or_null(c.early_stopping.best)},
-              {"wait", c.early_stopping.wait},
-              {"stopped", c.early_stopping.stopped}}},
+            {"early_stopping", to_json(c.early_stopping)},
             {"reduce_lr_on_plateau",
              {{"best", finite_or_null(c.reduce_lr_on_plateau.best)},
               {"wait", c.reduce_lr_on_plateau.wait},
@@ -147,7 +190,17 @@ void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
             {"best_head_bytes", best.size()}};
   h["history"] = json::array();
   for (const EpochReport& e : c.history) h["history"].push_back(to_json(e));
-  write_file_atomically(file, framed(kCheckpointMagic, h.dump(1)) + head + best);
+  std::string optimizers;  // after the heads
+  if (c.fine_tune) {
+    const FineTuneProgress& f = *c.fine_tune;
+    h["fine_tune"] = {{"epochs_done", f.epochs_done},
+                      {"backbone_file", f.backbone_file},
+                      {"early_stopping", to_json(f.early_stopping)}};
+    h["fine_tune"]["top_optimizer"] = to_json(f.top, optimizers);
+    h["fine_tune"]["head_optimizer"] = to_json(f.head, optimizers);
+  }
+  h["optimizer_bytes"] = optimizers.size();
+  write_file_atomically(file, framed(kCheckpointMagic, h.dump(1)) + head + best + optimizers);
 }
 
 Checkpoint load_checkpoint(const std::filesystem::path& file) {
@@ -169,10 +222,7 @@ Checkpoint load_checkpoint(const std::filesystem::path& file) {
     c.best_value = h.at("best_value").get<double>();
     c.has_features = h.at("has_features").get<bool>();
     if (h.contains("early_stopping")) {
-      const json& e = h.at("early_stopping");
-      c.early_stopping.best = infinity_if_null(e.at("best"));
-      c.early_stopping.wait = e.at("wait").get<int>();
-      c.early_stopping.stopped = e.at("stopped").get<bool>();
+      restore(c.early_stopping, h.at("early_stopping"));
       const json& r = h.at("reduce_lr_on_plateau");
       c.reduce_lr_on_plateau.best = infinity_if_null(r.at("best"));
       c.reduce_lr_on_plateau.wait = r.at("wait").get<int>();
@@ -181,11 +231,26 @@ Checkpoint load_checkpoint(const std::filesystem::path& file) {
     for (const json& e : h.at("history")) c.history.push_back(report_from(e));
     const auto head_bytes = h.at("head_bytes").get<std::uint64_t>();
     const auto best_bytes = h.at("best_head_bytes").get<std::uint64_t>();
-    if (head_bytes > payload.size() || best_bytes != payload.size() - head_bytes)
-      throw IoError(where + ": truncated: the header announces " + std::to_string(head_bytes + best_bytes) +
-                    " bytes of heads, the file holds " + std::to_string(payload.size()));
+    const auto optimizer_bytes = h.value("optimizer_bytes", std::uint64_t{0});  // absent before fine-tuning's
+    if (head_bytes > payload.size() || best_bytes > payload.size() - head_bytes ||
+        optimizer_bytes != payload.size() - head_bytes - best_bytes)
+      throw IoError(where + ": truncated: the header announces " +
+                    std::to_string(head_bytes + best_bytes + optimizer_bytes) +
+                    " bytes of heads and optimizers, the file holds " + std::to_string(payload.size()));
     c.head = trainer::Head::deserialize(payload.substr(0, head_bytes), where + " (head)");
-    if (best_bytes > 0) c.best_head = trainer::Head::deserialize(payload.substr(head_bytes), where + " (best head)");
+    if (best_bytes > 0)
+      c.best_head = trainer::Head::deserialize(payload.substr(head_bytes, best_bytes), where + " (best head)");
+    if (h.contains("fine_tune")) {
+      const json& f = h.at("fine_tune");
+      std::string_view optimizers = payload.substr(head_bytes + best_bytes);
+      FineTuneProgress ft;
+      ft.epochs_done = f.at("epochs_done").get<int>();
+      ft.backbone_file = f.at("backbone_file").get<std::string>();
+      restore(ft.early_stopping, f.at("early_stopping"));
+      ft.top = optimizer_from(f.at("top_optimizer"), optimizers, where);
+      ft.head = optimizer_from(f.at("head_optimizer"), optimizers, where);
+      c.fine_tune = std::move(ft);
+    }
   } catch (const json::exception& e) {
     throw IoError(where + ": malformed checkpoint header: " + e.what());
   } catch (const InvalidArgument& e) {  // LoaderState::parse

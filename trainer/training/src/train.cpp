@@ -150,17 +150,22 @@ struct RunState {
     if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
   }
 
-  void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {}) const {
+  // In the fine-tuning phase `fine_tune` is where it stands and `phase_best` its best epoch (that
+  // phase's BestEpoch, whose head refers to the fine-tuned backbone).
+  void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {},
+            const FineTuneProgress* fine_tune = nullptr, const trainer::BestEpoch* phase_best = nullptr) const {
+    const trainer::BestEpoch& b = phase_best ? *phase_best : best;
     Checkpoint c;
     c.settings = settings;
     c.epoch = epoch;
     c.loader = loader;
     c.progress = progress;
     c.history = history;
-    c.best_epoch = best.epoch();
-    c.best_value = best.value();
+    c.best_epoch = b.epoch();
+    c.best_value = b.value();
     c.head = head;
-    if (best.head()) c.best_head = *best.head();
+    if (b.head()) c.best_head = *b.head();
+    if (fine_tune) c.fine_tune = *fine_tune;
     c.has_features = features_saved;
     c.early_stopping = early_stopping;
     c.reduce_lr_on_plateau = reduce_lr_on_plateau;
@@ -336,11 +341,41 @@ std::vector<int> shuffled(int n, std::uint64_t seed, std::uint64_t epoch) {
 
 // The second phase (FineTuneOptions): the head and the backbone's top train together on the
 // frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
+std::string backbone_checkpoint_name(int epoch) { return "checkpoint-backbone-" + std::to_string(epoch) + ".h5"; }
+
+// After a fine-tuning epoch: the backbone with the current weights (under a name of its own, so
+// that the checkpoint before this one keeps its file until this one is written), then the
+// checkpoint, then the previous backbone file goes.
+void save_fine_tune_checkpoint(const fs::path& out, const RunState& run, Sources& sources,
+                               const trainer::TrainableTop& top, trainer::TopAndHead& model,
+                               const trainer::BestEpoch& best, const EarlyStopping& early_stopping, int epochs_done,
+                               int next_epoch) {
+  FineTuneProgress p;
+  p.epochs_done = epochs_done;
+  p.top = top.optimizer().state();
+  p.head = model.head_optimizer().state();
+  p.early_stopping = early_stopping;
+  p.backbone_file = backbone_checkpoint_name(next_epoch);
+  const fs::path file = out / p.backbone_file, partial = out / (p.backbone_file + ".partial");
+  trainer::save_keras_h5(top.graph(), partial);
+  fs::rename(partial, file);
+  LoaderState next = sources.train().state();
+  next.epoch = static_cast<std::uint64_t>(next_epoch);
+  next.next_batch = 0;
+  run.save(next_epoch, next, {}, &p, &best);
+  std::error_code ignored;
+  fs::remove(out / backbone_checkpoint_name(next_epoch - 1), ignored);
+}
+
+// `resume`: the phase's progress in the checkpoint the run resumed from (the top was built from
+// its backbone file; the head and `best` are the checkpoint's). Each epoch ends with a checkpoint.
 std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const TrainOptions& o, Sources& sources,
                                               const trainer::Model& backbone, trainer::TrainableTop& top,
                                               trainer::Head& head, trainer::BestEpoch& best,
-                                              const trainer::BackboneRef& ref, std::vector<EpochReport>& history,
-                                              TrainObserver& observer, bool ran_on_gpu) {
+                                              const trainer::BackboneRef& ref, const RunState& run,
+                                              const FineTuneProgress* resume, TrainObserver& observer,
+                                              bool ran_on_gpu) {
+  std::vector<EpochReport>& history = run.history;
   const FineTuneOptions& ft = o.fine_tune;
   const trainer::Model below = backbone.cut_at(top.boundary());
   sources.make(nullptr, &below);
@@ -351,8 +386,18 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
 
   // The head goes on from the first phase's best epoch (what was saved), with a new optimizer
   // over every trainable weight as Keras' recompile gives.
-  if (best.head()) head = *best.head();
+  if (best.head() && !resume) head = *best.head();
   trainer::TopAndHead model(top, head, ft.optimizer);
+  EarlyStopping early_stopping{o.early_stopping.patience};  // a second fit(): counting starts again
+  std::optional<trainer::Graph> best_backbone;
+  if (resume) {
+    top.optimizer().restore(resume->top);
+    model.head_optimizer().restore(resume->head);
+    std::tie(early_stopping.best, early_stopping.wait, early_stopping.stopped) =
+        std::tuple{resume->early_stopping.best, resume->early_stopping.wait, resume->early_stopping.stopped};
+    // A best epoch of this phase saved its backbone with its head.
+    if (best.epoch() >= o.epochs) best_backbone = trainer::load_model(ref.model).graph();
+  }
   const std::size_t in_size = trainer::Tensor::element_count(top.input_shape());
   double step_seconds = 0;  // of the epoch: the top's forward and backward, the head, the updates
   auto train_batch = [&](const float* x, const int* y, int n, EpochProgress& sums) {
@@ -369,10 +414,8 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
 
   const Features validation = extract(sources.validation(), "validation values at " + top.boundary(), observer);
   std::optional<Features> reused;  // without augmentation: the training set's values at the boundary
-  EarlyStopping early_stopping{o.early_stopping.patience};  // a second fit(): counting starts again
-  std::optional<trainer::Graph> best_backbone;
   const int batch_size = o.loader.batch_size;
-  for (int k = 0; k < ft.epochs && !early_stopping.stopped; ++k) {
+  for (int k = resume ? resume->epochs_done : 0; k < ft.epochs && !early_stopping.stopped; ++k) {
     const int epoch = static_cast<int>(history.size());
     observer.on_epoch_begin(epoch, sources.train().batches_per_epoch());
     EpochReport e;
@@ -387,13 +430,13 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
           [&](const float* x, const int* y, const std::int64_t*, int n, int) { train_batch(x, y, n, sums); });
       e.skipped = sources.train().skipped();
     } else {
+      e.features_cached = reused.has_value();
       if (!reused) {
         reused = extract(sources.train(), "training values at " + top.boundary(), observer);
         if (reused->n == 0)
           throw DatasetError("none of the " + std::to_string(data.train.size()) + " training images could be read");
         e.times = reused->times;
       }
-      e.features_cached = k > 0;
       const std::vector<int> order = shuffled(reused->n, o.loader.seed, static_cast<std::uint64_t>(epoch));
       std::vector<float> bx(static_cast<std::size_t>(batch_size) * in_size);
       std::vector<int> by(static_cast<std::size_t>(batch_size));
@@ -431,6 +474,7 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     const double monitored = o.monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
     e.stopped_early = early_stopping.on_epoch_end(epoch, monitored);
     history.push_back(e);
+    save_fine_tune_checkpoint(o.out, run, sources, top, model, best, early_stopping, k + 1, epoch + 1);
     observer.on_epoch_end(e);
   }
   return best_backbone;
@@ -555,7 +599,23 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   const std::string settings =
       run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
   if (resumed) check_same_run(*resumed, nlohmann::json::parse(settings), sources.train().state(), checkpoint_file);
-  if (resumed && resumed->epoch > o.epochs) {
+  const FineTuneProgress* resumed_fine_tune = resumed && resumed->fine_tune ? &*resumed->fine_tune : nullptr;
+  if (resumed_fine_tune) {
+    // In the second phase: the first one's length is settled, and the top goes on from the
+    // checkpoint's backbone.
+    const int first_phase = resumed->epoch - resumed_fine_tune->epochs_done;
+    if (!top || first_phase != o.epochs || resumed_fine_tune->epochs_done > o.fine_tune.epochs)
+      throw InvalidArgument(checkpoint_file.string() + ": the run stopped after " +
+                            std::to_string(resumed_fine_tune->epochs_done) + " fine-tuning epochs following " +
+                            std::to_string(first_phase) + " epochs; resume it with --epochs " +
+                            std::to_string(first_phase) + " and --fine-tune-epochs of at least " +
+                            std::to_string(resumed_fine_tune->epochs_done));
+    const fs::path saved = o.out / resumed_fine_tune->backbone_file;
+    if (!fs::exists(saved))
+      throw IoError(saved.string() + ": the fine-tuned backbone the checkpoint continues from is missing");
+    top.emplace(trainer::load_model(saved).graph(), o.fine_tune.from_layer, o.fine_tune.optimizer);
+    top->set_dropout(o.fine_tune.dropout);
+  } else if (resumed && resumed->epoch > o.epochs) {
     throw InvalidArgument(checkpoint_file.string() + ": the run has finished " + std::to_string(resumed->epoch) +
                           " epochs, more than the " + std::to_string(o.epochs) + " asked for");
   }
@@ -663,8 +723,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     const trainer::BackboneRef tuned_ref{fs::absolute(o.out / kFineTunedBackboneFile).string(), {}, ref.preprocess};
     trainer::BestEpoch tuned_best(o.monitor, o.out / "head.stkh", tuned_ref);
     if (best.head()) tuned_best.restore(best.epoch(), best.value(), *best.head());
-    tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, result.history, observer,
-                            gpu != nullptr);
+    tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, run, resumed_fine_tune,
+                            observer, gpu != nullptr);
     if (tuned) {
       write_model_info(o.out, {tuned_ref, o.prepare, data.train.class_names});
       best = tuned_best;

@@ -40,6 +40,13 @@ struct OptimizerConfig {
 //   Adam: alpha = lr sqrt(1 - b2^t) / (1 - b1^t); m += (g - m)(1 - b1); v += (g² - v)(1 - b2);
 //         w -= alpha m / (sqrt(v) + eps)
 //   SGD:  u = momentum u - lr g; w += u (nesterov: w += momentum u - lr g); momentum 0: w -= lr g
+// What an optimizer has accumulated, to continue it in another process (a checkpoint).
+struct OptimizerState {
+  std::int64_t steps = 0;
+  float learning_rate = 0;
+  std::vector<std::vector<float>> m, v;  // per weight array: Adam's moments (SGD: its velocity in m)
+};
+
 class Optimizer {
  public:
   explicit Optimizer(OptimizerConfig config = {});
@@ -49,6 +56,9 @@ class Optimizer {
   void set_learning_rate(float learning_rate);  // >= 0
   const OptimizerConfig& config() const { return config_; }
   std::int64_t steps() const { return step_; }
+  OptimizerState state() const;
+  // InvalidArgument unless `state` holds this optimizer's arrays (their count and sizes).
+  void restore(const OptimizerState& state);
 
  private:
   OptimizerConfig config_;
@@ -102,6 +112,7 @@ class TrainableTop {
   void step();
   void set_learning_rate(float learning_rate);
   const Optimizer& optimizer() const;
+  Optimizer& optimizer();
 
   // The whole backbone with the current weights of the trainable layers (a copy; the frozen
   // layers' weights are shared with the graph given to the constructor).
@@ -120,6 +131,7 @@ class TopAndHead {
   TopAndHead(TrainableTop& top, Head& head, OptimizerConfig config);
   // x: n of the top's inputs; labels as Head::train_step. Returns the loss before the update.
   StepResult train_step(const float* x, const int* labels, int n, const LossOptions& loss = {});
+  Optimizer& head_optimizer() { return head_optimizer_; }
 
  private:
   TrainableTop& top_;

@@ -6,6 +6,8 @@
 //                         settings the run's results depend on (a resume with others is refused)
 // and, for runs without augmentation, the training features computed once (written once):
 //   OUT/checkpoint-features.bin
+// and, once fine-tuning has begun, its optimizers in the checkpoint and the backbone:
+//   OUT/checkpoint-backbone-E.h5  (E: the epoch the checkpoint continues with)
 // The format is described in docs/trainer.md ("checkpoints").
 #pragma once
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "stoker/pipeline/loader.hpp"
+#include "stoker/trainer/fine_tune.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/feature_source.hpp"
 #include "stoker/training/schedules.hpp"
@@ -35,6 +38,18 @@ struct EpochProgress {
   std::vector<SkippedSample> skipped;  // unreadable samples left out so far
 };
 
+// Where the fine-tuning phase stands after `epochs_done` of its epochs (the run's `epoch` counts
+// both phases): its two optimizers, its early stopping, and the backbone with the current
+// weights of its trainable layers, a Keras .h5 in the run's folder named by `backbone_file`
+// (written before the checkpoint that names it, so a crash between the two leaves the previous
+// checkpoint and its own file).
+struct FineTuneProgress {
+  int epochs_done = 0;
+  trainer::OptimizerState top, head;
+  EarlyStopping early_stopping;
+  std::string backbone_file;
+};
+
 struct Checkpoint {
   std::string settings;    // JSON text of what the results depend on (train.cpp compares it key by key)
   int epoch = 0;           // the epoch to run next (in progress when loader.next_batch > 0)
@@ -48,7 +63,8 @@ struct Checkpoint {
   // are not stored, run_settings holds them.
   EarlyStopping early_stopping;
   ReduceLrOnPlateau reduce_lr_on_plateau;
-  bool has_features = false;  // the training features are in kCheckpointFeaturesFile
+  bool has_features = false;                  // the training features are in kCheckpointFeaturesFile
+  std::optional<FineTuneProgress> fine_tune;  // set once a fine-tuning epoch has finished
 };
 
 // IoError naming the file and the reason; the file is replaced atomically (atomic_file.hpp).
