@@ -249,8 +249,9 @@ SourceStamp read_file_range(const std::string& path, const ByteRange& range, con
 
 namespace {
 
-// libjpeg's error handler for the region decodes: errors and warnings (corrupt data, a truncated
-// file) alike jump back to the caller with the message, as TurboJPEG's TJFLAG_STOPONWARNING does.
+// libjpeg's error handler for the decodes: errors and warnings (corrupt data, a truncated file)
+// alike jump back to the caller with the message, as TurboJPEG's TJFLAG_STOPONWARNING does: a
+// half-grey image must never reach a batch.
 struct JpegErrors {
   jpeg_error_mgr mgr{};
   std::jmp_buf jump{};
@@ -278,8 +279,9 @@ void jpeg_warn(j_common_ptr c, int level) {
 bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int denom, bool cmyk, const CropBox& box,
                       std::vector<std::uint8_t>& out, std::vector<std::uint8_t>& last_row, int& first_column,
                       int& columns) {
-  // A decompressor per call (a few small allocations): nothing carries over from the file before,
-  // in particular not what an error left half done inside jpeg_skip_scanlines.
+  // A decompressor per file (a few small allocations): a decompressor keeps the Huffman and
+  // quantisation tables a file defined, and a later file that leaves them out (a Motion-JPEG frame
+  // relies on the standard Huffman tables) would decode with them instead.
   jpeg_decompress_struct ci{};
   ci.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_fail;
@@ -291,8 +293,8 @@ bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int deno
   jpeg_create_decompress(&ci);
   jpeg_mem_src(&ci, b.data(), static_cast<unsigned long>(b.size()));
   jpeg_read_header(&ci, TRUE);
-  // TurboJPEG's settings for tjDecompress2 without flags (accurate IDCT, fancy upsampling are
-  // libjpeg's defaults too), so that the pixels are the whole decode's.
+  // libjpeg's defaults otherwise: the accurate integer IDCT and fancy upsampling (what TurboJPEG's
+  // tjDecompress2 does without flags).
   ci.out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
   ci.scale_num = 1;
   ci.scale_denom = static_cast<unsigned>(denom);
@@ -337,7 +339,7 @@ void cmyk_to_rgb(const std::uint8_t* cmyk, std::size_t pixels, std::uint8_t* rgb
 struct ImageDecoder::Impl {
   DecodeLimits limits;
   tjhandle tj = nullptr;
-  JpegErrors region_errors;            // of the libjpeg decompressor that decodes part of a JPEG
+  JpegErrors jpeg_errors;              // of the libjpeg decompressor made for each JPEG
   std::vector<std::uint8_t> pixels;    // RGB output
   std::vector<std::uint8_t> cmyk;      // CMYK scratch
   std::vector<std::uint8_t> last_row;  // a region decode's read of the image's last row
@@ -355,8 +357,7 @@ struct ImageDecoder::Impl {
   } prepared;
   bool part = false;
 
-  ImageView decode_jpeg();
-  ImageView decode_jpeg_region(const CropBox& box);
+  ImageView decode_jpeg(const CropBox& box);
   ImageView decode_opencv();
   bool is_cmyk() const { return prepared.colorspace == TJCS_CMYK || prepared.colorspace == TJCS_YCCK; }
 };
@@ -395,31 +396,12 @@ void ImageDecoder::choose_jpeg_scale(int width, int height, int min_h, int min_w
   }
 }
 
-ImageView ImageDecoder::Impl::decode_jpeg() {
-  const Prepared& p = prepared;
-  const int w = p.size.width, h = p.size.height;
-  const bool four = is_cmyk();
-  auto& target = four ? cmyk : pixels;
-  target.resize(static_cast<std::size_t>(w) * h * (four ? 4 : 3));
-  // Warnings (e.g. "premature end of data" for a truncated file) are errors too: a half-grey image
-  // must never reach a batch.
-  if (tjDecompress2(tj, p.bytes.data(), static_cast<unsigned long>(p.bytes.size()), target.data(), w, 0, h,
-                    four ? TJPF_CMYK : TJPF_RGB, TJFLAG_STOPONWARNING)) {
-    throw DecodeError(*p.name, "corrupt or truncated JPEG data (" + tj_error(tj) + ")");
-  }
-  if (four) {
-    pixels.resize(static_cast<std::size_t>(w) * h * 3);
-    cmyk_to_rgb(cmyk.data(), static_cast<std::size_t>(w) * h, pixels.data());
-  }
-  return ImageView{pixels.data(), h, w, 3, static_cast<std::size_t>(w) * 3};
-}
-
-ImageView ImageDecoder::Impl::decode_jpeg_region(const CropBox& box) {
+ImageView ImageDecoder::Impl::decode_jpeg(const CropBox& box) {
   const bool four = is_cmyk();
   int first = 0, columns = 0;
-  if (!decode_jpeg_rows(region_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels, last_row, first,
+  if (!decode_jpeg_rows(jpeg_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels, last_row, first,
                         columns)) {
-    throw DecodeError(*prepared.name, std::string("corrupt or truncated JPEG data (") + region_errors.message + ")");
+    throw DecodeError(*prepared.name, std::string("corrupt or truncated JPEG data (") + jpeg_errors.message + ")");
   }
   if (four) {
     pixels.resize(static_cast<std::size_t>(columns) * box.height * 3);
@@ -488,11 +470,11 @@ ImageView ImageDecoder::decode_prepared(const CropBox* region) {
                           std::to_string(region->y) + " is not inside the " + std::to_string(size.width) + "x" +
                           std::to_string(size.height) + " image");
   }
-  if (d.prepared.header.format == ImageFormat::Jpeg && !whole) {
-    d.part = true;
-    return d.decode_jpeg_region(*region);
+  if (d.prepared.header.format == ImageFormat::Jpeg) {
+    d.part = !whole;
+    return d.decode_jpeg(whole ? CropBox{0, 0, size.width, size.height} : *region);
   }
-  ImageView image = d.prepared.header.format == ImageFormat::Jpeg ? d.decode_jpeg() : d.prepared.whole;
+  ImageView image = d.prepared.whole;
   if (!whole) {
     image.data += static_cast<std::size_t>(region->y) * image.row_stride + static_cast<std::size_t>(region->x) * 3;
     image.height = region->height;

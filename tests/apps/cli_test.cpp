@@ -145,14 +145,20 @@ TEST_F(Cli, FineTuneFromALayer) {
   EXPECT_FALSE(history["epochs"][0]["fine_tuning"].get<bool>());
   EXPECT_TRUE(history["epochs"][1]["fine_tuning"].get<bool>());
 
-  // Resumed after its first phase (no checkpoints inside the second), with one more epoch: the
-  // second phase runs again from its start and goes on.
+  // The finished run resumed with one more fine-tuning epoch: the second phase goes on from its
+  // checkpoint (its first epoch is not run again).
   const CommandResult resumed = stoker("train --resume " + (dir / "out").string() + " --fine-tune-epochs 2");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("resuming " + (dir / "out").string() + " at epoch 2/3"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("resuming " + (dir / "out").string() + " at epoch 3/3 (2 epochs done)"), std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(resumed.out.find("epoch 2/3"), std::string::npos) << resumed.out;
   EXPECT_NE(resumed.out.find("epoch 3/3"), std::string::npos) << resumed.out;
   std::ifstream h2(dir / "out" / "history.json");
   EXPECT_EQ(nlohmann::json::parse(h2)["epochs"].size(), 3u);
+  // Once fine-tuning has begun the first phase is settled.
+  const CommandResult longer = stoker("train --resume " + (dir / "out").string() + " --epochs 2");
+  EXPECT_EQ(longer.exit_code, 2) << longer.out;
+  EXPECT_NE(longer.out.find("resume it with --epochs 1"), std::string::npos) << longer.out;
 
   const CommandResult bad = stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_14_project"));
   EXPECT_EQ(bad.exit_code, 2) << bad.out;

@@ -210,6 +210,16 @@ TEST(DecodeRegion, EveryRegionHoldsTheWholeDecodesPixels) {
           const DecodedSize full = part_decoder.prepare(jpeg, "a.jpg", min_side, min_side);
           ASSERT_EQ(full.height, whole.height);
           ASSERT_EQ(full.width, whole.width);
+          // The whole decode is TurboJPEG's own (tjDecompress2 at the same scale), byte for byte.
+          std::vector<std::uint8_t> reference(static_cast<std::size_t>(whole.width) * whole.height * 3);
+          tjhandle tj = tjInitDecompress();
+          ASSERT_EQ(tjDecompress2(tj, jpeg.data(), static_cast<unsigned long>(jpeg.size()), reference.data(),
+                                  whole.width, 0, whole.height, TJPF_RGB, 0),
+                    0);
+          tjDestroy(tj);
+          expect_region_of(
+              ImageView{reference.data(), whole.height, whole.width, 3, static_cast<std::size_t>(whole.width) * 3},
+              whole, CropBox{0, 0, whole.width, whole.height}, "against tjDecompress2");
           std::vector<CropBox> boxes{{0, 0, 1, 1},
                                      {full.width - 1, full.height - 1, 1, 1},
                                      {0, full.height / 2, full.width, full.height - full.height / 2},
@@ -256,6 +266,45 @@ TEST(DecodeRegion, CmykJpegsAndOtherFormats) {
     const ImageView part = part_decoder.decode_prepared(&box);
     EXPECT_EQ(part_decoder.decoded_part(), std::string(name) == "cmyk.jpg");
     expect_region_of(part, whole, box, name);
+  }
+}
+
+// A JPEG without Huffman tables (a Motion-JPEG frame: DHT segments left out, the standard tables
+// meant) decodes the same whatever the decoder decoded before. Found by fuzz_decode: a decoder
+// kept for the next file used the tables the previous file had defined.
+TEST(Decode, AJpegWithoutHuffmanTablesDoesNotInheritThePreviousFilesTables) {
+  const cv::Mat src = test::make_pattern_rgb(48, 64, 1);
+  const auto baseline = test::encode_jpeg(src, TJPF_RGB, TJSAMP_420, 90);
+  std::vector<std::uint8_t> no_dht(baseline.begin(), baseline.begin() + 2);
+  for (std::size_t i = 2; i + 4 <= baseline.size();) {  // the marker segments before the scan
+    ASSERT_EQ(baseline[i], 0xFF);
+    const std::uint8_t marker = baseline[i + 1];
+    const std::size_t length = 2 + (std::size_t{baseline[i + 2]} << 8 | baseline[i + 3]);
+    if (marker == 0xDA) {
+      no_dht.insert(no_dht.end(), baseline.begin() + static_cast<std::ptrdiff_t>(i), baseline.end());
+      break;
+    }
+    if (marker != 0xC4) {
+      no_dht.insert(no_dht.end(), baseline.begin() + static_cast<std::ptrdiff_t>(i),
+                    baseline.begin() + static_cast<std::ptrdiff_t>(i + length));
+    }
+    i += length;
+  }
+  ASSERT_LT(no_dht.size(), baseline.size());
+  ImageDecoder fresh;
+  const cv::Mat want = view_to_mat(fresh.decode(no_dht, "no-dht.jpg"));
+  EXPECT_EQ(max_abs_diff(want, view_to_mat(fresh.decode(baseline, "baseline.jpg"))), 0)
+      << "TurboJPEG writes the standard tables";
+  // A progressive file defines other tables under the same slots.
+  const auto progressive = test::encode_jpeg(test::make_pattern_rgb(40, 40, 2), TJPF_RGB, TJSAMP_444, 80, true);
+  for (const bool part : {false, true}) {
+    ImageDecoder used;
+    used.decode(progressive, "progressive.jpg");
+    const DecodedSize size = used.prepare(no_dht, "no-dht.jpg");
+    const CropBox box{0, 0, size.width, part ? size.height - 1 : size.height};
+    const ImageView got = used.decode_prepared(&box);
+    const cv::Mat region = want(cv::Rect(0, 0, box.width, box.height));
+    EXPECT_EQ(max_abs_diff(region, view_to_mat(got)), 0) << (part ? "in part" : "whole");
   }
 }
 

@@ -1,5 +1,6 @@
 // Reading and decoding one image file to interleaved RGB uint8.
-// JPEG goes through TurboJPEG with DCT-domain downscaling; PNG, BMP, PPM/PGM, TIFF and WebP through
+// JPEG goes through libjpeg-turbo (its TurboJPEG API for the header, its libjpeg API for the pixels:
+// DCT-domain downscaling, and decoding only a region); PNG, BMP, PPM/PGM, TIFF and WebP through
 // OpenCV. The header is checked before any pixel buffer is allocated.
 #pragma once
 
@@ -51,8 +52,9 @@ struct DecodedSize {
   int width = 0;
 };
 
-// One decoder per thread: owns a TurboJPEG handle and scratch buffers that grow to the largest
-// image seen and are then reused, so steady-state decoding does not allocate.
+// One decoder per thread: owns a TurboJPEG handle (headers) and pixel buffers that grow to the
+// largest image seen and are then reused. libjpeg's working memory is made for each JPEG: a
+// decompressor kept across files would lend one file's Huffman tables to the next.
 class ImageDecoder {
  public:
   explicit ImageDecoder(DecodeLimits limits = {});
