@@ -2,6 +2,7 @@
 // decode threads; each sample is what Augmenter::apply gives for (seed, epoch, sample id).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -23,36 +24,44 @@ std::shared_ptr<const Augmenter> seed_augmenter() {
   return std::make_shared<const Augmenter>(s);
 }
 
+// root/cat and root/dog, `per_class` JPEGs each: image(i) for the i-th.
+void write_two_classes(const std::filesystem::path& root, int per_class, const std::function<cv::Mat(int)>& image) {
+  for (const char* cls : {"cat", "dog"}) {
+    std::filesystem::create_directories(root / cls);
+    for (int i = 0; i < per_class; ++i) test::write_jpeg(root / cls / ("im" + std::to_string(i) + ".jpg"), image(i));
+  }
+}
+
+using SampleBytes = std::map<std::int64_t, std::vector<std::byte>>;
+
+// Adds each sample of one epoch to `out` under its id + key_offset.
+void collect_epoch(Loader& loader, std::uint64_t epoch, SampleBytes& out, std::int64_t key_offset = 0) {
+  loader.begin_epoch(epoch);
+  const std::size_t bytes = loader.sample_shape().bytes();
+  while (auto batch = loader.next()) {
+    for (int i = 0; i < batch->size(); ++i) {
+      const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
+      out[batch->sample_ids()[static_cast<std::size_t>(i)] + key_offset] = std::vector<std::byte>(p, p + bytes);
+    }
+  }
+}
+
 // sample id -> its bytes, over one epoch.
-std::map<std::int64_t, std::vector<std::byte>> run_epoch(const std::filesystem::path& root, int threads,
-                                                         std::uint64_t epoch, std::uint64_t seed) {
+SampleBytes run_epoch(const std::filesystem::path& root, int threads, std::uint64_t epoch, std::uint64_t seed) {
   LoaderOptions o;
   o.batch_size = 5;
   o.threads = threads;
   o.seed = seed;
   o.transform = seed_augmenter();
   Loader loader(dataset_from_directory(root), o);
-  loader.begin_epoch(epoch);
-  std::map<std::int64_t, std::vector<std::byte>> out;
-  const std::size_t bytes = loader.sample_shape().bytes();
-  while (auto batch = loader.next()) {
-    for (int i = 0; i < batch->size(); ++i) {
-      const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
-      out[batch->sample_ids()[static_cast<std::size_t>(i)]] = std::vector<std::byte>(p, p + bytes);
-    }
-  }
+  SampleBytes out;
+  collect_epoch(loader, epoch, out);
   return out;
 }
 
 TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
   test::TempDir dir;
-  for (const char* cls : {"cat", "dog"}) {
-    std::filesystem::create_directories(dir / cls);
-    for (int i = 0; i < 6; ++i) {
-      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
-                       test::make_pattern_rgb(60 + 7 * i, 80 - 5 * i, i % 3));
-    }
-  }
+  write_two_classes(dir.path(), 6, [](int i) { return test::make_pattern_rgb(60 + 7 * i, 80 - 5 * i, i % 3); });
   const auto one = run_epoch(dir.path(), 1, 0, 42);
   const auto two = run_epoch(dir.path(), 2, 0, 42);
   ASSERT_EQ(one.size(), 12u);
@@ -79,13 +88,7 @@ TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
 // loader decodes them whole, and Augmenter::apply on the whole decode gives the same again).
 TEST(AugmentInLoader, DecodingOnlyTheCropBoxGivesTheWholeDecodesBatches) {
   test::TempDir dir;
-  for (const char* cls : {"cat", "dog"}) {
-    std::filesystem::create_directories(dir / cls);
-    for (int i = 0; i < 5; ++i) {
-      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
-                       test::make_pattern_rgb(90 + 13 * i, 140 - 11 * i, i % 3));
-    }
-  }
+  write_two_classes(dir.path(), 5, [](int i) { return test::make_pattern_rgb(90 + 13 * i, 140 - 11 * i, i % 3); });
   AugmentSpec spec;
   spec.height = spec.width = 32;
   spec.random_resized_crop = RandomResizedCrop{};
@@ -100,18 +103,8 @@ TEST(AugmentInLoader, DecodingOnlyTheCropBoxGivesTheWholeDecodesBatches) {
     o.transform = aug;
     o.cache.kind = cache;
     Loader loader(dataset_from_directory(dir.path()), o);
-    std::map<std::int64_t, std::vector<std::byte>> out;
-    for (std::uint64_t e = 0; e < 2; ++e) {
-      loader.begin_epoch(e);
-      const std::size_t bytes = loader.sample_shape().bytes();
-      while (auto batch = loader.next()) {
-        for (int i = 0; i < batch->size(); ++i) {
-          const std::byte* p = batch->pixels() + bytes * static_cast<std::size_t>(i);
-          out[batch->sample_ids()[static_cast<std::size_t>(i)] + 100 * static_cast<std::int64_t>(e)] =
-              std::vector<std::byte>(p, p + bytes);
-        }
-      }
-    }
+    SampleBytes out;
+    for (std::uint64_t e = 0; e < 2; ++e) collect_epoch(loader, e, out, 100 * static_cast<std::int64_t>(e));
     stats = loader.stats();
     return out;
   };
@@ -140,12 +133,7 @@ TEST(AugmentInLoader, DecodingOnlyTheCropBoxGivesTheWholeDecodesBatches) {
 // used to skip every sample and deliver an empty epoch).
 TEST(AugmentInLoader, AnAugmenterForAnotherChannelCountStopsTheEpochUnderSkip) {
   test::TempDir dir;
-  for (const char* cls : {"cat", "dog"}) {
-    std::filesystem::create_directories(dir / cls);
-    for (int i = 0; i < 12; ++i) {
-      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(50, 60, i));
-    }
-  }
+  write_two_classes(dir.path(), 12, [](int i) { return test::make_pattern_rgb(50, 60, i); });
   AugmentSpec s = keras_example_augmentation(32, 32);
   s.channels = 1;
   LoaderOptions o;
@@ -184,13 +172,7 @@ Delivered rest_of_epoch(Loader& loader) {
 
 TEST(AugmentInLoader, ResumingAfterEveryBatchGivesWhatAnUninterruptedRunGives) {
   test::TempDir dir;
-  for (const char* cls : {"cat", "dog"}) {
-    std::filesystem::create_directories(dir / cls);
-    for (int i = 0; i < 7; ++i) {
-      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"),
-                       test::make_pattern_rgb(50 + 3 * i, 70 - 2 * i, i % 3));
-    }
-  }
+  write_two_classes(dir.path(), 7, [](int i) { return test::make_pattern_rgb(50 + 3 * i, 70 - 2 * i, i % 3); });
   const Dataset ds = dataset_from_directory(dir.path());
   auto options = [](int threads) {
     LoaderOptions o;
@@ -228,12 +210,7 @@ TEST(AugmentInLoader, ResumingAfterEveryBatchGivesWhatAnUninterruptedRunGives) {
 
 TEST(AugmentInLoader, AStateFromOtherDataOrSettingsIsRefusedWithTheReason) {
   test::TempDir dir;
-  for (const char* cls : {"cat", "dog"}) {
-    std::filesystem::create_directories(dir / cls);
-    for (int i = 0; i < 3; ++i) {
-      test::write_jpeg(dir.path() / cls / ("im" + std::to_string(i) + ".jpg"), test::make_pattern_rgb(30, 40, i));
-    }
-  }
+  write_two_classes(dir.path(), 3, [](int i) { return test::make_pattern_rgb(30, 40, i); });
   const Dataset ds = dataset_from_directory(dir.path());
   LoaderOptions o;
   o.batch_size = 2;
