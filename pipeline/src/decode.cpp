@@ -347,8 +347,9 @@ struct ImageDecoder::Impl {
 
   // What prepare() found, for decode_prepared().
   struct Prepared {
-    std::span<const std::uint8_t> bytes;
-    const std::string* name = nullptr;
+    bool ready = false;                   // a prepare() succeeded
+    std::span<const std::uint8_t> bytes;  // the caller's
+    std::string name;                     // a copy: a name given as a temporary is gone by then
     ImageHeader header;
     int colorspace = 0;
     int denom = 1;    // the JPEG's DCT scale 1/denom
@@ -401,7 +402,7 @@ ImageView ImageDecoder::Impl::decode_jpeg(const CropBox& box) {
   int first = 0, columns = 0;
   if (!decode_jpeg_rows(jpeg_errors, prepared.bytes, prepared.denom, four, box, four ? cmyk : pixels, last_row, first,
                         columns)) {
-    throw DecodeError(*prepared.name, std::string("corrupt or truncated JPEG data (") + jpeg_errors.message + ")");
+    throw DecodeError(prepared.name, std::string("corrupt or truncated JPEG data (") + jpeg_errors.message + ")");
   }
   if (four) {
     pixels.resize(static_cast<std::size_t>(columns) * box.height * 3);
@@ -418,10 +419,10 @@ ImageView ImageDecoder::Impl::decode_opencv() {
   try {
     bgr = cv::imdecode(raw, cv::IMREAD_COLOR);
   } catch (const cv::Exception& e) {
-    throw DecodeError(*prepared.name, std::string("OpenCV could not decode it: ") + e.what());
+    throw DecodeError(prepared.name, std::string("OpenCV could not decode it: ") + e.what());
   }
   if (bgr.empty()) {
-    throw DecodeError(*prepared.name, "corrupt, truncated or unsupported image data (OpenCV could not decode it)");
+    throw DecodeError(prepared.name, "corrupt, truncated or unsupported image data (OpenCV could not decode it)");
   }
   pixels.resize(bgr.total() * 3);
   cv::Mat rgb(bgr.rows, bgr.cols, CV_8UC3, pixels.data());
@@ -432,7 +433,11 @@ ImageView ImageDecoder::Impl::decode_opencv() {
 DecodedSize ImageDecoder::prepare(std::span<const std::uint8_t> bytes, const std::string& name, int min_height,
                                   int min_width) {
   Impl::Prepared& p = impl_->prepared;
-  p = Impl::Prepared{};
+  p.ready = false;
+  p.name.assign(name);  // reusing the string's capacity
+  p.colorspace = 0;
+  p.denom = 1;
+  p.whole = {};
   p.header = read_header(bytes, name, impl_->tj, p.colorspace);  // a JPEG's header once, here
   const ImageHeader& header = p.header;
   if (static_cast<std::int64_t>(header.width) * header.height > impl_->limits.max_pixels) {
@@ -441,7 +446,6 @@ DecodedSize ImageDecoder::prepare(std::span<const std::uint8_t> bytes, const std
                                 " pixels, over the limit of " + std::to_string(impl_->limits.max_pixels));
   }
   p.bytes = bytes;
-  p.name = &name;
   if (header.format == ImageFormat::Jpeg) {
     int num = 1;
     choose_jpeg_scale(header.width, header.height, min_height, min_width, num, p.denom);
@@ -453,19 +457,20 @@ DecodedSize ImageDecoder::prepare(std::span<const std::uint8_t> bytes, const std
     p.whole = impl_->decode_opencv();
     p.size = {p.whole.height, p.whole.width};
   }
+  p.ready = true;
   return p.size;
 }
 
 ImageView ImageDecoder::decode_prepared(const CropBox* region) {
   Impl& d = *impl_;
-  if (!d.prepared.name) throw InvalidArgument("ImageDecoder::decode_prepared without prepare()");
+  if (!d.prepared.ready) throw InvalidArgument("ImageDecoder::decode_prepared without a successful prepare()");
   const DecodedSize size = d.prepared.size;
   d.part = false;
   const bool whole =
       !region || (region->x == 0 && region->y == 0 && region->width == size.width && region->height == size.height);
   if (!whole && !(region->x >= 0 && region->y >= 0 && region->width >= 1 && region->height >= 1 &&
                   region->x + region->width <= size.width && region->y + region->height <= size.height)) {
-    throw InvalidArgument(*d.prepared.name + ": region " + std::to_string(region->width) + "x" +
+    throw InvalidArgument(d.prepared.name + ": region " + std::to_string(region->width) + "x" +
                           std::to_string(region->height) + "+" + std::to_string(region->x) + "+" +
                           std::to_string(region->y) + " is not inside the " + std::to_string(size.width) + "x" +
                           std::to_string(size.height) + " image");

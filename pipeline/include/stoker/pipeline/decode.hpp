@@ -71,7 +71,7 @@ class ImageDecoder {
 
   // decode() in two steps, for a caller that chooses what to decode from the size: prepare() parses
   // the header (once) and fixes the DCT scale; decode_prepared() decodes the bytes given to
-  // prepare() (which, with the name, must still be valid) whole, or only `region` of the size
+  // prepare() (which must still be valid) whole, or only `region` of the size
   // prepare() returned. With a region the view holds exactly its pixels, equal to the whole
   // decode's there: a JPEG's IDCT, upsampling and colour conversion run on the region's rows and
   // iMCU columns only (libjpeg's jpeg_skip_scanlines and jpeg_crop_scanline), its entropy-coded
