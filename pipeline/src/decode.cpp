@@ -343,7 +343,6 @@ struct ImageDecoder::Impl {
   std::vector<std::uint8_t> pixels;    // RGB output
   std::vector<std::uint8_t> cmyk;      // CMYK scratch
   std::vector<std::uint8_t> last_row;  // a region decode's read of the image's last row
-  cv::Mat opencv;                      // OpenCV decode scratch (reallocated only when size grows)
 
   // What prepare() found, for decode_prepared().
   struct Prepared {

@@ -46,6 +46,18 @@ void collect_epoch(Loader& loader, std::uint64_t epoch, SampleBytes& out, std::i
   }
 }
 
+// What Augmenter::apply makes of sample ctx.sample_id's whole decoded file (decoded as the loader
+// decodes for it: down to its minimum size).
+std::vector<std::byte> applied_to_the_whole_file(const Augmenter& aug, const Dataset& ds, const SampleContext& ctx) {
+  std::vector<std::uint8_t> bytes;
+  read_file(ds.samples[static_cast<std::size_t>(ctx.sample_id)].path, bytes);
+  ImageDecoder decoder;
+  const ImageView v = decoder.decode(bytes, "x", aug.min_decode_height(), aug.min_decode_width());
+  std::vector<std::byte> out(aug.output_shape().bytes());
+  aug.apply(v, ctx, out.data());
+  return out;
+}
+
 // sample id -> its bytes, over one epoch.
 SampleBytes run_epoch(const std::filesystem::path& root, int threads, std::uint64_t epoch, std::uint64_t seed) {
   LoaderOptions o;
@@ -72,14 +84,8 @@ TEST(AugmentInLoader, SameSeedSameEpochWhateverTheThreadCount) {
   // Each sample is Augmenter::apply of its decoded image with (seed, epoch, sample id).
   const Dataset ds = dataset_from_directory(dir.path());
   const auto aug = seed_augmenter();
-  ImageDecoder decoder;
   for (std::int64_t id : {std::int64_t{0}, std::int64_t{7}, std::int64_t{11}}) {
-    std::vector<std::uint8_t> bytes;
-    read_file(ds.samples[static_cast<std::size_t>(id)].path, bytes);
-    const ImageView v = decoder.decode(bytes, "x", aug->min_decode_height(), aug->min_decode_width());
-    std::vector<std::byte> want(aug->output_shape().bytes());
-    aug->apply(v, SampleContext{42, 0, id}, want.data());
-    EXPECT_EQ(one.at(id), want) << "sample " << id;
+    EXPECT_EQ(one.at(id), applied_to_the_whole_file(*aug, ds, SampleContext{42, 0, id})) << "sample " << id;
   }
 }
 
@@ -117,14 +123,8 @@ TEST(AugmentInLoader, DecodingOnlyTheCropBoxGivesTheWholeDecodesBatches) {
   EXPECT_EQ(cached_stats.samples_decoded_in_part, 0u);
 
   const Dataset ds = dataset_from_directory(dir.path());
-  ImageDecoder decoder;
   for (std::int64_t id : {std::int64_t{0}, std::int64_t{3}, std::int64_t{9}}) {
-    std::vector<std::uint8_t> bytes;
-    read_file(ds.samples[static_cast<std::size_t>(id)].path, bytes);
-    const ImageView v = decoder.decode(bytes, "x", aug->min_decode_height(), aug->min_decode_width());
-    std::vector<std::byte> want(aug->output_shape().bytes());
-    aug->apply(v, SampleContext{5, 1, id}, want.data());
-    EXPECT_EQ(parts.at(id + 100), want) << "sample " << id;
+    EXPECT_EQ(parts.at(id + 100), applied_to_the_whole_file(*aug, ds, SampleContext{5, 1, id})) << "sample " << id;
   }
 }
 
