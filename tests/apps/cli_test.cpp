@@ -648,6 +648,33 @@ TEST_F(Cli, DeviceCuda) {
   EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
 }
 
+// Fine-tuning on the device the first phase ran on: the GPU trainer (cuDNN on a GPU, its bf16 host
+// twin on the emulated device) after its gradients agreed with the CPU backward, and the frozen
+// part on the cuDNN backend; the tuned model predicts on either device alike.
+TEST_F(Cli, FineTuneOnTheDevice) {
+  if (stoker::cuda_device_count() == 0 || !stoker::trainer::built_with_cudnn())
+    GTEST_SKIP() << "no CUDA device with the cuDNN backend";
+  const CommandResult t = stoker(train_args("--device cuda --epochs 1 --horizontal-flip --fine-tune-from "
+                                            "block_16_expand --fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("on the GPU: "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("; the frozen part on cudnn"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("fine-tuning on the CPU"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("epoch 2/2 (fine-tuning)"), std::string::npos) << t.out;
+  std::ifstream h(dir / "out" / "history.json");
+  const auto epochs = nlohmann::json::parse(h)["epochs"];
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_TRUE(std::isfinite(epochs[1]["loss"].get<double>())) << epochs.dump();
+  const std::string img = (dir / "data" / "cat" / "img2.jpg").string();
+  const CommandResult gpu = stoker("predict --device cuda --json --model-dir " + (dir / "out").string() + " " + img);
+  const CommandResult cpu = stoker("predict --device cpu --json --model-dir " + (dir / "out").string() + " " + img);
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.out;
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  const auto g = nlohmann::json::parse(gpu.out.substr(gpu.out.find('[')));
+  const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
+  EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
+}
+
 // The default device: the GPU when there is one (after its backbone agreed with the CPU
 // reference), else the CPU with the reason.
 TEST_F(Cli, DeviceAuto) {

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include <tbb/blocked_range.h>
@@ -20,6 +22,7 @@
 #include "adam.hpp"
 #include "cpu_backward.hpp"
 #include "cpu_ops.hpp"
+#include "cudnn/train_plan.hpp"
 #include "lowering.hpp"
 
 namespace stoker::trainer {
@@ -176,6 +179,18 @@ void draw_dropout_mask(const LayerNode& node, int nb, std::uint64_t seed, std::v
   }
 }
 
+// ||got - want|| / ||want|| (0 for two zero vectors), NaN anywhere: infinity.
+double relative_l2_error(const float* got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  if (!std::isfinite(num) || !std::isfinite(den)) return std::numeric_limits<double>::infinity();
+  return num == 0 ? 0 : std::sqrt(num / std::max(den, 1e-300));
+}
+
 // f(first_row, rows) over `rows` rows of `width` values, in parallel blocks of whole rows (the
 // softmax's rows stay whole).
 template <typename F>
@@ -214,6 +229,13 @@ struct TrainableTop::State {
   // The inference backend, rebuilt after each step.
   mutable std::mutex backend_mutex;
   mutable std::shared_ptr<const Backend> backend;
+
+  // run_on_gpu(): the GPU trainer, its plan of the lowering and the steps it was made from.
+  std::unique_ptr<cudnn::TrainExecutor> gpu;
+  cudnn::TrainPlan gpu_plan;
+  std::vector<cudnn::TrainStep> gpu_steps;
+  std::vector<float> ones;  // the mask of a Dropout that does not drop
+  int gpu_max_batch = 0;
 
   explicit State(OptimizerConfig config) : optimizer(config) {}
 
@@ -274,6 +296,34 @@ struct TrainableTop::State {
       capacity = 0;
     }
     lowered_current = true;
+    if (gpu) {
+      gpu_steps = train_steps();
+      cudnn::refresh_weights(gpu_plan, gpu_steps);
+      gpu->set_weights(gpu_plan);
+    }
+  }
+
+  // The lowering as the GPU trainer takes it, with the parameter gradients backward() accumulates.
+  std::vector<cudnn::TrainStep> train_steps() const {
+    std::vector<cudnn::TrainStep> steps;
+    for (const TrainOp& t : ops) {
+      cudnn::TrainStep s;
+      s.op = &t.op;
+      s.act = t.act;
+      s.pre_slot = t.pre_slot;
+      s.activation_op = t.activation_op;
+      s.dropout = t.dropout != nullptr;
+      const Mapping m = mapping(t.op);
+      s.weights_gradient = m.kernel >= 0;
+      s.bias_gradient = m.bias >= 0 || m.beta >= 0 || (t.op.kind == OpKind::Affine && m.gamma >= 0);
+      s.scale_gradient = m.gamma >= 0;
+      const int node = sub.find(t.op.name);
+      if (t.op.kind == OpKind::Affine && node >= 0 &&
+          sub.nodes[static_cast<std::size_t>(node)].kind == LayerKind::BatchNormalization)
+        s.moving_mean = *sub.nodes[static_cast<std::size_t>(node)].weight("moving_mean")->data;
+      steps.push_back(s);
+    }
+    return steps;
   }
 
   void reserve(int nb) {
@@ -467,6 +517,7 @@ std::size_t TrainableTop::trainable_parameters() const {
 
 std::size_t TrainableTop::activation_bytes(int batch) const {
   s_->lower_for_training();
+  if (s_->gpu) return s_->gpu->device_bytes();
   std::size_t values = 0;
   for (std::size_t i = 0; i < s_->slot_size.size(); ++i) {
     values += s_->slot_size[i] * ((s_->has_value[i] ? 1 : 0) + (s_->needs_gradient[i] ? 1 : 0));
@@ -488,6 +539,7 @@ const float* TrainableTop::forward_train(const float* x, int batch) {
   if (batch <= 0) throw InvalidArgument("TrainableTop: batch must be > 0, received " + std::to_string(batch));
   State& s = *s_;
   s.lower_for_training();
+  if (s.gpu) return forward_train_gpu(x, batch);
   s.reserve(batch);
   s.batch = batch;
   s.boundary_input = x;
@@ -526,18 +578,106 @@ const float* TrainableTop::forward_train(const float* x, int batch) {
   return features ? features : x;
 }
 
+const float* TrainableTop::forward_train_gpu(const float* x, int batch) {
+  State& s = *s_;
+  s.batch = batch;
+  s.boundary_input = x;
+  if (s.output_slot == s.input_slot) return x;
+  std::vector<const float*> masks(s.ops.size(), nullptr);
+  for (std::size_t k = 0; k < s.ops.size(); ++k) {
+    TrainOp& t = s.ops[k];
+    if (!t.dropout) continue;
+    const std::size_t n = s.slot_size[static_cast<std::size_t>(t.op.out)] * static_cast<std::size_t>(batch);
+    if (s.dropout) {  // the CPU's masks, drawn from the same streams
+      draw_dropout_mask(*t.dropout, batch, s.optimizer.steps() * 0x100000001B3ull + t.op.out, t.mask);
+      masks[k] = t.mask.data();
+    } else {
+      if (s.ones.size() < n) s.ones.assign(n, 1.0f);
+      masks[k] = s.ones.data();
+    }
+  }
+  return s.gpu->forward(x, batch, masks);
+}
+
+void TrainableTop::run_on_gpu(const GpuTrainOptions& options) {
+  State& s = *s_;
+  s.lower_for_training();
+  std::vector<cudnn::TrainStep> steps = s.train_steps();
+  cudnn::TrainPlan plan = cudnn::plan_training(steps, s.input_slot, s.output_slot, s.slot_size, s.needs_gradient);
+  s.gpu = options.host_twin ? cudnn::make_host_train_executor(plan, options.max_batch, options.host_twin_storage)
+                            : cudnn::make_gpu_train_executor(plan, options);
+  s.gpu_plan = std::move(plan);
+  s.gpu_steps = std::move(steps);
+  s.gpu_max_batch = options.max_batch;
+}
+
+void TrainableTop::run_on_cpu() {
+  s_->gpu.reset();
+  s_->gpu_steps.clear();
+  s_->gpu_plan = {};
+}
+
+std::string TrainableTop::executor() const { return s_->gpu ? s_->gpu->name() : "cpu"; }
+
+double TrainableTop::gpu_gradient_error(int samples, std::uint64_t seed) {
+  State& s = *s_;
+  if (!s.gpu) return 0;
+  samples = std::clamp(samples, 1, s.gpu_max_batch);
+  GpuTrainOptions twin;
+  twin.max_batch = samples;
+  twin.host_twin = true;
+  twin.host_twin_storage = DType::BF16;
+  TrainableTop reference(graph(), s.from_layer);
+  reference.run_on_gpu(twin);
+  const bool dropout = s.dropout;
+  s.dropout = false;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(Tensor::element_count(input_shape()) * static_cast<std::size_t>(samples));
+  std::vector<float> upstream(static_cast<std::size_t>(features()) * static_cast<std::size_t>(samples));
+  for (float& v : x) v = u(rng);
+  for (float& v : upstream) v = u(rng);
+  const float* want = reference.forward_train(x.data(), samples);
+  const std::vector<float> expected(want, want + upstream.size());
+  const float* got = forward_train(x.data(), samples);
+  double worst = relative_l2_error(got, expected);
+  reference.backward(upstream.data());
+  backward(upstream.data());
+  for (const auto& [layer, weight] : trainable_weights())
+    worst = std::max(worst, relative_l2_error(gradient(layer, weight).data(), reference.gradient(layer, weight)));
+  s.dropout = dropout;
+  return worst;
+}
+
 void TrainableTop::backward(const float* dfeatures) {
   State& s = *s_;
   if (s.batch == 0 || !s.lowered_current) throw InvalidArgument("TrainableTop::backward: no forward_train() before it");
   const int nb = s.batch;
+  for (TrainableWeight& w : s.weights) std::fill(w.gradient.begin(), w.gradient.end(), 0.0f);
+  if (s.output_slot == s.input_slot) return;
+  if (s.gpu) {
+    std::vector<cpu::OpGradients> grads(s.ops.size());
+    for (std::size_t k = 0; k < s.ops.size(); ++k) {
+      const cudnn::TrainStep& step = s.gpu_steps[k];
+      if (step.weights_gradient) grads[k].weights.assign(step.op->weights.size(), 0.0f);
+      if (step.bias_gradient) grads[k].bias.assign(step.op->bias.size(), 0.0f);
+      if (step.scale_gradient) grads[k].scale.assign(step.op->scale.size(), 0.0f);
+    }
+    s.gpu->backward(dfeatures, grads);
+    cudnn::uncentre_gradients(s.gpu_plan, grads);
+    for (std::size_t k = 0; k < s.ops.size(); ++k) {
+      const cudnn::TrainStep& step = s.gpu_steps[k];
+      if (step.weights_gradient || step.bias_gradient || step.scale_gradient)
+        s.accumulate(s.ops[k].op, s.mapping(s.ops[k].op), grads[k]);
+    }
+    return;
+  }
   for (std::size_t i = 0; i < s.grads.size(); ++i) {
     if (!s.needs_gradient[i]) continue;
     float* g = s.grads[i].data();
     in_row_blocks(s.slot_size[i] * static_cast<std::size_t>(nb), 1,
                   [g](std::size_t at, std::size_t n) { std::fill_n(g + at, n, 0.0f); });
   }
-  for (TrainableWeight& w : s.weights) std::fill(w.gradient.begin(), w.gradient.end(), 0.0f);
-  if (s.output_slot == s.input_slot) return;
   std::memcpy(s.grads[static_cast<std::size_t>(s.output_slot)].data(), dfeatures,
               s.slot_size[static_cast<std::size_t>(s.output_slot)] * static_cast<std::size_t>(nb) * sizeof(float));
   std::vector<const float*> ins;

@@ -93,6 +93,10 @@ struct Conv::Impl {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
     cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     std::size_t workspace = 0;
+    // Training (prepare_backward): chosen on the batch size's first backward call.
+    bool backward_chosen = false;
+    cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
   };
   std::map<int, PerBatch> per_batch;
 
@@ -312,6 +316,89 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
     impl_->per_batch.erase(it);
     throw;
   }
+}
+
+// The backward algorithms of a batch size: cuDNN's heuristics in order, deterministic ones first
+// (the same gradients on every run), the first that succeeds within the workspace.
+void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspace_size) {
+  auto it = impl_->per_batch.find(images);
+  if (it == impl_->per_batch.end()) {
+    prepare_batch(handle, images, workspace_size);
+    it = impl_->per_batch.find(images);
+  }
+  auto& p = it->second;
+  if (p.backward_chosen) return;
+  auto fail = [&](const char* what) {
+    return CudaError("cudnn trainer: layer '" + name_ + "': cuDNN offers no " + what + " algorithm for " +
+                         std::to_string(images) + " images of " + std::to_string(g_.h) + "x" + std::to_string(g_.w) +
+                         "x" + std::to_string(g_.c) + " within a workspace of " + std::to_string(workspace_size) +
+                         " bytes",
+                     static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
+  };
+  {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int returned = 0;
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        H(handle), impl_->w, p.y, impl_->conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
+    bool found = false;
+    for (int pass = 0; pass < 2 && !found; ++pass)
+      for (int i = 0; i < returned && !found; ++i) {
+        std::size_t bytes = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) ||
+            cudnnGetConvolutionBackwardDataWorkspaceSize(H(handle), impl_->w, p.y, impl_->conv, p.x, perf[i].algo,
+                                                         &bytes) != CUDNN_STATUS_SUCCESS ||
+            bytes > workspace_size)
+          continue;
+        p.data_algo = perf[i].algo;
+        max_backward_workspace_ = std::max(max_backward_workspace_, bytes);
+        found = true;
+      }
+    if (!found) throw fail("backward-data");
+  }
+  {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int returned = 0;
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        H(handle), p.x, p.y, impl_->conv, impl_->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
+    bool found = false;
+    for (int pass = 0; pass < 2 && !found; ++pass)
+      for (int i = 0; i < returned && !found; ++i) {
+        std::size_t bytes = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) ||
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(H(handle), p.x, p.y, impl_->conv, impl_->w, perf[i].algo,
+                                                           &bytes) != CUDNN_STATUS_SUCCESS ||
+            bytes > workspace_size)
+          continue;
+        p.filter_algo = perf[i].algo;
+        max_backward_workspace_ = std::max(max_backward_workspace_, bytes);
+        found = true;
+      }
+    if (!found) throw fail("backward-filter");
+  }
+  p.backward_chosen = true;
+}
+
+std::size_t Conv::prepare_backward(CudnnHandle& handle, std::size_t workspace_limit) {
+  choose_backward(handle, max_images_, workspace_limit);
+  return std::max(max_workspace_, max_backward_workspace_);
+}
+
+void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
+                         std::size_t workspace_size) {
+  choose_backward(handle, images, workspace_size);
+  const auto& p = impl_->per_batch.at(images);
+  const float one = 1.0f, zero = 0.0f;
+  STOKER_CUDNN_CHECK(cudnnConvolutionBackwardData(H(handle), &one, impl_->w, w, p.y, dy, impl_->conv, p.data_algo,
+                                                  workspace, workspace_size, &zero, p.x, dx));
+}
+
+void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
+                           std::size_t workspace_size) {
+  choose_backward(handle, images, workspace_size);
+  const auto& p = impl_->per_batch.at(images);
+  const float one = 1.0f, zero = 0.0f;
+  STOKER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(H(handle), &one, p.x, x, p.y, dy, impl_->conv, p.filter_algo,
+                                                    workspace, workspace_size, &zero, impl_->w, dw));
 }
 
 bool Conv::try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,

@@ -65,6 +65,17 @@ class Conv {
   // conv(x) only: callers check fused() after run() to know whether the epilogue is theirs.
   void run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
            const void* bias, void* workspace, std::size_t workspace_size);
+  // Training (cudnn_trainer.cpp). prepare_backward() chooses the backward-data and backward-filter
+  // algorithms for max_images (deterministic ones first) and returns the workspace bytes the
+  // convolution needs in all (forward included); CudaError when cuDNN offers none within the limit.
+  // dx = the gradient of the input from dy (beta 0), dw = the gradient of the weights summed over
+  // the images (beta 0), in the storage type. Another batch size chooses on its first call.
+  std::size_t prepare_backward(CudnnHandle& handle, std::size_t workspace_limit);
+  void backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
+                     std::size_t workspace_size);
+  void backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
+                       std::size_t workspace_size);
+
   // The fused path once; false (and the conv switches to the plain path) when cuDNN refuses it.
   bool try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
                  void* workspace, std::size_t workspace_size);
@@ -72,13 +83,14 @@ class Conv {
  private:
   // Descriptors and an algorithm for a batch size met for the first time (nothing kept on failure).
   void prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size);
+  void choose_backward(CudnnHandle& handle, int images, std::size_t workspace_size);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;
   ConvGeometry g_;
   bool fused_ = false;
-  std::size_t max_workspace_ = 0;
+  std::size_t max_workspace_ = 0, max_backward_workspace_ = 0;
   int max_images_ = 0;
   float measured_ms_ = -1.0f;
 };

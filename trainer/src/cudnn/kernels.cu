@@ -1,49 +1,13 @@
 // The cuDNN backend's own kernels: input/output conversion, the conv epilogue and element-wise
 // ops (affine), zero padding, pooling, global average pooling, concatenation, softmax. NHWC,
 // values stored as fp16 or bf16, math in float32. Grid-stride loops; one launcher per kernel.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cstdint>
 
-#include <stoker/core/error.hpp>
-
 #include "kernels.hpp"
+#include "storage.cuh"
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {
-
-__host__ __device__ __forceinline__ float load(const __half* p, std::size_t i) { return __half2float(p[i]); }
-__host__ __device__ __forceinline__ float load(const __nv_bfloat16* p, std::size_t i) { return __bfloat162float(p[i]); }
-__host__ __device__ __forceinline__ float load(const float* p, std::size_t i) { return p[i]; }
-__host__ __device__ __forceinline__ void store(__half* p, std::size_t i, float v) { p[i] = __float2half_rn(v); }
-__host__ __device__ __forceinline__ void store(__nv_bfloat16* p, std::size_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-__host__ __device__ __forceinline__ void store(float* p, std::size_t i, float v) { p[i] = v; }
-
-// Reads element i of a storage-typed array as float (the functor op_math.hpp's functions take).
-template <typename T>
-struct Loader {
-  const T* p;
-  __host__ __device__ float operator()(std::size_t i) const { return load(p, i); }
-};
-
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::size_t n) {
-  const std::size_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::min<std::size_t>(std::max<std::size_t>(b, 1), 65535u * 8u));
-}
-
-// True when every index an op touches fits 32 bits (then its kernel divides in 32 bits).
-bool fits32(std::size_t a, std::size_t b = 0) { return a < (std::size_t{1} << 31) && b < (std::size_t{1} << 31); }
-
-#define GRID_STRIDE(I, i, n)                                                                                 \
-  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < (n); \
-       i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
 template <typename In, typename Out>
 __global__ void convert_kernel(const In* in, Out* out, std::size_t n) {
@@ -126,19 +90,6 @@ __global__ void softmax_kernel(T* y, std::size_t rows, int n) {
     for (int j = 0; j < n; ++j) sum += expf(load(row, j) - m);
     for (int j = 0; j < n; ++j) store(row, j, expf(load(row, j) - m) / sum);
   }
-}
-
-void check_storage(DType t, const char* who) {
-  if (t != DType::F16 && t != DType::BF16)
-    throw InvalidArgument(std::string(who) + ": storage type must be F16 or BF16, received " + to_string(t));
-}
-
-// Calls f(T*) with the storage type's pointer type.
-template <typename F>
-void dispatch(DType storage, const char* who, F&& f) {
-  check_storage(storage, who);
-  if (storage == DType::F16) f(static_cast<__half*>(nullptr));
-  else f(static_cast<__nv_bfloat16*>(nullptr));
 }
 
 }  // namespace

@@ -107,8 +107,9 @@ void append_add(std::vector<Op>& ops, detail::LoweredOp lowered) {
   ops.back().act = act;
 }
 
-// The GPU ops running `lowered`.
-void append_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptions& options) {
+}  // namespace
+
+void append_gpu_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptions& options) {
   switch (lowered.kind) {
     case OpKind::Conv:
     case OpKind::DepthwiseConv:
@@ -126,6 +127,8 @@ void append_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptio
     case OpKind::LayerNorm: ops.push_back(gpu_op(std::move(lowered), OpType::LayerNorm)); return;
   }
 }
+
+namespace {
 
 // The smallest free buffer holding `need` values, else the largest (to be grown), else -1.
 int best_fit(const std::vector<int>& free_buffers, const std::vector<std::size_t>& buffer_size, std::size_t need) {
@@ -194,7 +197,7 @@ Plan lower_graph(const Graph& g, const PlanOptions& options) {
   detail::LoweredGraph lowered = detail::lower(g, lo);
 
   Plan plan;
-  for (auto& op : lowered.ops) append_ops(plan.ops, std::move(op), options);
+  for (auto& op : lowered.ops) append_gpu_ops(plan.ops, std::move(op), options);
   plan.input_slot = lowered.input_slot;
   plan.input_shape = std::move(lowered.input_shape);
   plan.outputs = std::move(lowered.outputs);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,18 @@ struct Plan {
 
 // Throws InvalidArgument naming the layer for what cannot run (multi-input models, unknown kinds).
 Plan lower_graph(const Graph& graph, const PlanOptions& options = {});
+
+// The GPU ops running one lowered op (lower_graph's step; the training plan's too): appended to
+// `ops`, more than one for an Add of more than two inputs.
+void append_gpu_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanOptions& options);
+
+// One op on the host, as run_plan_host runs it: `value(slot)` gives a slot's values (nb samples),
+// y receives `total` values (a Softmax's rows are the caller's); `scratch` holds the explicit padding.
+void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total,
+                    std::size_t nb, DType round_to, std::vector<float>& scratch);
+
+// The Softmax of an op's output on the host: each row of n values, then rounded to round_to.
+void softmax_rows_on_host(float* y, std::size_t rows, int n, DType round_to);
 
 // The plan's math on the host. `round_to`: F32 keeps float32 everywhere; F16/BF16 round weights,
 // biases and every stored value to that precision (accumulation stays float32), like the GPU.

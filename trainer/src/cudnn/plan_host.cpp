@@ -172,8 +172,11 @@ void affine_host(const Op& op, const float* x, const float* z, float* y, std::si
                             run.round_to);
 }
 
-// Op `op` on the host, writing `total` values to y (Softmax rows are the caller's).
-void run_op_host(const Op& op, HostValues& value, float* y, std::size_t total, const HostRun& run) {
+}  // namespace
+
+void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total,
+                    std::size_t nb, DType round_to, std::vector<float>& scratch) {
+  const HostRun run{nb, round_to, scratch};
   switch (op.type) {
     case OpType::Conv: {
       const float* z = op.residual >= 0 ? value(op.residual) : nullptr;
@@ -242,21 +245,21 @@ void run_op_host(const Op& op, HostValues& value, float* y, std::size_t total, c
   }
 }
 
-}  // namespace
+void softmax_rows_on_host(float* y, std::size_t rows, int n, DType round_to) {
+  softmax_rows(y, rows, n);
+  round_all(y, rows * static_cast<std::size_t>(n), round_to);
+}
 
 std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* input, int batch, DType round_to) {
   const std::size_t nb = static_cast<std::size_t>(batch);
   HostValues value(plan, input, nb, round_to);
   std::vector<float> scratch;
-  const HostRun run{nb, round_to, scratch};
+  const auto slot = [&value](int s) { return value(s); };
   for (const Op& op : plan.ops) {
     float* y = value(op.out);
     const std::size_t total = plan.slot_size[static_cast<std::size_t>(op.out)] * nb;
-    run_op_host(op, value, y, total, run);
-    if (op.act.kind == ActKind::Softmax) {
-      softmax_rows(y, total / static_cast<std::size_t>(op.oc), op.oc);
-      round_all(y, total, round_to);
-    }
+    run_op_on_host(op, slot, y, total, nb, round_to, scratch);
+    if (op.act.kind == ActKind::Softmax) softmax_rows_on_host(y, total / static_cast<std::size_t>(op.oc), op.oc, round_to);
   }
 
   std::vector<std::vector<float>> outs;

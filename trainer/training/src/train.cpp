@@ -367,6 +367,42 @@ void save_fine_tune_checkpoint(const fs::path& out, const RunState& run, Sources
   fs::remove(out / backbone_checkpoint_name(next_epoch - 1), ignored);
 }
 
+// The second phase on the GPU the first phase ran on: the top trains through the GPU trainer
+// (TrainableTop::run_on_gpu) and the frozen part runs on the cuDNN backend behind the GPU feed,
+// each after the same agreement check as the backbone (kGpuAgreementLimit). What fails keeps the
+// CPU with the reason ("auto") or stops the run (an explicit --device cuda). Returns the setup's
+// note; `below_gpu` is the frozen part's backend, or null for the CPU's.
+std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& below, int batch,
+                              const DeviceChoice& device, std::shared_ptr<trainer::CudnnBackend>& below_gpu,
+                              TrainObserver& observer) {
+  below_gpu.reset();
+  try {
+    trainer::GpuTrainOptions go;
+    go.max_batch = batch;
+    top.run_on_gpu(go);
+    const double error = top.gpu_gradient_error();
+    if (!(error <= kGpuAgreementLimit))
+      throw Error(disagreement("the GPU trainer's gradients differ from the CPU backward's", error));
+    if (!top.boundary_is_input()) {
+      trainer::CudnnBackendOptions bo;
+      bo.max_batch = batch;
+      std::shared_ptr<trainer::CudnnBackend> g = trainer::make_cudnn_backend(below.graph(), bo);
+      const double e = trainer::relative_error_to_cpu(below.graph(), *g);
+      if (!(e <= kGpuAgreementLimit))
+        throw Error(disagreement("the frozen part on the GPU differs from the CPU backend", e));
+      below_gpu = std::move(g);
+    }
+    return "on the GPU: " + top.executor() + (below_gpu ? "; the frozen part on " + below_gpu->name() : "");
+  } catch (const Error& e) {
+    if (!device.automatic) throw;
+    top.run_on_cpu();
+    below_gpu.reset();
+    const std::string why = std::string("fine-tuning on the CPU: ") + e.what();
+    observer.on_warning(why);
+    return "on the CPU backend (the GPU failed its setup or check, see the warning)";
+  }
+}
+
 // `resume`: the phase's progress in the checkpoint the run resumed from (the top was built from
 // its backbone file; the head and `best` are the checkpoint's). Each epoch ends with a checkpoint.
 std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const TrainOptions& o, Sources& sources,
@@ -374,14 +410,16 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
                                               trainer::Head& head, trainer::BestEpoch& best,
                                               const trainer::BackboneRef& ref, const RunState& run,
                                               const FineTuneProgress* resume, TrainObserver& observer,
-                                              bool ran_on_gpu) {
+                                              const DeviceChoice* gpu_device) {
   std::vector<EpochReport>& history = run.history;
   const FineTuneOptions& ft = o.fine_tune;
   const trainer::Model below = backbone.cut_at(top.boundary());
-  sources.make(nullptr, &below);
-  FineTuneSetup setup{
-      ft.from_layer, top.boundary(), top.trainable_parameters(), top.activation_bytes(o.loader.batch_size), {}};
-  if (ran_on_gpu) setup.note = "on the CPU backend: the cuDNN backward passes are not written yet";
+  std::shared_ptr<trainer::CudnnBackend> below_gpu;
+  std::string note;
+  if (gpu_device) note = place_fine_tuning(top, below, o.loader.batch_size, *gpu_device, below_gpu, observer);
+  sources.make(below_gpu, &below);
+  FineTuneSetup setup{ft.from_layer, top.boundary(), top.trainable_parameters(),
+                      top.activation_bytes(o.loader.batch_size), note};
   observer.on_fine_tune_begin(setup);
 
   // The head goes on from the first phase's best epoch (what was saved), with a new optimizer
@@ -724,7 +762,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     trainer::BestEpoch tuned_best(o.monitor, o.out / "head.stkh", tuned_ref);
     if (best.head()) tuned_best.restore(best.epoch(), best.value(), *best.head());
     tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, run, resumed_fine_tune,
-                            observer, gpu != nullptr);
+                            observer, gpu ? &device : nullptr);
     if (tuned) {
       write_model_info(o.out, {tuned_ref, o.prepare, data.train.class_names});
       best = tuned_best;

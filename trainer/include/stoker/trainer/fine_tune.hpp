@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <stoker/core/image.hpp>
 #include <stoker/trainer/graph.hpp>
 #include <stoker/trainer/head.hpp>
 #include <stoker/trainer/tensor.hpp>
@@ -66,6 +67,21 @@ class Optimizer {
   std::vector<std::vector<float>> m_, v_;  // Adam's moments, or SGD's velocity in m_
 };
 
+// Fine-tuning on a GPU (TrainableTop::run_on_gpu): the top's forward_train() and backward() run on
+// the device — cuDNN's convolutions (forward, backward-data, backward-filter), the backend's own
+// kernels for the rest — with bf16 values, float32 gradients and float32 master weights (bf16 has
+// float32's range, so no loss scaling is needed). The optimizer stays on the host and the new
+// weights are uploaded after each step (docs/trainer.md, "Fine-tuning on the GPU").
+struct GpuTrainOptions {
+  int max_batch = 256;                                   // the largest batch forward_train() takes
+  std::size_t workspace_limit = std::size_t{256} << 20;  // cuDNN workspace bytes at most
+  int device = -1;                                       // -1: the calling thread's current device
+  // The GPU kernels' host twins instead of a GPU: float32 throughout (F32) or rounding where the
+  // GPU stores bf16 (BF16). What tests compare with the CPU backward on machines without a GPU.
+  bool host_twin = false;
+  DType host_twin_storage = DType::BF16;
+};
+
 class TrainableTop {
  public:
   // `backbone`: a single-output feature model (Model::cut_at's graph). Layers from `from_layer`
@@ -86,7 +102,8 @@ class TrainableTop {
   int features() const;                         // output values per sample
   std::size_t trainable_parameters() const;
   // Bytes kept between forward_train() and backward() for `batch` samples: every activation, the
-  // pre-activations of layers with their own activation, and their gradients.
+  // pre-activations of layers with their own activation, and their gradients. On the GPU: the
+  // device memory the trainer holds (for GpuTrainOptions::max_batch).
   std::size_t activation_bytes(int batch) const;
 
   // Inference with the current weights: {batch, features}. Thread-safe with other forward() calls.
@@ -108,6 +125,21 @@ class TrainableTop {
   // forward_train() as Keras' Dropout does with training=True (noise_shape and SpatialDropout2D
   // included), a new mask each step. forward() never drops.
   void set_dropout(bool in_training);
+  // From now on forward_train() and backward() run on the GPU (GpuTrainOptions); forward() stays
+  // the CPU backend's. CudaError when there is no usable GPU or cuDNN, InvalidArgument naming a
+  // layer the GPU trainer cannot run (a Softmax inside the top); the top stays on the CPU then.
+  void run_on_gpu(const GpuTrainOptions& options = {});
+  // Back to the CPU backend's kernels (the GPU trainer and its memory are released).
+  void run_on_cpu();
+  // "cpu", or what runs the training steps on the GPU (cuDNN's version, the storage type).
+  std::string executor() const;
+  // How far the GPU trainer is from its kernels' host twin in bf16 (which rounds where the GPU
+  // does, so a correct GPU differs only in the order of its sums): the largest relative L2 error
+  // ||gpu − twin|| / ||twin|| of the features and of each trainable weight's gradient after one
+  // forward_train() and backward() of `samples` generated inputs (at most max_batch), Dropout
+  // off. 0 on the CPU. The last backward's gradients are replaced. (Against the CPU's float32
+  // the bf16 gradients differ by up to ~0.3 on MobileNetV2's top: docs/trainer.md.)
+  double gpu_gradient_error(int samples = 4, std::uint64_t seed = 1);
   // One optimizer update of every trainable weight from the last backward's gradients.
   void step();
   void set_learning_rate(float learning_rate);
@@ -119,6 +151,8 @@ class TrainableTop {
   Graph graph() const;
 
  private:
+  const float* forward_train_gpu(const float* x, int batch);
+
   struct State;
   std::unique_ptr<State> s_;
 };

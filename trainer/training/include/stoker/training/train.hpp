@@ -52,7 +52,10 @@ TrainingData training_data(Dataset train, Dataset validation);
 // inference mode, its gamma and beta trained) for `epochs` more epochs, with a new optimizer over
 // all trainable weights, as Keras' recompile gives. Without augmentation the frozen part's output
 // is computed once and reused; with it, every epoch decodes, augments and runs the frozen part
-// again. It runs on the CPU backend (the cuDNN backward is not written yet). The history and the
+// again. When the first phase ran on a GPU, the top trains there (TrainableTop::run_on_gpu) and
+// the frozen part runs on the cuDNN backend behind the GPU feed, each checked against the CPU
+// first (kGpuAgreementLimit); otherwise, or when a check fails under --device auto, on the CPU
+// backend (FineTuneSetup::note says which). The history and the
 // best-epoch choice span both phases; early stopping watches each phase on its own (a second
 // fit()), the plateau reduction and the cosine decay the first only. When a second-phase epoch is
 // the best, the folder's backbone is the fine-tuned one (kFineTunedBackboneFile, and model.h5). A
@@ -127,7 +130,7 @@ struct FineTuneSetup {
   std::string from_layer, boundary;  // trainable from from_layer; the frozen part ends at boundary
   std::size_t trainable_parameters = 0;
   std::size_t activation_bytes = 0;  // kept for the backward pass at the batch size
-  std::string note;                  // e.g. why it runs on the CPU
+  std::string note;                  // where it runs when a GPU was chosen (and why not, if it falls back)
 };
 
 struct EpochReport {
