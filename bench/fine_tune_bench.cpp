@@ -1,12 +1,13 @@
-// Fine-tuning throughput on the CPU: one training step of Keras' second phase — the frozen part of
-// the backbone forward (the CPU backend, folded and fused), the trainable top forward keeping its
-// activations, the head's loss and gradients, the top's backward and Adam over every trainable
-// weight — on pre-made batches, so only compute is timed. bench/fine_tune_peers.py is PyTorch
-// doing the same step with torchvision's MobileNetV2 (run both in one session: the ratio is what
-// to quote).
+// Fine-tuning throughput: one training step of Keras' second phase — the frozen part of the
+// backbone forward (the CPU backend, folded and fused; with --device cuda the cuDNN backend), the
+// trainable top forward keeping its activations, the head's loss and gradients, the top's backward
+// (with --device cuda the GPU trainer, bf16) and Adam over every trainable weight — on pre-made
+// host batches, so only compute (and, on the GPU, the copies of the batch and of the boundary
+// values) is timed. bench/fine_tune_peers.py is PyTorch doing the same step with torchvision's
+// MobileNetV2 (run both in one session: the ratio is what to quote).
 //
 //   fine_tune_bench [--model PATH] [--cut LAYER] [--from LAYER] [--size 224] [--batch 32] [--steps 6]
-//                   [--threads 0]
+//                   [--threads 0] [--device cpu|cuda]
 //
 // Defaults: the bundled MobileNetV2 α=0.35 cut at sequential_9 (1280 features), unfrozen from
 // block_13_expand. Two warm-up steps, then --steps timed ones; prints "fine_tune_bench img/s: <n>"
@@ -22,6 +23,7 @@
 #include <tbb/global_control.h>
 
 #include <stoker/core/error.hpp>
+#include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/fine_tune.hpp>
 #include <stoker/trainer/head.hpp>
 #include <stoker/trainer/model.hpp>
@@ -40,6 +42,7 @@ struct Args {
   int batch = 32;
   int steps = 6;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 Args parse(int argc, char** argv) {
@@ -55,10 +58,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--batch") a.batch = std::stoi(v);
     else if (k == "--steps") a.steps = std::stoi(v);
     else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--device") a.device = v;
     else throw InvalidArgument("unknown option " + k);
   }
   if (a.batch < 1 || a.steps < 1 || a.size < 1 || a.threads < 0)
     throw InvalidArgument("--batch, --steps and --size must be >= 1, --threads >= 0");
+  if (a.device != "cpu" && a.device != "cuda") throw InvalidArgument("--device must be cpu or cuda");
   return a;
 }
 
@@ -70,9 +75,21 @@ int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   std::optional<tbb::global_control> threads;
   if (a.threads > 0) threads.emplace(tbb::global_control::max_allowed_parallelism, a.threads);
-  const Model backbone = load_model(a.model, {{a.size, a.size}}).cut_at(a.cut);
+  Model backbone = load_model(a.model, {{a.size, a.size}}).cut_at(a.cut);
   TrainableTop top(backbone.graph(), a.from);
-  const Model below = backbone.cut_at(top.boundary());
+  Model below = backbone.cut_at(top.boundary());
+  if (a.device == "cuda") {
+    GpuTrainOptions go;
+    go.max_batch = a.batch;
+    top.run_on_gpu(go);
+    CudnnBackendOptions bo;
+    bo.max_batch = a.batch;
+    bo.storage = DType::BF16;
+    below.set_backend(make_cudnn_backend(below.graph(), bo));
+    backbone.set_backend(make_cudnn_backend(backbone.graph(), bo));
+    std::printf("on the GPU: %s; the frozen part on %s; gradients against the bf16 host twin: %.3g\n",
+                top.executor().c_str(), below.backend().name().c_str(), top.gpu_gradient_error(2));
+  }
   Head head = Head::sigmoid(top.features());
   TopAndHead model(top, head, top.optimizer().config());
 

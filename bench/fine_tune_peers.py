@@ -4,7 +4,9 @@
 The model: torchvision.models.mobilenet_v2(width_mult=0.35).features (random weights: speed does
 not depend on them) + global average pooling + Linear(1280 -> 1), trained with BCEWithLogitsLoss
 and Adam(lr 1e-5, torch's defaults otherwise), batch --batch of 224x224 float32 random tensors
-made once before timing (so only compute is timed), on --threads CPU threads (default: all cores).
+made once before timing (so only compute is timed), on --threads CPU threads (default: all cores),
+or with --device cuda on the GPU: channels-last, autocast to bfloat16 (stoker's GPU trainer keeps
+bf16 values too), the batch already on the device, CUDA synchronised before each clock read.
 
 What is unfrozen matches the Keras fine-tuning vectors (scripts/keras_reference_gradients.py,
 "mobilenet_top" / "adam_step"): every layer at or after Keras' block_13_expand. torchvision's
@@ -33,9 +35,10 @@ reference). Prints one JSON line:
      "threads": N, "batch": B, "steps": K, "trainable_parameters": P, "torch": "...",
      "torchvision": "..."}
 
-    python3 bench/fine_tune_peers.py [--threads N] [--batch 32] [--warmup 3] [--steps 10]
+    python3 bench/fine_tune_peers.py [--threads N] [--batch 32] [--warmup 3] [--steps 10] [--device cpu|cuda]
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -49,6 +52,7 @@ def main():
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     if min(args.batch, args.size, args.steps) < 1 or args.warmup < 0:
         ap.error("--batch, --size and --steps must be >= 1, --warmup >= 0")
@@ -91,12 +95,27 @@ def main():
 
     x = torch.randn(args.batch, 3, args.size, args.size)
     y = (torch.rand(args.batch, 1) < 0.5).float()
+    cuda = args.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            print(json.dumps({"peer": "torch", "skipped": "--device cuda but torch sees no GPU"}))
+            return 2
+        frozen.cuda().to(memory_format=torch.channels_last)
+        top.cuda().to(memory_format=torch.channels_last)
+        x = x.cuda().to(memory_format=torch.channels_last)
+        y = y.cuda()
+        params = [p for p in top.parameters() if p.requires_grad]
+        opt = torch.optim.Adam(params, lr=1e-5)
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
 
     def train_step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             boundary = frozen(x)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(top(boundary), y)
+        with autocast():
+            loss = loss_fn(top(boundary).float(), y)
         loss.backward()
         opt.step()
         return loss
@@ -104,21 +123,28 @@ def main():
     backbone = torch.nn.Sequential(features, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
 
     def forward_step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             return backbone(x)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
 
     def rate(step):
         for _ in range(args.warmup):
             step()
+        sync()
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
+        sync()
         return args.batch * args.steps / (time.perf_counter() - t0)
 
     train_rate = rate(train_step)
     forward_rate = rate(forward_step)
     print(json.dumps({"peer": "torch", "images_per_second": round(train_rate, 2),
                       "forward_only_images_per_second": round(forward_rate, 2), "threads": threads,
+                      "device": torch.cuda.get_device_name() if cuda else "cpu",
                       "batch": args.batch, "steps": args.steps,
                       "trainable_parameters": sum(p.numel() for p in params),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))

@@ -30,7 +30,7 @@ prepare() {
   # sm_90 machine code only: the H200's, and the carry stays small.
   cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
   cmake --build "$build" -j2 --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench stoker_cli \
-    stoker_apps_tests stoker_training_tests cpu_backend_bench
+    stoker_apps_tests stoker_training_tests cpu_backend_bench fine_tune_bench
   local carry=$build/carry
   prepare_python "$build" "$carry"
   # Libraries with these sonames come with any Ubuntu 24.04 image that has apt, grep and Python 3.12
@@ -40,7 +40,7 @@ prepare() {
   rm -rf "$carry/bin" "$carry/shared_data"
   mkdir -p "$carry/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
-    "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/apps/stoker" \
+    "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/bench/fine_tune_bench" "$build/apps/stoker" \
     "$build/tests/apps/stoker_apps_tests" "$build/tests/training/stoker_training_tests" \
     "$build"/{core,cache,pipeline,augment,trainer,trainer/training}/libstoker_*.so.0 \
     "$carry/bin/"
@@ -248,11 +248,11 @@ run_feed() {
   [[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]
 }
 
-# Issue 6: the trainer's cuDNN backend.
+# Issues 6 and 16: the trainer's cuDNN backend and the GPU fine-tuning trainer.
 run_trainer() {
-  echo "== cuDNN backend tests"
+  echo "== cuDNN backend and GPU fine-tuning tests"
   local tests_rc=0 bench_rc=0
-  gtest trainer_gpu_tests 180 "$carry/bin/stoker_trainer_tests" 'CudnnBackend.*:CudnnPlan.*' || tests_rc=$?
+  gtest trainer_gpu_tests 180 "$carry/bin/stoker_trainer_tests" 'CudnnBackend.*:CudnnPlan.*:GpuFineTune.*' || tests_rc=$?
   grep -h -E "^\[ *(PASSED|FAILED|SKIPPED|  FAILED) *\]|^gpu |darknet|mobilenet|inception|device free|Failure|Expected|actual|Which is|error" \
     "$work"/trainer_gpu_tests*.log | head -60
   skipped_for_lack_of_gpu "$work/trainer_gpu_tests.log" && tests_rc=3
@@ -270,6 +270,20 @@ run_trainer() {
   else
     echo "skipped: no python with torch + torchvision (set TORCH_PYTHON)"
   fi
+
+  echo "== GPU fine-tuning benchmark (MobileNetV2 0.35 from block_13_expand, batch 32, 224) and its PyTorch peer"
+  step 90 fine_tune_bench_gpu "$carry/bin/fine_tune_bench" --device cuda --batch 32 --steps 20 || bench_rc=$?
+  cat "$work/fine_tune_bench_gpu.log"
+  if py=$(torch_python); then
+    step 90 fine_tune_peer_gpu "$py" "$root/bench/fine_tune_peers.py" --device cuda --batch 32 --steps 20
+    cat "$work/fine_tune_peer_gpu.log"
+  fi
+  local tuned tuned_peer
+  tuned=$(awk '/^fine_tune_bench img\/s:/ {print $3}' "$work/fine_tune_bench_gpu.log")
+  tuned_peer=$(grep -o '"images_per_second": [0-9.]*' "$work/fine_tune_peer_gpu.log" 2>/dev/null | awk '{print $2}')
+  summary+=("fine-tuning step on the GPU, batch 32: stoker ${tuned:-?} img/s, PyTorch bf16 ${tuned_peer:-?} img/s$(
+    [[ -n ${tuned:-} && -n ${tuned_peer:-} ]] && awk -v a="$tuned" -v b="$tuned_peer" 'BEGIN {printf ", ratio %.2f", a / b}')")
+  summary+=("$(grep -E "^on the GPU:" "$work/fine_tune_bench_gpu.log" | head -1)")
 
   local ours peer
   ours=$(awk '/^trainer_gpu_bench img\/s \(BF16\):/ {print $4}' "$work/trainer_gpu_bench.log")
@@ -291,8 +305,9 @@ run_cli() {
   step 60 cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
-  echo "== Cli.DeviceCuda, Cli.DeviceAuto: train on the GPU, GPU vs CPU predictions, the default device"
-  STOKER_CLI=$s gtest cli_device_test 120 "$carry/bin/stoker_apps_tests" 'Cli.DeviceCuda:Cli.DeviceAuto' || rc=1
+  echo "== Cli.DeviceCuda, Cli.DeviceAuto, Cli.FineTuneOnTheDevice: train and fine-tune on the GPU, GPU vs CPU predictions"
+  STOKER_CLI=$s gtest cli_device_test 150 "$carry/bin/stoker_apps_tests" \
+    'Cli.DeviceCuda:Cli.DeviceAuto:Cli.FineTuneOnTheDevice' || rc=1
   grep -E "^\[ *(OK|PASSED|FAILED|SKIPPED) *\]|Failure|Expected|Which is" "$work/cli_device_test.log" | head -20
   echo "== TrainRun.*: the training library (stoker::training) on the GPU"
   gtest training_gpu_test 90 "$carry/bin/stoker_training_tests" 'TrainRun.*' || rc=1

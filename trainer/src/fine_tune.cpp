@@ -317,10 +317,6 @@ struct TrainableTop::State {
       s.weights_gradient = m.kernel >= 0;
       s.bias_gradient = m.bias >= 0 || m.beta >= 0 || (t.op.kind == OpKind::Affine && m.gamma >= 0);
       s.scale_gradient = m.gamma >= 0;
-      const int node = sub.find(t.op.name);
-      if (t.op.kind == OpKind::Affine && node >= 0 &&
-          sub.nodes[static_cast<std::size_t>(node)].kind == LayerKind::BatchNormalization)
-        s.moving_mean = *sub.nodes[static_cast<std::size_t>(node)].weight("moving_mean")->data;
       steps.push_back(s);
     }
     return steps;
@@ -664,7 +660,6 @@ void TrainableTop::backward(const float* dfeatures) {
       if (step.scale_gradient) grads[k].scale.assign(step.op->scale.size(), 0.0f);
     }
     s.gpu->backward(dfeatures, grads);
-    cudnn::uncentre_gradients(s.gpu_plan, grads);
     for (std::size_t k = 0; k < s.ops.size(); ++k) {
       const cudnn::TrainStep& step = s.gpu_steps[k];
       if (step.weights_gradient || step.bias_gradient || step.scale_gradient)

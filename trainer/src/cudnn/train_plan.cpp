@@ -29,52 +29,7 @@ Op elementwise(const detail::LoweredOp& op, OpType type) {
   return e;
 }
 
-// The centring of train_plan.hpp's TrainStep::moving_mean, on the weights as the lowering made them.
-void centre(TrainPlan& t) {
-  for (const TrainPlan::Centring& c : t.centred) {
-    Op& conv = t.plan.ops[c.conv];
-    Op& affine = t.plan.ops[c.affine];
-    conv.bias.resize(static_cast<std::size_t>(conv.oc), 0.0f);
-    for (std::size_t k = 0; k < c.mean.size(); ++k) {
-      conv.bias[k] -= c.mean[k];
-      affine.bias[k] += c.mean[k] * affine.scale[k];
-    }
-  }
-}
-
-// Which BatchNormalizations centre: each read by its Affine alone and written by a convolution.
-void find_centrings(TrainPlan& t, const std::vector<TrainStep>& steps) {
-  const std::vector<Op>& ops = t.plan.ops;
-  std::vector<int> readers(t.plan.slot_size.size(), 0), writer(t.plan.slot_size.size(), -1);
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    for (int s : ops[k].in) ++readers[static_cast<std::size_t>(s)];
-    writer[static_cast<std::size_t>(ops[k].out)] = static_cast<int>(k);
-  }
-  for (int s : t.plan.outputs) ++readers[static_cast<std::size_t>(s)];
-  for (std::size_t k = 0; k < ops.size(); ++k) {
-    const TrainStep& step = steps[static_cast<std::size_t>(t.step_of[k])];
-    const Op& op = ops[k];
-    if (!t.main_op[k] || op.type != OpType::Affine || step.moving_mean.empty() || op.in.size() != 1 ||
-        op.scale.size() != step.moving_mean.size() || op.bias.size() != step.moving_mean.size())
-      continue;
-    const auto in = static_cast<std::size_t>(op.in[0]);
-    const int w = writer[in];
-    if (w < 0 || readers[in] != 1 || ops[static_cast<std::size_t>(w)].type != OpType::Conv ||
-        ops[static_cast<std::size_t>(w)].oc != static_cast<int>(op.scale.size()))
-      continue;
-    t.centred.push_back({static_cast<std::size_t>(w), k, step.moving_mean});
-  }
-}
-
 }  // namespace
-
-void uncentre_gradients(const TrainPlan& plan, std::vector<cpu::OpGradients>& gradients) {
-  for (const TrainPlan::Centring& c : plan.centred) {
-    cpu::OpGradients& g = gradients.at(static_cast<std::size_t>(plan.step_of[c.affine]));
-    if (g.scale.empty() || g.bias.size() != g.scale.size()) continue;
-    for (std::size_t k = 0; k < g.scale.size(); ++k) g.scale[k] += c.mean[k] * g.bias[k];
-  }
-}
 
 std::vector<float> from_krsc(const std::vector<float>& krsc, int out_channels) {
   const std::size_t oc = static_cast<std::size_t>(out_channels);
@@ -157,8 +112,6 @@ TrainPlan plan_training(const std::vector<TrainStep>& steps, int input_slot, int
     t.max_conv_input = std::max(t.max_conv_input, in);
     if (op.explicit_pad) p.scratch_size = std::max(p.scratch_size, in);
   }
-  find_centrings(t, steps);
-  centre(t);
   return t;
 }
 
@@ -175,7 +128,6 @@ void refresh_weights(TrainPlan& plan, const std::vector<TrainStep>& steps) {
     op.bias = std::move(fresh[0].bias);
     op.scale = std::move(fresh[0].scale);
   }
-  centre(plan);
 }
 
 }  // namespace stoker::trainer::cudnn

@@ -37,11 +37,6 @@ struct TrainStep {
   bool dropout = false;                   // y = x · mask, the mask fed by forward()
   // Which parameter gradients the caller takes (sized as cpu::OpGradients wants them).
   bool weights_gradient = false, bias_gradient = false, scale_gradient = false;
-  // A BatchNormalization (Affine) step: its moving mean. When a convolution alone feeds it, the
-  // plan subtracts the mean in the convolution's bias and adds mean · scale back in the Affine's
-  // shift: the same function, but the value stored between them is centred, so bf16 keeps what
-  // BatchNormalization amplifies (x − mean is often far smaller than x in MobileNetV2).
-  std::vector<float> moving_mean;
 };
 
 struct TrainPlan {
@@ -50,13 +45,6 @@ struct TrainPlan {
   std::vector<bool> main_op;     // per plan op: the step's op itself (false: its activation op)
   std::vector<int> mask_slot;    // per TrainStep: the slot of its dropout mask, or -1
   std::vector<bool> needs_gradient;  // per slot
-  // The centred BatchNormalizations: (the convolution's op, the Affine's op, the mean). The
-  // executors report the Affine's scale gradient for the uncentred input (+ mean · dshift).
-  struct Centring {
-    std::size_t conv = 0, affine = 0;
-    std::vector<float> mean;
-  };
-  std::vector<Centring> centred;
   int output_slot = -1;
   std::size_t max_values = 0;    // per sample: the largest slot (scratch sizes)
   std::size_t max_conv_input = 0;  // per sample: the largest (padded) convolution input
@@ -90,10 +78,6 @@ std::unique_ptr<TrainExecutor> make_host_train_executor(const TrainPlan& plan, i
 // The cuDNN executor: CudaError without CUDA/cuDNN or a device; on the emulated device the host
 // twin in bf16.
 std::unique_ptr<TrainExecutor> make_gpu_train_executor(const TrainPlan& plan, const GpuTrainOptions& options);
-
-// The scale gradients of the centred Affine ops for their uncentred inputs: scale += mean · bias
-// (gradients indexed by step, as TrainExecutor::backward fills them).
-void uncentre_gradients(const TrainPlan& plan, std::vector<cpu::OpGradients>& gradients);
 
 // The conv weight gradient from KRSC (oc major) back to Keras order (rows × oc).
 std::vector<float> from_krsc(const std::vector<float>& krsc, int out_channels);
