@@ -320,11 +320,10 @@ class TrainLog final : public training::TrainObserver {
     record_throughput(images);
   }
   void on_fine_tune_begin(const training::FineTuneSetup& s) override {
-    std::printf(
-        "fine-tuning from %s: %zu trainable weights; the frozen part ends at %s; %.1f MB of activations kept "
-        "for the backward pass at batch %d%s%s\n",
-        s.from_layer.c_str(), s.trainable_parameters, s.boundary.c_str(), s.activation_bytes / 1e6,
-        c_.loader.batch_size, s.note.empty() ? "" : "; ", s.note.c_str());
+    std::printf("fine-tuning from %s: %zu trainable weights; the frozen part ends at %s; %.1f MB %s at batch %d%s%s\n",
+                s.from_layer.c_str(), s.trainable_parameters, s.boundary.c_str(), s.activation_bytes / 1e6,
+                s.on_gpu ? "of GPU memory for the training step" : "of activations kept for the backward pass",
+                c_.loader.batch_size, s.note.empty() ? "" : "; ", s.note.c_str());
     std::fflush(stdout);
   }
   void on_epoch_end(const training::EpochReport& r) override {

@@ -89,6 +89,19 @@ class Cli : public ::testing::Test {
            " --cut-at sequential_9 --image-size 224 --epochs 2 --batch-size 8 --threads 2 --out " +
            (dir / "out").string() + " " + extra;
   }
+  // `stoker predict` of the trained model on the GPU and on the CPU: the same class, the
+  // probabilities within 0.05.
+  void expect_devices_predict_alike(const std::string& img) {
+    const std::string args = " --json --model-dir " + (dir / "out").string() + " " + img;
+    const CommandResult gpu = stoker("predict --device cuda" + args);
+    const CommandResult cpu = stoker("predict --device cpu" + args);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.out;
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+    const auto g = nlohmann::json::parse(gpu.out.substr(gpu.out.find('[')));
+    const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
+    EXPECT_EQ(g[0]["class"], c[0]["class"]);
+    EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
+  }
   TempDir dir;
 };
 
@@ -638,14 +651,7 @@ TEST_F(Cli, DeviceCuda) {
     EXPECT_LE(u["data_wait_share"].get<double>() + u["compute_share"].get<double>(), 1.05) << u.dump();
   }
   const std::string img = (dir / "data" / "dog" / "img3.jpg").string();
-  const CommandResult gpu = stoker("predict --device cuda --json --model-dir " + (dir / "out").string() + " " + img);
-  const CommandResult cpu = stoker("predict --device cpu --json --model-dir " + (dir / "out").string() + " " + img);
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.out;
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
-  const auto g = nlohmann::json::parse(gpu.out.substr(gpu.out.find('[')));
-  const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
-  EXPECT_EQ(g[0]["class"], c[0]["class"]);
-  EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
+  expect_devices_predict_alike(img);
 }
 
 // Fine-tuning on the device the first phase ran on: the GPU trainer (cuDNN on a GPU, its bf16 host
@@ -654,8 +660,9 @@ TEST_F(Cli, DeviceCuda) {
 TEST_F(Cli, FineTuneOnTheDevice) {
   if (stoker::cuda_device_count() == 0 || !stoker::trainer::built_with_cudnn())
     GTEST_SKIP() << "no CUDA device with the cuDNN backend";
-  const CommandResult t = stoker(train_args("--device cuda --epochs 1 --horizontal-flip --fine-tune-from "
-                                            "block_16_expand --fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
+  const CommandResult t =
+      stoker(train_args("--device cuda --epochs 1 --horizontal-flip --fine-tune-from "
+                        "block_16_expand --fine-tune-epochs 1 --fine-tune-learning-rate 1e-4"));
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("on the GPU: "), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("; the frozen part on cudnn"), std::string::npos) << t.out;
@@ -666,13 +673,7 @@ TEST_F(Cli, FineTuneOnTheDevice) {
   ASSERT_EQ(epochs.size(), 2u);
   EXPECT_TRUE(std::isfinite(epochs[1]["loss"].get<double>())) << epochs.dump();
   const std::string img = (dir / "data" / "cat" / "img2.jpg").string();
-  const CommandResult gpu = stoker("predict --device cuda --json --model-dir " + (dir / "out").string() + " " + img);
-  const CommandResult cpu = stoker("predict --device cpu --json --model-dir " + (dir / "out").string() + " " + img);
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.out;
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
-  const auto g = nlohmann::json::parse(gpu.out.substr(gpu.out.find('[')));
-  const auto c = nlohmann::json::parse(cpu.out.substr(cpu.out.find('[')));
-  EXPECT_NEAR(g[0]["probabilities"]["dog"].get<double>(), c[0]["probabilities"]["dog"].get<double>(), 0.05);
+  expect_devices_predict_alike(img);
 }
 
 // The default device: the GPU when there is one (after its backbone agreed with the CPU

@@ -530,8 +530,8 @@ TEST(GpuFineTune, Bf16MobileNetTopGradientsAreTheCpusUpToRounding) {
   const Tensor x = below.forward(images.data(), n);
   const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu.features()) * n, 34);
   const double worst = gradient_error_to_cpu(cpu, gpu, x.data, n, upstream, "mobilenet from block_13_expand", 0.35);
-  std::cout << "[ info ] bf16 host twin vs CPU, MobileNetV2 from block_13_expand: largest relative L2 error "
-            << worst << "\n";
+  std::cout << "[ info ] bf16 host twin vs CPU, MobileNetV2 from block_13_expand: largest relative L2 error " << worst
+            << "\n";
   EXPECT_GT(gpu.activation_bytes(n), 0u);
   // The GPU's own check (train() runs it before it trusts the GPU): against the bf16 twin, which
   // rounds where the GPU does, a correct GPU is far closer; the twin itself is exact.

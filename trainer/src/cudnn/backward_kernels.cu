@@ -195,8 +195,8 @@ void column_sums(const float* a, const void* b, DType b_type, std::size_t rows, 
   STOKER_CUDA_CHECK_LAUNCH("sum_blocks_kernel");
 }
 
-void depthwise_backward_input(const float* dy, const float* weights, float* dx, std::size_t images,
-                              DepthwiseGeometry g, StreamHandle stream) {
+void depthwise_backward_input(const float* dy, const float* weights, float* dx, std::size_t images, DepthwiseGeometry g,
+                              StreamHandle stream) {
   const I total = images * g.h * g.w * g.c;
   if (total == 0) return;
   depthwise_input_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dy, weights, dx, total, g);
@@ -245,14 +245,14 @@ void global_pool_backward(DType storage, bool is_max, const void* x, const float
   if (total == 0) return;
   dispatch(storage, "global_pool_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    global_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, dx, total,
-                                                                            hw, c, is_max);
+    global_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, dx, total, hw,
+                                                                            c, is_max);
   });
   STOKER_CUDA_CHECK_LAUNCH("global_pool_backward_kernel");
 }
 
-void mul_backward(DType storage, const void* a, const void* b, const float* dy, float* da, float* db,
-                  std::size_t total, std::size_t per, int c, bool channel_broadcast, StreamHandle stream) {
+void mul_backward(DType storage, const void* a, const void* b, const float* dy, float* da, float* db, std::size_t total,
+                  std::size_t per, int c, bool channel_broadcast, StreamHandle stream) {
   if (total == 0) return;
   dispatch(storage, "mul_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -278,8 +278,8 @@ void softmax_backward(DType storage, const void* y, const float* dy, float* dx, 
   STOKER_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
 }
 
-void layer_norm_backward(DType storage, const void* x, const float* dy, float* dx, float* xhat, std::size_t rows,
-                         int c, float epsilon, const float* scale, StreamHandle stream) {
+void layer_norm_backward(DType storage, const void* x, const float* dy, float* dx, float* xhat, std::size_t rows, int c,
+                         float epsilon, const float* scale, StreamHandle stream) {
   if (rows == 0) return;
   dispatch(storage, "layer_norm_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

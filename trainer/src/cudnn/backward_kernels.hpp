@@ -34,8 +34,8 @@ void column_sums(const float* a, const void* b, DType b_type, std::size_t rows, 
 
 // Depthwise convolution: dx += the input gradient; dw = the weights' gradient [kh][kw][oc]
 // (partial: ceil(pixels / kSumRows) × kh·kw·oc floats, pixels = images·oh·ow).
-void depthwise_backward_input(const float* dy, const float* weights, float* dx, std::size_t images,
-                              DepthwiseGeometry g, StreamHandle stream);
+void depthwise_backward_input(const float* dy, const float* weights, float* dx, std::size_t images, DepthwiseGeometry g,
+                              StreamHandle stream);
 void depthwise_backward_weights(DType storage, const void* x, const float* dy, std::size_t images, DepthwiseGeometry g,
                                 float* partial, float* dw, StreamHandle stream);
 
@@ -50,8 +50,8 @@ void global_pool_backward(DType storage, bool is_max, const void* x, const float
 
 // y = a · b (b per image and channel with channel_broadcast): da += dy · b, db += dy · a (summed
 // over the image's pixels when broadcast). da or db may be null.
-void mul_backward(DType storage, const void* a, const void* b, const float* dy, float* da, float* db,
-                  std::size_t total, std::size_t per, int c, bool channel_broadcast, StreamHandle stream);
+void mul_backward(DType storage, const void* a, const void* b, const float* dy, float* da, float* db, std::size_t total,
+                  std::size_t per, int c, bool channel_broadcast, StreamHandle stream);
 
 // Softmax over rows of n (y its output): dx += y · (dy − Σ dy · y).
 void softmax_backward(DType storage, const void* y, const float* dy, float* dx, std::size_t rows, int n,
@@ -59,7 +59,7 @@ void softmax_backward(DType storage, const void* y, const float* dy, float* dx, 
 
 // Layer normalization of rows of c: dx += the input gradient (may be null); xhat receives the
 // normalised values (float32, for the scale's gradient).
-void layer_norm_backward(DType storage, const void* x, const float* dy, float* dx, float* xhat, std::size_t rows,
-                         int c, float epsilon, const float* scale, StreamHandle stream);
+void layer_norm_backward(DType storage, const void* x, const float* dy, float* dx, float* xhat, std::size_t rows, int c,
+                         float epsilon, const float* scale, StreamHandle stream);
 
 }  // namespace stoker::trainer::cudnn::gpu

@@ -160,8 +160,8 @@ STOKER_HOST_DEVICE inline float pool_input_gradient(const LoadX& x, const LoadDy
 // Global pooling over hw pixels of c channels, gradient of input element e = (image·hw + p)·c + ch:
 // the average's 1/hw share, or the whole gradient at the channel's first maximum.
 template <typename LoadX, typename LoadDy, typename I>
-STOKER_HOST_DEVICE inline float global_pool_input_gradient(const LoadX& x, const LoadDy& dy, int hw, int c,
-                                                           bool is_max, I e) {
+STOKER_HOST_DEVICE inline float global_pool_input_gradient(const LoadX& x, const LoadDy& dy, int hw, int c, bool is_max,
+                                                           I e) {
   const I ch = e % static_cast<I>(c);
   const I image = e / static_cast<I>(c) / static_cast<I>(hw);
   const float d = dy(image * static_cast<I>(c) + ch);

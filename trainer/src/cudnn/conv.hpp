@@ -10,6 +10,8 @@
 #include <stoker/core/cuda.hpp>
 #include <stoker/core/image.hpp>
 
+#include "plan.hpp"
+
 namespace stoker::trainer::cudnn::gpu {
 
 // A cuDNN handle (cudnnCreate / cudnnDestroy), move-only.
@@ -36,6 +38,10 @@ struct ConvGeometry {
   int kh = 1, kw = 1, pad_h = 0, pad_w = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
   DType storage = DType::F16;
 };
+
+// The cuDNN convolution running a plan's Conv op: over its explicitly padded input (then with no
+// padding of its own) or with the op's symmetric padding.
+ConvGeometry conv_geometry(const Op& op, DType storage);
 
 class Conv {
  public:

@@ -243,17 +243,8 @@ class CudnnBackendImpl final : public CudnnBackend {
       const auto bb = to_storage_bits(b, opt_.storage);
       g.bias_st = upload(bb.data(), bb.size() * 2, "conv bias (storage type)");
     }
-    cudnn::gpu::ConvGeometry geo;
-    geo.c = op.c, geo.oc = op.oc, geo.oh = op.oh, geo.ow = op.ow;
-    geo.h = op.explicit_pad ? op.padded_h() : op.h;
-    geo.w = op.explicit_pad ? op.padded_w() : op.w;
-    geo.pad_h = op.explicit_pad ? 0 : op.pad_top;
-    geo.pad_w = op.explicit_pad ? 0 : op.pad_left;
-    geo.kh = op.kh, geo.kw = op.kw, geo.sh = op.sh, geo.sw = op.sw, geo.dh = op.dh, geo.dw = op.dw;
-    geo.groups = op.groups;
-    geo.storage = opt_.storage;
-    g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, geo, opt_.max_batch * op.rows, fused,
-                                                opt_.workspace_limit);
+    g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, cudnn::gpu::conv_geometry(op, opt_.storage),
+                                                opt_.max_batch * op.rows, fused, opt_.workspace_limit);
     return g;
   }
 

@@ -144,10 +144,10 @@ class CudnnTrainExecutor final : public TrainExecutor {
  private:
   struct GpuOp {
     const Op* op = nullptr;
-    std::unique_ptr<gpu::Conv> conv;  // cuDNN's convolutions (not the own depthwise kernel)
-    DeviceBuffer weights;             // bf16 KRSC (cuDNN) or float32 [kh][kw][oc] (depthwise)
-    DeviceBuffer bias, scale;         // float32
-    DeviceBuffer dweights_bf16;       // cuDNN's backward-filter result
+    std::unique_ptr<gpu::Conv> conv;       // cuDNN's convolutions (not the own depthwise kernel)
+    DeviceBuffer weights;                  // bf16 KRSC (cuDNN) or float32 [kh][kw][oc] (depthwise)
+    DeviceBuffer bias, scale;              // float32
+    DeviceBuffer dweights_bf16;            // cuDNN's backward-filter result
     DeviceBuffer dweights, dbias, dscale;  // float32 parameter gradients
   };
 
@@ -198,22 +198,13 @@ class CudnnTrainExecutor final : public TrainExecutor {
         g.dscale = take(op.scale.size() * 4, "scale gradients");
       }
       if (op.type == OpType::Affine || op.type == OpType::LayerNorm)
-        partial = std::max(partial, (blocks_of(out_values / static_cast<std::size_t>(op.c)) + 1) *
-                                        static_cast<std::size_t>(op.c));
+        partial = std::max(
+            partial, (blocks_of(out_values / static_cast<std::size_t>(op.c)) + 1) * static_cast<std::size_t>(op.c));
       if (op.type == OpType::Conv && op.depthwise_kernel)
         partial = std::max(partial, (blocks_of(mb * op.oh * op.ow) + 1) * op.weights.size());
       if (op.type == OpType::Conv && !op.depthwise_kernel) {
-        gpu::ConvGeometry geo;
-        geo.c = op.c, geo.oc = op.oc, geo.oh = op.oh, geo.ow = op.ow;
-        geo.h = op.explicit_pad ? op.padded_h() : op.h;
-        geo.w = op.explicit_pad ? op.padded_w() : op.w;
-        geo.pad_h = op.explicit_pad ? 0 : op.pad_top;
-        geo.pad_w = op.explicit_pad ? 0 : op.pad_left;
-        geo.kh = op.kh, geo.kw = op.kw, geo.sh = op.sh, geo.sw = op.sw, geo.dh = op.dh, geo.dw = op.dw;
-        geo.groups = op.groups;
-        geo.storage = kStorage;
-        g.conv = std::make_unique<gpu::Conv>(*handle_, op.name, geo, opt_.max_batch * op.rows, false,
-                                             opt_.workspace_limit);
+        g.conv = std::make_unique<gpu::Conv>(*handle_, op.name, gpu::conv_geometry(op, kStorage),
+                                             opt_.max_batch * op.rows, false, opt_.workspace_limit);
         workspace = std::max(workspace, g.conv->prepare_backward(*handle_, opt_.workspace_limit));
         g.dweights_bf16 = take(op.weights.size() * 2, "weight gradients (bf16)");
       }
@@ -247,8 +238,8 @@ class CudnnTrainExecutor final : public TrainExecutor {
   // A cuDNN convolution's input: the slot, or its explicit padding in the scratch.
   const void* conv_input(const Op& op, StreamHandle s) const {
     if (!op.explicit_pad) return value(op.in[0]);
-    gpu::pad(kStorage, value(op.in[0]), conv_scratch_.get(), images(op), op.h, op.w, op.c, op.padded_h(),
-             op.padded_w(), op.pad_top, op.pad_left, s);
+    gpu::pad(kStorage, value(op.in[0]), conv_scratch_.get(), images(op), op.h, op.w, op.c, op.padded_h(), op.padded_w(),
+             op.pad_top, op.pad_left, s);
     return conv_scratch_.get();
   }
 
@@ -292,8 +283,8 @@ class CudnnTrainExecutor final : public TrainExecutor {
       case OpType::Gap: gpu::global_average(kStorage, value(op.in[0]), y, nb_, op.h * op.w, op.c, act, s); return;
       case OpType::Gmp: gpu::global_max(kStorage, value(op.in[0]), y, nb_, op.h * op.w, op.c, act, s); return;
       case OpType::LayerNorm:
-        gpu::layer_norm(kStorage, value(op.in[0]), y, n / static_cast<std::size_t>(op.c), op.c, op.epsilon, scale,
-                        bias, act, s);
+        gpu::layer_norm(kStorage, value(op.in[0]), y, n / static_cast<std::size_t>(op.c), op.c, op.epsilon, scale, bias,
+                        act, s);
         return;
       case OpType::Mul:
         gpu::multiply(kStorage, value(op.in[0]), value(op.in[1]), y, n, static_cast<std::size_t>(op.h) * op.w * op.c,
@@ -338,8 +329,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
           if (op.explicit_pad)
             gpu::pad_backward(kStorage, dx_bf16_.get(), dx, images(op),
                               PadGeometry{op.h, op.w, op.c, op.padded_h(), op.padded_w(), op.pad_top, op.pad_left}, s);
-          else
-            gpu::add_storage(kStorage, dx_bf16_.get(), dx, total(op.in[0]), s);
+          else gpu::add_storage(kStorage, dx_bf16_.get(), dx, total(op.in[0]), s);
         }
         if (weights) {
           g.conv->backward_filter(*handle_, imgs, conv_input(op, s), dy_bf16_.get(), g.dweights_bf16.get(),
@@ -351,8 +341,8 @@ class CudnnTrainExecutor final : public TrainExecutor {
       }
       case OpType::Pad:
         if (dx)
-          gpu::pad_backward(DType::F32, dy, dx, nb_, PadGeometry{op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left},
-                            s);
+          gpu::pad_backward(DType::F32, dy, dx, nb_,
+                            PadGeometry{op.h, op.w, op.c, op.oh, op.ow, op.pad_top, op.pad_left}, s);
         return;
       case OpType::Affine: {
         if (op.act.kind == ActKind::Softmax) {  // a split-off Softmax: no parameters

@@ -98,8 +98,8 @@ void append_gpu_ops(std::vector<Op>& ops, detail::LoweredOp lowered, const PlanO
 
 // One op on the host, as run_plan_host runs it: `value(slot)` gives a slot's values (nb samples),
 // y receives `total` values (a Softmax's rows are the caller's); `scratch` holds the explicit padding.
-void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total,
-                    std::size_t nb, DType round_to, std::vector<float>& scratch);
+void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total, std::size_t nb,
+                    DType round_to, std::vector<float>& scratch);
 
 // The Softmax of an op's output on the host: each row of n values, then rounded to round_to.
 void softmax_rows_on_host(float* y, std::size_t rows, int n, DType round_to);

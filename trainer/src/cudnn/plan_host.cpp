@@ -174,8 +174,8 @@ void affine_host(const Op& op, const float* x, const float* z, float* y, std::si
 
 }  // namespace
 
-void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total,
-                    std::size_t nb, DType round_to, std::vector<float>& scratch) {
+void run_op_on_host(const Op& op, const std::function<float*(int)>& value, float* y, std::size_t total, std::size_t nb,
+                    DType round_to, std::vector<float>& scratch) {
   const HostRun run{nb, round_to, scratch};
   switch (op.type) {
     case OpType::Conv: {
@@ -259,7 +259,8 @@ std::vector<std::vector<float>> run_plan_host(const Plan& plan, const float* inp
     float* y = value(op.out);
     const std::size_t total = plan.slot_size[static_cast<std::size_t>(op.out)] * nb;
     run_op_on_host(op, slot, y, total, nb, round_to, scratch);
-    if (op.act.kind == ActKind::Softmax) softmax_rows_on_host(y, total / static_cast<std::size_t>(op.oc), op.oc, round_to);
+    if (op.act.kind == ActKind::Softmax)
+      softmax_rows_on_host(y, total / static_cast<std::size_t>(op.oc), op.oc, round_to);
   }
 
   std::vector<std::vector<float>> outs;

@@ -50,9 +50,7 @@ class HostTrainExecutor final : public TrainExecutor {
     }
   }
 
-  std::string name() const override {
-    return std::string("the GPU trainer's host twin (") + to_string(st_) + ")";
-  }
+  std::string name() const override { return std::string("the GPU trainer's host twin (") + to_string(st_) + ")"; }
   std::size_t device_bytes() const override { return bytes_; }
   void set_weights(const TrainPlan& plan) override {
     for (std::size_t k = 0; k < t_.plan.ops.size(); ++k) {
@@ -108,8 +106,7 @@ class HostTrainExecutor final : public TrainExecutor {
     if (!dy) return;
     const std::size_t n_out = total(op.out);
     switch (op.type) {
-      case OpType::Conv:
-        return op.depthwise_kernel ? depthwise_backward(op, dy, g) : conv_backward(op, dy, g);
+      case OpType::Conv: return op.depthwise_kernel ? depthwise_backward(op, dy, g) : conv_backward(op, dy, g);
       case OpType::Pad: {
         float* dx = grad(op.in[0]);
         if (!dx) return;
@@ -150,8 +147,8 @@ class HostTrainExecutor final : public TrainExecutor {
         if (!dx) return;
         const std::size_t n = total(op.in[0]);
         for (std::size_t e = 0; e < n; ++e)
-          dx[e] += global_pool_input_gradient(Load{value(op.in[0])}, Load{dy}, op.h * op.w, op.c,
-                                              op.type == OpType::Gmp, e);
+          dx[e] +=
+              global_pool_input_gradient(Load{value(op.in[0])}, Load{dy}, op.h * op.w, op.c, op.type == OpType::Gmp, e);
         return;
       }
       case OpType::Mul: {
@@ -251,8 +248,8 @@ class HostTrainExecutor final : public TrainExecutor {
       for (std::size_t k = 0; k < g->weights.size(); ++k) {
         float acc = 0.0f;
         for (std::size_t p0 = 0; p0 < pixels; p0 += kSumRows)
-          acc += depthwise_weight_partial(Load{x}, Load{dy}, dg, static_cast<int>(k), p0,
-                                          std::min(pixels, p0 + kSumRows));
+          acc +=
+              depthwise_weight_partial(Load{x}, Load{dy}, dg, static_cast<int>(k), p0, std::min(pixels, p0 + kSumRows));
         g->weights[k] = acc;
       }
     if (!g->bias.empty()) column_sums(dy, Ones{}, pixels, op.oc, g->bias);

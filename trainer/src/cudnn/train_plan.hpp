@@ -40,13 +40,13 @@ struct TrainStep {
 };
 
 struct TrainPlan {
-  Plan plan;                     // ops; plan.slot_size covers the mask slots appended
-  std::vector<int> step_of;      // per plan op: the TrainStep it runs (an own activation's too)
-  std::vector<bool> main_op;     // per plan op: the step's op itself (false: its activation op)
-  std::vector<int> mask_slot;    // per TrainStep: the slot of its dropout mask, or -1
+  Plan plan;                         // ops; plan.slot_size covers the mask slots appended
+  std::vector<int> step_of;          // per plan op: the TrainStep it runs (an own activation's too)
+  std::vector<bool> main_op;         // per plan op: the step's op itself (false: its activation op)
+  std::vector<int> mask_slot;        // per TrainStep: the slot of its dropout mask, or -1
   std::vector<bool> needs_gradient;  // per slot
   int output_slot = -1;
-  std::size_t max_values = 0;    // per sample: the largest slot (scratch sizes)
+  std::size_t max_values = 0;      // per sample: the largest slot (scratch sizes)
   std::size_t max_conv_input = 0;  // per sample: the largest (padded) convolution input
 };
 

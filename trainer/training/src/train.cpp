@@ -418,8 +418,12 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
   std::string note;
   if (gpu_device) note = place_fine_tuning(top, below, o.loader.batch_size, *gpu_device, below_gpu, observer);
   sources.make(below_gpu, &below);
-  FineTuneSetup setup{ft.from_layer, top.boundary(), top.trainable_parameters(),
-                      top.activation_bytes(o.loader.batch_size), note};
+  FineTuneSetup setup{ft.from_layer,
+                      top.boundary(),
+                      top.trainable_parameters(),
+                      top.activation_bytes(o.loader.batch_size),
+                      top.executor() != "cpu",
+                      note};
   observer.on_fine_tune_begin(setup);
 
   // The head goes on from the first phase's best epoch (what was saved), with a new optimizer

@@ -129,7 +129,8 @@ struct TrainSetup {
 struct FineTuneSetup {
   std::string from_layer, boundary;  // trainable from from_layer; the frozen part ends at boundary
   std::size_t trainable_parameters = 0;
-  std::size_t activation_bytes = 0;  // kept for the backward pass at the batch size
+  std::size_t activation_bytes = 0;  // kept for the backward pass at the batch size (on the GPU: all its memory)
+  bool on_gpu = false;               // the top trains on the GPU (TrainableTop::run_on_gpu)
   std::string note;                  // where it runs when a GPU was chosen (and why not, if it falls back)
 };
 
