@@ -7,19 +7,26 @@ rank 0 checks that every sample was seen once (padding repeats aside) and writes
 import datetime
 import faulthandler
 import json
+import os
 import sys
 
-import torch
-import torch.distributed as dist
+# A hang anywhere, the imports included (a cold page cache on a loaded 2-core machine makes
+# `import torch` take minutes), prints every thread's stack before the test gives up on the rank.
+faulthandler.dump_traceback_later(280, exit=True)
 
-import stoker
-import stoker.torch
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import stoker  # noqa: E402
+import stoker.torch  # noqa: E402
 
 
 def main(folder, report):
-    # A rank that cannot reach the other fails within a minute, and a hang prints every thread's stack.
-    faulthandler.dump_traceback_later(120, exit=True)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    # torchrun's workers rendezvous through MASTER_ADDR/MASTER_PORT (env://); the test's own
+    # launcher passes a file (STOKER_TEST_INIT_METHOD=file://...): no port another process can take.
+    init = os.environ.get("STOKER_TEST_INIT_METHOD", "env://")
+    dist.init_process_group("gloo", init_method=init, rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=240))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     dl = stoker.torch.DataLoader(folder, 16, batch_size=4, seed=3, threads=1, normalize="imagenet")
