@@ -121,6 +121,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
     }
     // The parameter gradients to the host (KRSC back to Keras order for cuDNN's convolutions).
     std::vector<std::pair<std::size_t, std::vector<float>>> krsc;
+    krsc.reserve(gops_.size());
     for (std::size_t k = 0; k < gops_.size(); ++k) {
       if (!t_.main_op[k]) continue;
       cpu::OpGradients& g = gradients.at(static_cast<std::size_t>(t_.step_of[k]));
