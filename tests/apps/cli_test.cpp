@@ -666,7 +666,7 @@ TEST_F(Cli, FineTuneOnTheDevice) {
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("on the GPU: "), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("; the frozen part on cudnn"), std::string::npos) << t.out;
-  EXPECT_EQ(t.out.find("fine-tuning on the CPU"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("the GPU is not used: fine-tuning"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("epoch 2/2 (fine-tuning)"), std::string::npos) << t.out;
   std::ifstream h(dir / "out" / "history.json");
   const auto epochs = nlohmann::json::parse(h)["epochs"];

@@ -397,7 +397,7 @@ std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& 
     if (!device.automatic) throw;
     top.run_on_cpu();
     below_gpu.reset();
-    const std::string why = std::string("fine-tuning on the CPU: ") + e.what();
+    const std::string why = std::string("fine-tuning: ") + e.what();
     observer.on_warning(why);
     return "on the CPU backend (the GPU failed its setup or check, see the warning)";
   }
