@@ -293,6 +293,9 @@ class TrainLog final : public training::TrainObserver {
     std::fprintf(stderr, "stoker: warning: the GPU is not used: %s; running on the CPU\n", why.c_str());
     gpu_.reset();
   }
+  void on_loader_retuned(const std::string& choice) override {
+    std::printf("loader, tuned again for the CPU backbone: %s\n", choice.c_str());
+  }
   void on_features_begin(const std::string& what, std::size_t batches) override {
     progress_.emplace(what, batches);
     extracting_validation_ = what.starts_with("validation");

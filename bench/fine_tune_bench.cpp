@@ -87,8 +87,11 @@ int main(int argc, char** argv) try {
     bo.storage = DType::BF16;
     below.set_backend(make_cudnn_backend(below.graph(), bo));
     backbone.set_backend(make_cudnn_backend(backbone.graph(), bo));
-    std::printf("on the GPU: %s; the frozen part on %s; gradients against the bf16 host twin: %.3g\n",
-                top.executor().c_str(), below.backend().name().c_str(), top.gpu_gradient_error(2));
+    const TrainableTop::GpuGradientCheck check = top.check_gpu_gradients(2);
+    std::printf(
+        "on the GPU: %s; the frozen part on %s; gradients' relative L2 error to the CPU's float32: %.3g "
+        "(the bf16 host twin's: %.3g)\n",
+        top.executor().c_str(), below.backend().name().c_str(), check.gpu, check.rounding);
   }
   Head head = Head::sigmoid(top.features());
   TopAndHead model(top, head, top.optimizer().config());

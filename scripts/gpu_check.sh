@@ -139,7 +139,25 @@ step() {
 # gtest NAME SECONDS BINARY FILTER: runs a GoogleTest binary as `step` does. A test that crashes
 # the process or hangs would hide every test after it: the binary is run again (twice at most)
 # without the test that was running, and each run keeps its own log (NAME.log, NAME.rerun1.log, ...).
+# A device fault (an illegal address, a failed launch) surfaces at the next synchronisation, far
+# from the kernel that caused it: the tests that failed with one run once more with
+# CUDA_LAUNCH_BLOCKING=1, whose error names the kernel (NAME.blocking.log).
 gtest() {
+  local rc=0
+  gtest_runs "$@" || rc=$?
+  local name=$1 bin=$3 failed
+  if grep -qiE "illegal (memory access|address|instruction)|launch failure|misaligned address|an exception occurred on the device" \
+    "$work/$name"*.log 2>/dev/null; then
+    failed=$(awk '/^\[  FAILED  \] [A-Za-z_0-9]+\.[A-Za-z_0-9]+/ {print $4}' "$work/$name"*.log | sort -u | paste -sd: -)
+    if [[ -n $failed ]]; then
+      echo "!! a device fault: running $failed again with CUDA_LAUNCH_BLOCKING=1 ($name.blocking.log)"
+      (export CUDA_LAUNCH_BLOCKING=1 && cd "$work" && step 60 "$name.blocking" "$bin" --gtest_filter="$failed") || true
+      grep -m5 -iE "illegal|launch|misaligned|kernel" "$work/$name.blocking.log"
+    fi
+  fi
+  return $rc
+}
+gtest_runs() {
   local name=$1 limit=$2 bin=$3 filter=$4 excluded="" rc=0 run log
   for run in 0 1 2; do
     log=$name$( ((run)) && echo ".rerun$run")

@@ -274,8 +274,8 @@ void jpeg_warn(j_common_ptr c, int level) {
 // blend), into `out` (`columns` * channels bytes a row, the first column `first_column`). Reads
 // the rest of the file too (skipping its rows; the last one into last_row), so that a truncated
 // or corrupt file fails here.
-// Returns false with the message in err. No C++ object with a destructor lives in this frame
-// after setjmp: libjpeg's errors leave it by longjmp.
+// Returns false with the message in err. No C++ object with a destructor is made in this frame
+// after setjmp: libjpeg's errors return to it by longjmp, which runs no destructor.
 bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int denom, bool cmyk, const CropBox& box,
                       std::vector<std::uint8_t>& out, std::vector<std::uint8_t>& last_row, int& first_column,
                       int& columns) {
@@ -283,13 +283,17 @@ bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int deno
   // quantisation tables a file defined, and a later file that leaves them out (a Motion-JPEG frame
   // relies on the standard Huffman tables) would decode with them instead.
   jpeg_decompress_struct ci{};
+  // Destroys the decompressor however the frame is left: a return, libjpeg's longjmp (to the
+  // setjmp below, inside this guard's life) or a std::bad_alloc from a buffer's resize.
+  // jpeg_destroy_decompress does nothing to a decompressor not created or already destroyed.
+  struct Destroy {
+    jpeg_decompress_struct* ci;
+    ~Destroy() { jpeg_destroy_decompress(ci); }
+  } destroy{&ci};
   ci.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_fail;
   err.mgr.emit_message = jpeg_warn;
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&ci);
-    return false;
-  }
+  if (setjmp(err.jump)) return false;
   jpeg_create_decompress(&ci);
   jpeg_mem_src(&ci, b.data(), static_cast<unsigned long>(b.size()));
   jpeg_read_header(&ci, TRUE);
@@ -322,7 +326,6 @@ bool decode_jpeg_rows(JpegErrors& err, std::span<const std::uint8_t> b, int deno
     jpeg_read_scanlines(&ci, &row, 1);
   }
   jpeg_finish_decompress(&ci);
-  jpeg_destroy_decompress(&ci);
   return true;
 }
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -519,6 +521,65 @@ TEST(GpuFineTune, Bf16GradientsAreTheCpusUpToRounding) {
   }
 }
 
+// A layer whose gradient jumps where its input crosses a point: a ReLU's kink (at 0, a threshold
+// or max_value), a hard sigmoid's corners, SELU's slope at 0, the element a max pooling routes to.
+bool gradient_switches(const LayerNode& layer) {
+  const ActKind a = layer.activation.kind;
+  return layer.kind == LayerKind::MaxPooling2D || layer.kind == LayerKind::GlobalMaxPooling2D || a == ActKind::ReLU ||
+         a == ActKind::HardSigmoid || a == ActKind::HardSwish || a == ActKind::Selu;
+}
+
+// Layer by layer, bf16 costs the rounding of the layer's input, weights and values, without the
+// compounding through the layers above: each layer of the four models, trained alone (a
+// weightless one together with the layer feeding it, whose weight gradients carry its backward),
+// is within 1e-2 of the CPU's float32 output and gradients. Not a layer whose gradient switches
+// (gradient_switches): a rounding that moves a value across the switch moves a whole element's
+// gradient, and a weight gradient that is a cancelling sum of many (a bias's, beta's) feels it
+// most. Those are held to 0.1. Measured: at most 0.0087 over the 30 smooth ones, 0.071 over the
+// 7 that switch (a LeakyReLU with threshold 0.2, on its BatchNormalization's beta).
+TEST(GpuFineTune, Bf16GradientsOfEachLayerAreTheCpusUpToRounding) {
+  std::size_t smooth = 0, switching = 0;
+  double worst_smooth = 0, worst_switching = 0;
+  for (const char* name : {"grad_conv", "grad_bn_act", "grad_pool_dense", "grad_se"}) {
+    const Model model = load_model(gradient_vectors() / (std::string(name) + ".h5"));
+    const Graph& g = model.graph();
+    for (std::size_t i = 1; i < g.nodes.size(); ++i) {
+      const LayerNode& layer = g.nodes[i];
+      const Model cut = model.cut_at(layer.name);
+      const Graph& cg = cut.graph();
+      // The layer alone when it has weights, else with its first input's layer.
+      std::optional<TrainableTop> cpu;
+      for (const std::string& from : {layer.name, g.nodes[static_cast<std::size_t>(layer.inputs.at(0))].name}) {
+        if (cg.nodes[static_cast<std::size_t>(cg.find(from))].kind == LayerKind::Input) break;
+        try {
+          cpu.emplace(cg, from);
+        } catch (const InvalidArgument&) {
+          break;  // more than one value crosses into it (Add, Concatenate, Multiply): the models test those
+        }
+        if (cpu->trainable_parameters() > 0) break;
+        cpu.reset();
+      }
+      if (!cpu) continue;
+      const bool switches =
+          gradient_switches(layer) || gradient_switches(cg.nodes[static_cast<std::size_t>(cg.find(cpu->from_layer()))]);
+      TrainableTop gpu(cg, cpu->from_layer());
+      const int n = 3;
+      gpu.run_on_gpu(host_twin(DType::BF16, n));
+      const std::vector<float> x = noise(Tensor::element_count(cpu->input_shape()) * n, 41 + i);
+      const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu->features()) * n, 42 + i);
+      const std::string what = std::string(name) + " " + layer.name + " (from " + cpu->from_layer() + ")";
+      const double e = gradient_error_to_cpu(*cpu, gpu, x, n, upstream, what, switches ? 0.1 : 1e-2);
+      (switches ? worst_switching : worst_smooth) = std::max(switches ? worst_switching : worst_smooth, e);
+      ++(switches ? switching : smooth);
+    }
+  }
+  std::cout << "[ info ] bf16 host twin vs CPU, each layer trained alone: largest relative L2 error " << worst_smooth
+            << " over " << smooth << " layers, " << worst_switching << " over " << switching
+            << " whose gradient switches\n";
+  EXPECT_GE(smooth, 30u);
+  EXPECT_GE(switching, 7u);
+}
+
 TEST(GpuFineTune, Bf16MobileNetTopGradientsAreTheCpusUpToRounding) {
   REQUIRE_MOBILENET(file);
   const Model backbone = load_model(file).cut_at("out_relu");
@@ -533,9 +594,13 @@ TEST(GpuFineTune, Bf16MobileNetTopGradientsAreTheCpusUpToRounding) {
   std::cout << "[ info ] bf16 host twin vs CPU, MobileNetV2 from block_13_expand: largest relative L2 error " << worst
             << "\n";
   EXPECT_GT(gpu.activation_bytes(n), 0u);
-  // The GPU's own check (train() runs it before it trusts the GPU): against the bf16 twin, which
-  // rounds where the GPU does, a correct GPU is far closer; the twin itself is exact.
-  EXPECT_EQ(gpu.gpu_gradient_error(2), 0.0);
+  // The GPU's check (train() runs it before it trusts the GPU), here on a top that runs the bf16
+  // twin itself: exactly the twin's distance from the CPU, which is bf16's cost measured above.
+  const TrainableTop::GpuGradientCheck check = gpu.check_gpu_gradients(2);
+  EXPECT_EQ(check.gpu, check.rounding);
+  EXPECT_GT(check.rounding, 1e-3);
+  EXPECT_LT(check.rounding, 0.35);
+  EXPECT_LE(check.gpu, check.limit(2e-2));
 }
 
 // Training: Adam steps of the head and the top on the float32 twin follow the CPU's steps.
@@ -614,7 +679,10 @@ TEST(GpuFineTune, RunsOnTheDevice) {
   const std::vector<float> x = noise(Tensor::element_count(cpu.input_shape()) * n, 71);
   const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu.features()) * n, 72);
   gradient_error_to_cpu(cpu, gpu, x, n, upstream, "grad_se", 0.1);
-  EXPECT_LT(gpu.gpu_gradient_error(), 2e-2) << "against the bf16 host twin";
+  const TrainableTop::GpuGradientCheck check = gpu.check_gpu_gradients();
+  std::cout << "[ info ] the GPU's check: " << check.gpu << " from the CPU's float32, bf16 rounding alone "
+            << check.rounding << "\n";
+  EXPECT_LE(check.gpu, check.limit(2e-2));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <tbb/parallel_for.h>
 
 #include "cpu_gemm.hpp"
+#include "cpu_ops.hpp"
 #include "cpu_simd.hpp"
 
 namespace stoker::trainer::cpu {
@@ -75,22 +76,6 @@ struct ConvShape {
   int k, c, oc;
   bool direct;  // the input is its own im2col matrix
 };
-
-// Row r0 + i of im2col(X) (the forward's layout: [ky][kx][c]) into dst.
-void im2col_row(const detail::LoweredOp& op, const float* x, std::size_t row, float* dst) {
-  const int ox = static_cast<int>(row % op.ow);
-  const int oy = static_cast<int>((row / op.ow) % op.oh);
-  const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
-  for (int ky = 0; ky < op.kh; ++ky) {
-    const int iy = oy * op.sh - op.pad_top + ky * op.dh;
-    for (int kx = 0; kx < op.kw; ++kx) {
-      const int ix = ox * op.sw - op.pad_left + kx * op.dw;
-      float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
-      if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) std::fill(d, d + op.c, 0.0f);
-      else std::memcpy(d, x + ((n * op.h + iy) * op.w + ix) * op.c, sizeof(float) * static_cast<std::size_t>(op.c));
-    }
-  }
-}
 
 // dst[j * rows + i] = src[i * cols + j], 8 source rows at a time so that reads and writes stream.
 void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {

@@ -69,6 +69,21 @@ void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a) {
   }
 }
 
+void im2col_row(const detail::LoweredOp& op, const float* x, std::size_t row, float* dst) {
+  const int ox = static_cast<int>(row % op.ow);
+  const int oy = static_cast<int>((row / op.ow) % op.oh);
+  const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
+  for (int ky = 0; ky < op.kh; ++ky) {
+    const int iy = oy * op.sh - op.pad_top + ky * op.dh;
+    for (int kx = 0; kx < op.kw; ++kx) {
+      const int ix = ox * op.sw - op.pad_left + kx * op.dw;
+      float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
+      if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) std::fill(d, d + op.c, 0.0f);
+      else std::memcpy(d, x + ((n * op.h + iy) * op.w + ix) * op.c, sizeof(float) * static_cast<std::size_t>(op.c));
+    }
+  }
+}
+
 using detail::OpKind;
 
 namespace {
@@ -87,26 +102,7 @@ void conv(const Op& op, const float* x, float* y, int nb) {
     } else {
       thread_local std::vector<float> cols;
       cols.resize(m * static_cast<std::size_t>(k));
-      for (std::size_t i = 0; i < m; ++i) {
-        const std::size_t row = r0 + i;
-        const int ox = static_cast<int>(row % op.ow);
-        const int oy = static_cast<int>((row / op.ow) % op.oh);
-        const std::size_t n = row / (static_cast<std::size_t>(op.ow) * op.oh);
-        float* dst = cols.data() + i * k;
-        for (int ky = 0; ky < op.kh; ++ky) {
-          const int iy = oy * op.sh - op.pad_top + ky * op.dh;
-          for (int kx = 0; kx < op.kw; ++kx) {
-            const int ix = ox * op.sw - op.pad_left + kx * op.dw;
-            float* d = dst + (static_cast<std::size_t>(ky) * op.kw + kx) * op.c;
-            if (iy < 0 || iy >= op.h || ix < 0 || ix >= op.w) {
-              std::fill(d, d + op.c, 0.0f);
-            } else {
-              const float* s = x + ((n * op.h + iy) * op.w + ix) * op.c;
-              std::memcpy(d, s, sizeof(float) * static_cast<std::size_t>(op.c));
-            }
-          }
-        }
-      }
+      for (std::size_t i = 0; i < m; ++i) im2col_row(op, x, r0 + i, cols.data() + i * k);
       gemm_rows(cols.data(), k, static_cast<int>(m), op.packed, bias, yb, op.oc);
     }
     apply_act(yb, m, op.oc, op.act);

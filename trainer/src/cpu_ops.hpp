@@ -22,6 +22,10 @@ struct Op : detail::LoweredOp {
 // The CPU op for `lowered`, which writes out_size values per sample.
 Op prepare_op(detail::LoweredOp lowered, std::size_t out_size);
 
+// Output row `row` (sample-major, then oy, ox) of a convolution's im2col matrix: the input
+// values its window reads, [ky][kx][c] (the weights' order), zeros where it reaches the padding.
+void im2col_row(const detail::LoweredOp& op, const float* x, std::size_t row, float* dst);
+
 // Applies `a` to rows × n values (softmax: over each row of n).
 void apply_act(float* x, std::size_t rows, int n, const ActivationSpec& a);
 

@@ -17,6 +17,7 @@
 #include <tbb/parallel_for.h>
 
 #include <stoker/core/error.hpp>
+#include <stoker/core/splitmix.hpp>
 #include <stoker/trainer/backend.hpp>
 
 #include "adam.hpp"
@@ -130,14 +131,6 @@ struct TrainOp {
   std::vector<float> mask;
 };
 
-// splitmix64 step: a seedable, portable stream (the masks must not depend on the library).
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // The mask of `node` for nb samples of its value (out_shape per sample): one draw per sample and
 // position of the axes its noise_shape does not broadcast.
 void draw_dropout_mask(const LayerNode& node, int nb, std::uint64_t seed, std::vector<float>& mask) {
@@ -163,8 +156,9 @@ void draw_dropout_mask(const LayerNode& node, int nb, std::uint64_t seed, std::v
   const float kept = static_cast<float>(1.0 / keep);
   std::vector<float> drawn(draws);
   std::vector<int> at(dims.size());
+  SplitMix64 rng{seed};
   for (int b = 0; b < nb; ++b) {
-    for (float& d : drawn) d = static_cast<double>(splitmix(seed) >> 11) * 0x1.0p-53 < keep ? kept : 0.0f;
+    for (float& d : drawn) d = rng.uniform() < keep ? kept : 0.0f;
     std::fill(at.begin(), at.end(), 0);
     float* m = mask.data() + static_cast<std::size_t>(b) * per_sample;
     for (std::size_t i = 0; i < per_sample; ++i) {
@@ -615,16 +609,16 @@ void TrainableTop::run_on_cpu() {
 
 std::string TrainableTop::executor() const { return s_->gpu ? s_->gpu->name() : "cpu"; }
 
-double TrainableTop::gpu_gradient_error(int samples, std::uint64_t seed) {
+TrainableTop::GpuGradientCheck TrainableTop::check_gpu_gradients(int samples, std::uint64_t seed) {
   State& s = *s_;
-  if (!s.gpu) return 0;
+  if (!s.gpu) return {};
   samples = std::clamp(samples, 1, s.gpu_max_batch);
-  GpuTrainOptions twin;
-  twin.max_batch = samples;
-  twin.host_twin = true;
-  twin.host_twin_storage = DType::BF16;
-  TrainableTop reference(graph(), s.from_layer);
-  reference.run_on_gpu(twin);
+  GpuTrainOptions twin_options;
+  twin_options.max_batch = samples;
+  twin_options.host_twin = true;
+  twin_options.host_twin_storage = DType::BF16;
+  TrainableTop cpu(graph(), s.from_layer), twin(graph(), s.from_layer);
+  twin.run_on_gpu(twin_options);
   const bool dropout = s.dropout;
   s.dropout = false;
   std::mt19937_64 rng(seed);
@@ -633,16 +627,21 @@ double TrainableTop::gpu_gradient_error(int samples, std::uint64_t seed) {
   std::vector<float> upstream(static_cast<std::size_t>(features()) * static_cast<std::size_t>(samples));
   for (float& v : x) v = u(rng);
   for (float& v : upstream) v = u(rng);
-  const float* want = reference.forward_train(x.data(), samples);
-  const std::vector<float> expected(want, want + upstream.size());
-  const float* got = forward_train(x.data(), samples);
-  double worst = relative_l2_error(got, expected);
-  reference.backward(upstream.data());
+  const float* exact = cpu.forward_train(x.data(), samples);
+  const std::vector<float> want(exact, exact + upstream.size());
+  GpuGradientCheck c;
+  c.gpu = relative_l2_error(forward_train(x.data(), samples), want);
+  c.rounding = relative_l2_error(twin.forward_train(x.data(), samples), want);
+  cpu.backward(upstream.data());
+  twin.backward(upstream.data());
   backward(upstream.data());
-  for (const auto& [layer, weight] : trainable_weights())
-    worst = std::max(worst, relative_l2_error(gradient(layer, weight).data(), reference.gradient(layer, weight)));
+  for (const auto& [layer, weight] : trainable_weights()) {
+    const std::vector<float>& g = cpu.gradient(layer, weight);
+    c.gpu = std::max(c.gpu, relative_l2_error(gradient(layer, weight).data(), g));
+    c.rounding = std::max(c.rounding, relative_l2_error(twin.gradient(layer, weight).data(), g));
+  }
   s.dropout = dropout;
-  return worst;
+  return c;
 }
 
 void TrainableTop::backward(const float* dfeatures) {

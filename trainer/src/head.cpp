@@ -11,6 +11,7 @@
 
 #include <stoker/core/atomic_file.hpp>
 #include <stoker/core/error.hpp>
+#include <stoker/core/splitmix.hpp>
 #include <stoker/trainer/head.hpp>
 
 #include "adam.hpp"
@@ -21,18 +22,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the head file stores little-endian float32");
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'H', 'E', 'A', 'D', '1'};
-
-// splitmix64: a portable, seedable generator (std distributions differ between libraries).
-struct SplitMix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-};
 
 double softplus(double z) { return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))); }
 
@@ -51,7 +40,7 @@ Head::Head(int input_dim, int units, HeadActivation activation, AdamConfig adam,
                           ", beta_1 " + std::to_string(adam.beta_1) + ", beta_2 " + std::to_string(adam.beta_2) + ")");
   const std::size_t nk = static_cast<std::size_t>(input_dim) * units;
   kernel_.resize(nk);
-  SplitMix rng{seed};
+  SplitMix64 rng{seed};
   const double limit = std::sqrt(6.0 / (input_dim + units));  // glorot_uniform
   for (auto& w : kernel_) w = static_cast<float>((rng.uniform() * 2.0 - 1.0) * limit);
   bias_.assign(static_cast<std::size_t>(units), 0.0f);
@@ -183,17 +172,22 @@ StepResult Head::train_step(const float* x, const int* labels, int batch, const 
   return r;
 }
 
+std::vector<int> epoch_rows(int n, std::uint64_t seed, std::uint64_t epoch) {
+  std::vector<int> order(static_cast<std::size_t>(std::max(n, 0)));
+  std::iota(order.begin(), order.end(), 0);
+  SplitMix64 rng{seed * 0x100000001B3ull + epoch + 1};
+  for (int i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<std::size_t>(i)], order[rng.next() % static_cast<std::uint64_t>(i + 1)]);
+  return order;
+}
+
 EpochStats Head::train_epoch(const float* x, const int* labels, int n, int batch_size, std::uint64_t epoch,
                              std::uint64_t seed, const LossOptions& loss,
                              const std::function<void(Head&)>& before_step) {
   if (n <= 0 || batch_size <= 0)
     throw InvalidArgument("Head::train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
                           std::to_string(batch_size));
-  std::vector<int> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  SplitMix rng{seed * 0x100000001B3ull + epoch + 1};
-  for (int i = n - 1; i > 0; --i)
-    std::swap(order[static_cast<std::size_t>(i)], order[rng.next() % static_cast<std::uint64_t>(i + 1)]);
+  const std::vector<int> order = epoch_rows(n, seed, epoch);
   std::vector<float> bx(static_cast<std::size_t>(batch_size) * input_dim_);
   std::vector<int> by(static_cast<std::size_t>(batch_size));
   EpochStats s;

@@ -65,6 +65,47 @@ const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
 
 cudnnHandle_t H(CudnnHandle& h) { return static_cast<cudnnHandle_t>(h.get()); }
 
+template <typename Algo>
+struct BackwardAlgo {
+  Algo algo;
+  bool deterministic;
+};
+
+// cuDNN's heuristics for a backward call, as the algorithms to try in order: the deterministic
+// ones first (the same gradients on every run), each within the workspace (`bytes_of(algo,
+// bytes)` asks cuDNN; false when it refuses). `max_bytes` grows to the largest's workspace, so
+// that a fallback fits too.
+template <typename Perf, typename BytesOf>
+auto backward_candidates(const Perf* perf, int returned, std::size_t workspace_size, BytesOf bytes_of,
+                         std::size_t& max_bytes) {
+  std::vector<BackwardAlgo<decltype(perf->algo)>> out;
+  for (const bool deterministic : {true, false})
+    for (int i = 0; i < returned; ++i) {
+      std::size_t bytes = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || (perf[i].determinism == CUDNN_DETERMINISTIC) != deterministic ||
+          !bytes_of(perf[i].algo, bytes) || bytes > workspace_size)
+        continue;
+      out.push_back({perf[i].algo, deterministic});
+      max_bytes = std::max(max_bytes, bytes);
+    }
+  return out;
+}
+
+// Runs `call(algo)` with the first of `algos` cuDNN does not refuse at run time (a heuristic's
+// SUCCESS does not promise that), dropping the refused ones for later calls.
+template <typename Algo, typename Call>
+void run_backward(std::vector<BackwardAlgo<Algo>>& algos, const char* what, const std::string& layer, Call call) {
+  for (;;) {
+    const cudnnStatus_t s = call(algos.front().algo);
+    if (s == CUDNN_STATUS_SUCCESS) return;
+    if (!refused(s) || algos.size() == 1)
+      throw CudaError(status_message(s, what, __FILE__, __LINE__) + " for layer '" + layer +
+                          "' (no other algorithm within the workspace runs)",
+                      static_cast<int>(s));
+    algos.erase(algos.begin());
+  }
+}
+
 }  // namespace
 
 CudnnHandle::CudnnHandle() {
@@ -106,10 +147,11 @@ struct Conv::Impl {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
     cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     std::size_t workspace = 0;
-    // Training (prepare_backward): chosen on the batch size's first backward call.
+    // Training (prepare_backward): the backward algorithms to try, listed on the batch size's
+    // first backward call; the first runs until cuDNN refuses it at run time.
     bool backward_chosen = false;
-    cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    std::vector<BackwardAlgo<cudnnConvolutionBwdDataAlgo_t>> data_algos;
+    std::vector<BackwardAlgo<cudnnConvolutionBwdFilterAlgo_t>> filter_algos;
   };
   std::map<int, PerBatch> per_batch;
 
@@ -221,6 +263,11 @@ std::string Conv::describe() const {
   for (const auto& [n, p] : impl_->per_batch) {
     s << " [" << n << " images: " << algo_name(p.algo) << ", workspace " << p.workspace << " B";
     if (n == max_images_ && measured_ms_ >= 0) s << ", " << measured_ms_ << " ms";
+    if (p.backward_chosen) {
+      s << "; backward-data algorithm " << static_cast<int>(p.data_algos.front().algo) << ", backward-filter "
+        << static_cast<int>(p.filter_algos.front().algo);
+      if (!p.data_algos.front().deterministic || !p.filter_algos.front().deterministic) s << " (not deterministic)";
+    }
     s << "]";
   }
   if (fused_) s << " fused bias+relu";
@@ -331,8 +378,7 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
   }
 }
 
-// The backward algorithms of a batch size: cuDNN's heuristics in order, deterministic ones first
-// (the same gradients on every run), the first that succeeds within the workspace.
+// The backward algorithms of a batch size, in the order to try them (backward_candidates).
 void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspace_size) {
   auto it = impl_->per_batch.find(images);
   if (it == impl_->per_batch.end()) {
@@ -353,40 +399,28 @@ void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspac
     int returned = 0;
     STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         H(handle), impl_->w, p.y, impl_->conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-    bool found = false;
-    for (int pass = 0; pass < 2 && !found; ++pass)
-      for (int i = 0; i < returned && !found; ++i) {
-        std::size_t bytes = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) ||
-            cudnnGetConvolutionBackwardDataWorkspaceSize(H(handle), impl_->w, p.y, impl_->conv, p.x, perf[i].algo,
-                                                         &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes > workspace_size)
-          continue;
-        p.data_algo = perf[i].algo;
-        max_backward_workspace_ = std::max(max_backward_workspace_, bytes);
-        found = true;
-      }
-    if (!found) throw fail("backward-data");
+    p.data_algos = backward_candidates(
+        perf, returned, workspace_size,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t& bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(H(handle), impl_->w, p.y, impl_->conv, p.x, algo,
+                                                              &bytes) == CUDNN_STATUS_SUCCESS;
+        },
+        max_backward_workspace_);
+    if (p.data_algos.empty()) throw fail("backward-data");
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int returned = 0;
     STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         H(handle), p.x, p.y, impl_->conv, impl_->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-    bool found = false;
-    for (int pass = 0; pass < 2 && !found; ++pass)
-      for (int i = 0; i < returned && !found; ++i) {
-        std::size_t bytes = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) ||
-            cudnnGetConvolutionBackwardFilterWorkspaceSize(H(handle), p.x, p.y, impl_->conv, impl_->w, perf[i].algo,
-                                                           &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes > workspace_size)
-          continue;
-        p.filter_algo = perf[i].algo;
-        max_backward_workspace_ = std::max(max_backward_workspace_, bytes);
-        found = true;
-      }
-    if (!found) throw fail("backward-filter");
+    p.filter_algos = backward_candidates(
+        perf, returned, workspace_size,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t& bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(H(handle), p.x, p.y, impl_->conv, impl_->w, algo,
+                                                                &bytes) == CUDNN_STATUS_SUCCESS;
+        },
+        max_backward_workspace_);
+    if (p.filter_algos.empty()) throw fail("backward-filter");
   }
   p.backward_chosen = true;
 }
@@ -399,19 +433,30 @@ std::size_t Conv::prepare_backward(CudnnHandle& handle, std::size_t workspace_li
 void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
                          std::size_t workspace_size) {
   choose_backward(handle, images, workspace_size);
-  const auto& p = impl_->per_batch.at(images);
+  auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
-  STOKER_CUDNN_CHECK(cudnnConvolutionBackwardData(H(handle), &one, impl_->w, w, p.y, dy, impl_->conv, p.data_algo,
-                                                  workspace, workspace_size, &zero, p.x, dx));
+  run_backward(p.data_algos, "cudnnConvolutionBackwardData", name_, [&](cudnnConvolutionBwdDataAlgo_t algo) {
+    return cudnnConvolutionBackwardData(H(handle), &one, impl_->w, w, p.y, dy, impl_->conv, algo, workspace,
+                                        workspace_size, &zero, p.x, dx);
+  });
 }
 
 void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
                            std::size_t workspace_size) {
   choose_backward(handle, images, workspace_size);
-  const auto& p = impl_->per_batch.at(images);
+  auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
-  STOKER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(H(handle), &one, p.x, x, p.y, dy, impl_->conv, p.filter_algo,
-                                                    workspace, workspace_size, &zero, impl_->w, dw));
+  run_backward(p.filter_algos, "cudnnConvolutionBackwardFilter", name_, [&](cudnnConvolutionBwdFilterAlgo_t algo) {
+    return cudnnConvolutionBackwardFilter(H(handle), &one, p.x, x, p.y, dy, impl_->conv, algo, workspace,
+                                          workspace_size, &zero, impl_->w, dw);
+  });
+}
+
+bool Conv::backward_deterministic() const {
+  for (const auto& [n, p] : impl_->per_batch)
+    if (p.backward_chosen && (!p.data_algos.front().deterministic || !p.filter_algos.front().deterministic))
+      return false;
+  return true;
 }
 
 bool Conv::try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,

@@ -81,6 +81,9 @@ class Conv {
                      std::size_t workspace_size);
   void backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
                        std::size_t workspace_size);
+  // False when a backward algorithm in use (for any batch size) is not deterministic: cuDNN
+  // offered no deterministic one within the workspace, or refused those it offered.
+  bool backward_deterministic() const;
 
   // The fused path once; false (and the conv switches to the plain path) when cuDNN refuses it.
   bool try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,

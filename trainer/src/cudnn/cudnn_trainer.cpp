@@ -59,8 +59,23 @@ class CudnnTrainExecutor final : public TrainExecutor {
     allocate();
     set_weights(t_);
   }
+  ~CudnnTrainExecutor() override {
+    // Every call waits for its work, but one that threw midway may have left kernels queued that
+    // read the buffers freed below.
+    try {
+      DeviceScope scope(device_);
+      stream_.synchronize();
+    } catch (...) {  // never throw from a destructor
+    }
+  }
 
-  std::string name() const override { return "cudnn " + gpu::cudnn_version_string() + " trainer (bf16)"; }
+  std::string name() const override {
+    std::string n = "cudnn " + gpu::cudnn_version_string() + " trainer (bf16)";
+    std::size_t varying = 0;  // convolutions whose gradients may differ between runs
+    for (const GpuOp& g : gops_) varying += g.conv && !g.conv->backward_deterministic();
+    if (varying > 0) n += "; " + std::to_string(varying) + " convolutions with a non-deterministic backward";
+    return n;
+  }
   std::size_t device_bytes() const override { return bytes_; }
 
   void set_weights(const TrainPlan& plan) override {

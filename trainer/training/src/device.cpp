@@ -22,9 +22,9 @@ void DeviceChoice::fall_back_to_cpu(const std::string& reason) {
   *this = {false, 0, true, "cpu (auto: the GPU failed its setup or check, see the warning)", reason};
 }
 
-std::string disagreement(const std::string& what, double error) {
+std::string disagreement(const std::string& what, double error, double limit) {
   char numbers[80];
-  std::snprintf(numbers, sizeof numbers, " by %.3g (limit %.3g)", error, kGpuAgreementLimit);
+  std::snprintf(numbers, sizeof numbers, " by %.3g (limit %.3g)", error, limit);
   return what + numbers;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <tuple>
@@ -323,22 +324,6 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
   }
 }
 
-// Deterministic order of n rows for an epoch (splitmix64 Fisher-Yates, as the head's epochs).
-std::vector<int> shuffled(int n, std::uint64_t seed, std::uint64_t epoch) {
-  std::vector<int> order(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
-  std::uint64_t state = seed * 0x100000001B3ull + epoch + 1;
-  auto next = [&state] {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (int i = n - 1; i > 0; --i)
-    std::swap(order[static_cast<std::size_t>(i)], order[next() % static_cast<std::uint64_t>(i + 1)]);
-  return order;
-}
-
 // The second phase (FineTuneOptions): the head and the backbone's top train together on the
 // frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
 std::string backbone_checkpoint_name(int epoch) { return "checkpoint-backbone-" + std::to_string(epoch) + ".h5"; }
@@ -368,8 +353,9 @@ void save_fine_tune_checkpoint(const fs::path& out, const RunState& run, Sources
 }
 
 // The second phase on the GPU the first phase ran on: the top trains through the GPU trainer
-// (TrainableTop::run_on_gpu) and the frozen part runs on the cuDNN backend behind the GPU feed,
-// each after the same agreement check as the backbone (kGpuAgreementLimit). What fails keeps the
+// (TrainableTop::run_on_gpu) after its gradients pass TrainableTop::check_gpu_gradients, and the
+// frozen part runs on the cuDNN backend behind the GPU feed after the backbone's agreement check
+// (kGpuAgreementLimit). What fails keeps the
 // CPU with the reason ("auto") or stops the run (an explicit --device cuda). Returns the setup's
 // note; `below_gpu` is the frozen part's backend, or null for the CPU's.
 std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& below, int batch,
@@ -380,9 +366,14 @@ std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& 
     trainer::GpuTrainOptions go;
     go.max_batch = batch;
     top.run_on_gpu(go);
-    const double error = top.gpu_gradient_error();
-    if (!(error <= kGpuAgreementLimit))
-      throw Error(disagreement("the GPU trainer's gradients differ from the CPU backward's", error));
+    const trainer::TrainableTop::GpuGradientCheck check = top.check_gpu_gradients();
+    if (!(check.gpu <= check.limit(kGpuAgreementLimit))) {
+      char rounding[64];
+      std::snprintf(rounding, sizeof rounding, " (bf16 rounding alone: %.3g)", check.rounding);
+      throw Error(disagreement("the GPU trainer's gradients differ from the CPU backward's", check.gpu,
+                               check.limit(kGpuAgreementLimit)) +
+                  rounding);
+    }
     if (!top.boundary_is_input()) {
       trainer::CudnnBackendOptions bo;
       bo.max_batch = batch;
@@ -479,7 +470,7 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
           throw DatasetError("none of the " + std::to_string(data.train.size()) + " training images could be read");
         e.times = reused->times;
       }
-      const std::vector<int> order = shuffled(reused->n, o.loader.seed, static_cast<std::uint64_t>(epoch));
+      const std::vector<int> order = trainer::epoch_rows(reused->n, o.loader.seed, static_cast<std::uint64_t>(epoch));
       std::vector<float> bx(static_cast<std::size_t>(batch_size) * in_size);
       std::vector<int> by(static_cast<std::size_t>(batch_size));
       for (int start = 0; start < reused->n; start += batch_size) {
@@ -682,7 +673,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
       backbone.set_backend(nullptr);
       // The loader now shares the cores with the backbone: tuned again, and the new choice said.
       const std::string retuned = choose_loader_threads(data, o, sources, backbone, false);
-      if (!retuned.empty()) observer.on_warning("the loader, tuned again for the CPU backbone: " + retuned);
+      if (!retuned.empty()) observer.on_loader_retuned(retuned);
       sources.make(nullptr);
       validation = extract(sources.validation(), "validation features", observer);
     }

@@ -7,15 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace stoker {
+#include "stoker/core/splitmix.hpp"
 
-// splitmix64 finaliser: a good 64-bit mix, used to derive independent streams from keys.
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+namespace stoker {
 
 // Sample indices [0, n) in epoch order: identity without shuffle, otherwise a Fisher-Yates
 // permutation drawn from a generator keyed by (seed, epoch), identical on every platform.

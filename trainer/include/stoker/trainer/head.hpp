@@ -70,6 +70,10 @@ struct EpochStats {
   int samples = 0;
 };
 
+// The order an epoch visits n rows of cached values: a Fisher-Yates permutation from (seed, epoch),
+// the same on every platform (splitmix64).
+std::vector<int> epoch_rows(int n, std::uint64_t seed, std::uint64_t epoch);
+
 class Head {
  public:
   // Glorot-uniform kernel and zero bias, like Keras' Dense, from a deterministic seed.
@@ -97,8 +101,8 @@ class Head {
   // The loss's gradients for a batch without updating anything (train_step's first half).
   StepResult backward(const float* features, const int* labels, int batch, const LossOptions& loss,
                       HeadGradients& gradients) const;
-  // One pass over n samples in mini-batches, in an order shuffled from (seed, epoch) like Keras'
-  // fit(shuffle=True); reports the running mean loss and accuracy seen during the epoch.
+  // One pass over n samples in mini-batches, in the order epoch_rows(n, seed, epoch) (as Keras'
+  // fit(shuffle=True) shuffles each epoch); reports the running mean loss and accuracy seen during the epoch.
   // `before_step`, when set, runs before each step (a learning-rate schedule).
   EpochStats train_epoch(const float* features, const int* labels, int n, int batch_size, std::uint64_t epoch,
                          std::uint64_t seed = 0, const LossOptions& loss = {},

@@ -41,7 +41,7 @@ std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, 
 // below it, a wrong computation (layout, indexing, a missed op) is off by O(1).
 inline constexpr double kGpuAgreementLimit = 2e-2;
 
-// "<what> by <error> (limit <kGpuAgreementLimit>)", for a check that failed.
-std::string disagreement(const std::string& what, double error);
+// "<what> by <error> (limit <limit>)", for a check that failed.
+std::string disagreement(const std::string& what, double error, double limit = kGpuAgreementLimit);
 
 }  // namespace stoker::training

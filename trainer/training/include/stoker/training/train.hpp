@@ -157,6 +157,9 @@ class TrainObserver {
   virtual void on_setup(const TrainSetup&) {}
   // The GPU of an "auto" device was dropped for the CPU (its setup or an agreement check failed).
   virtual void on_warning(const std::string&) {}
+  // After the GPU was dropped: the loader's threads chosen again for sharing the cores with the
+  // CPU backbone (the choice, as TrainSetup::loader_tuning says it).
+  virtual void on_loader_retuned(const std::string&) {}
   // Feature extraction outside the epochs' training (validation features, the features reused
   // by every epoch without augmentation): what, then progress after each batch.
   virtual void on_features_begin(const std::string&, std::size_t /*batches*/) {}
