@@ -79,22 +79,27 @@ void Optimizer::set_learning_rate(float learning_rate) {
 
 void Optimizer::update(int array, float* w, const float* g) {
   auto& m = m_.at(static_cast<std::size_t>(array));
-  const std::size_t n = m.size();
-  if (config_.kind == OptimizerKind::Adam) {
-    const float alpha = detail::adam_alpha(config_.learning_rate, config_.beta_1, config_.beta_2, step_);
-    detail::adam_update(w, m.data(), v_[static_cast<std::size_t>(array)].data(), g, n, alpha, config_.beta_1,
-                        config_.beta_2, config_.epsilon);
-    return;
-  }
+  float* v = v_[static_cast<std::size_t>(array)].data();
+  const float alpha = config_.kind == OptimizerKind::Adam
+                          ? detail::adam_alpha(config_.learning_rate, config_.beta_1, config_.beta_2, step_)
+                          : 0.0f;
   const float lr = config_.learning_rate, mu = config_.momentum;
-  if (mu == 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-    return;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    m[i] = mu * m[i] - lr * g[i];
-    w[i] += config_.nesterov ? mu * m[i] - lr * g[i] : m[i];
-  }
+  // Element-wise, so in parallel blocks with the same result: a GPU step's time is short enough
+  // for this host loop to count (docs/trainer.md).
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m.size(), 16384), [&](const tbb::blocked_range<std::size_t>& r) {
+    const std::size_t at = r.begin(), n = r.size();
+    if (config_.kind == OptimizerKind::Adam) {
+      detail::adam_update(w + at, m.data() + at, v + at, g + at, n, alpha, config_.beta_1, config_.beta_2,
+                          config_.epsilon);
+    } else if (mu == 0.0f) {
+      for (std::size_t i = at; i < at + n; ++i) w[i] -= lr * g[i];
+    } else {
+      for (std::size_t i = at; i < at + n; ++i) {
+        m[i] = mu * m[i] - lr * g[i];
+        w[i] += config_.nesterov ? mu * m[i] - lr * g[i] : m[i];
+      }
+    }
+  });
 }
 
 namespace {
