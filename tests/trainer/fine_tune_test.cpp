@@ -685,5 +685,23 @@ TEST(GpuFineTune, RunsOnTheDevice) {
   EXPECT_LE(check.gpu, check.limit(2e-2));
 }
 
+// The recipe's top on the device: MobileNetV2 from block_13_expand, held to train()'s check. On a
+// GPU the figures say how far cuDNN's sums move bf16's roundings (docs/trainer.md).
+TEST(GpuFineTune, MobileNetTopOnTheDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  REQUIRE_MOBILENET(file);
+  const Model backbone = load_model(file).cut_at("out_relu");
+  TrainableTop top(backbone.graph(), "block_13_expand");
+  GpuTrainOptions o;
+  o.max_batch = 4;
+  top.run_on_gpu(o);
+  const TrainableTop::GpuGradientCheck check = top.check_gpu_gradients(4);
+  std::cout << "[ info ] " << top.executor() << (cuda_is_emulated() ? " on the emulated device" : "")
+            << ": relative L2 error to the CPU's float32 " << check.gpu << ", the bf16 twin's " << check.rounding
+            << " (limit " << check.limit(2e-2) << ")\n";
+  EXPECT_LE(check.gpu, check.limit(2e-2));
+  EXPECT_GT(top.activation_bytes(4), 0u);
+}
+
 }  // namespace
 }  // namespace stoker::trainer

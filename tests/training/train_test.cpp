@@ -545,11 +545,13 @@ TEST_F(Resume, WithScheduleAndCallbacksEqualsTheUninterruptedRun) {
 
 // Stopped during fine-tuning (after a whole epoch of it, or inside one), the run resumes in the
 // second phase from the checkpoint's backbone and optimizers: the same history, heads and
-// fine-tuned backbone as the uninterrupted run, with augmentation and without.
+// fine-tuned backbone as the uninterrupted run, with augmentation and without. Stopped inside an
+// epoch with checkpoints every batch, it resumes at the batch after the last one saved.
 TEST_F(Resume, DuringFineTuningEqualsTheUninterruptedRun) {
   const TrainingData data = training_data((dir / "data").string(), 0.25);  // 18 images: 3 batches of 8
-  auto fine_tuning = [&](const fs::path& out, bool augmenting) {
+  auto fine_tuning = [&](const fs::path& out, bool augmenting, int checkpoint_every = 0) {
     TrainOptions o = augmenting ? augmented(out) : small_run(out);
+    o.checkpoint_every_batches = checkpoint_every;
     o.epochs = 1;
     o.adam.learning_rate = 1e-4f;
     o.fine_tune.from_layer = "block_16_expand";
@@ -572,27 +574,38 @@ TEST_F(Resume, DuringFineTuningEqualsTheUninterruptedRun) {
     const fs::path whole_out = dir / (augmenting ? "ft-whole-aug" : "ft-whole");
     const TrainResult whole = train(data, fine_tuning(whole_out, augmenting));
     ASSERT_EQ(whole.history.size(), 4u);
-    // After fine-tuning epochs 1 and 2; inside the second (3 batches of phase 1, 3 of the first, 2 of it).
-    for (const auto& [epochs, batches] :
-         {std::pair{2, std::size_t{0}}, std::pair{3, std::size_t{0}}, std::pair{0, std::size_t{8}}}) {
-      if (batches > 0 && !augmenting) continue;  // without augmentation no batch of images is seen
+    // After fine-tuning epochs 1 and 2; inside the second (3 batches of phase 1, 3 of the first, 2
+    // of it), without checkpoints inside it and with one after each batch.
+    struct Case {
+      int epochs;
+      std::size_t batches;
+      int checkpoint_every;
+    };
+    for (const Case c : {Case{2, 0, 0}, Case{3, 0, 0}, Case{0, 8, 0}, Case{0, 8, 1}}) {
+      if (c.batches > 0 && !augmenting) continue;  // without augmentation no batch of images is seen
       SCOPED_TRACE(std::string(augmenting ? "augmenting" : "cached values") + ", stopped after " +
-                   (batches > 0 ? std::to_string(batches) + " batches" : std::to_string(epochs) + " epochs"));
-      const fs::path out = dir / ("ft-stopped-" + std::to_string(augmenting) + std::to_string(epochs + batches));
+                   (c.batches > 0 ? std::to_string(c.batches) + " batches" : std::to_string(c.epochs) + " epochs") +
+                   ", checkpoints every " + std::to_string(c.checkpoint_every) + " batches");
+      const fs::path out = dir / ("ft-stopped-" + std::to_string(augmenting) + std::to_string(c.epochs + c.batches) +
+                                  "-" + std::to_string(c.checkpoint_every));
       Stop stop;
-      stop.after_epochs = epochs;
-      stop.after_batches = batches;
-      EXPECT_THROW(train(data, fine_tuning(out, augmenting), &stop), std::runtime_error);
-      TrainOptions again = fine_tuning(out, augmenting);
+      stop.after_epochs = c.epochs;
+      stop.after_batches = c.batches;
+      EXPECT_THROW(train(data, fine_tuning(out, augmenting, c.checkpoint_every), &stop), std::runtime_error);
+      TrainOptions again = fine_tuning(out, augmenting, c.checkpoint_every);
       again.resume = true;
       struct Begun final : TrainObserver {
         std::vector<int> epochs;
+        std::size_t next_batch = 0;
+        void on_resume(const std::vector<EpochReport>&, int, std::size_t batch) override { next_batch = batch; }
         void on_epoch_begin(int epoch, std::size_t) override { epochs.push_back(epoch); }
       } begun;
       const TrainResult resumed = train(data, again, &begun);
       ASSERT_FALSE(begun.epochs.empty());
-      // The epoch in progress or the next one, not the second phase from its start.
-      EXPECT_EQ(begun.epochs.front(), batches > 0 ? 2 : epochs);
+      // The epoch in progress or the next one, not the second phase from its start; with
+      // checkpoints every batch, after the first batch of the epoch (the second's stopped it).
+      EXPECT_EQ(begun.epochs.front(), c.batches > 0 ? 2 : c.epochs);
+      EXPECT_EQ(begun.next_batch, c.checkpoint_every > 0 ? 1u : 0u);
       expect_same_history(resumed.history, whole.history);
       EXPECT_EQ(resumed.best_epoch, whole.best_epoch);
       EXPECT_EQ(head_bytes(out), head_bytes(whole_out));
@@ -602,6 +615,12 @@ TEST_F(Resume, DuringFineTuningEqualsTheUninterruptedRun) {
   }
   EXPECT_TRUE(fs::exists(dir / "ft-whole" / "checkpoint-backbone-4.h5")) << "the last checkpoint's backbone";
   EXPECT_FALSE(fs::exists(dir / "ft-whole" / "checkpoint-backbone-3.h5")) << "the one before is removed";
+  // The resumed run with checkpoints every batch left only its last checkpoint's backbone.
+  std::vector<std::string> backbones;
+  for (const auto& f : fs::directory_iterator(dir / "ft-stopped-18-1"))
+    if (f.path().filename().string().starts_with("checkpoint-backbone-"))
+      backbones.push_back(f.path().filename().string());
+  EXPECT_EQ(backbones, std::vector<std::string>{"checkpoint-backbone-4.h5"});
 }
 
 TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <tuple>
@@ -174,13 +175,16 @@ struct RunState {
   }
 };
 
-// One epoch that augments: decode, augment and run the backbone again, training on each batch.
-// A resumed epoch starts at `resume`'s next batch with the sums the checkpoint kept.
-EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& run, TrainObserver& observer,
-                            const LoaderState* resume, EpochProgress sums) {
+// One epoch that augments: decode, augment and run the backbone (in the second phase its frozen
+// part) again, `step` training on each batch. Every `checkpoint_every` batches (0: never) but the
+// last, `checkpoint` saves the run with the epoch's sums so far. A resumed epoch starts at
+// `resume`'s next batch with the sums the checkpoint kept.
+EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_every, TrainObserver& observer,
+                            const LoaderState* resume, EpochProgress sums,
+                            const std::function<trainer::StepResult(const float*, const int*, int)>& step,
+                            const std::function<void(const EpochProgress&)>& checkpoint) {
   EpochReport e;
   e.epoch = epoch;
-  const int every = run.options.checkpoint_every_batches;
   const std::size_t total = source.batches_per_epoch();
   const std::size_t images_before = sums.images;  // trained on by the process that was stopped
   const auto t0 = Clock::now();
@@ -193,18 +197,18 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, const RunState& ru
   e.times = source.run_epoch(
       static_cast<std::uint64_t>(epoch),
       [&](const float* x, const int* y, const std::int64_t*, int n, int) {
-        run.before_step(run.head);
-        const trainer::StepResult r = run.head.train_step(x, y, n, run.options.loss);
+        const trainer::StepResult r = step(x, y, n);
         sums.loss_sum += r.loss * r.samples;
         sums.correct += r.correct;
         sums.images += static_cast<std::size_t>(n);
         ++sums.batches;
         observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
                                 sums.correct / static_cast<double>(sums.images));
-        if (every > 0 && sums.batches % static_cast<std::size_t>(every) == 0 && sums.batches < total) {
+        if (checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0 &&
+            sums.batches < total) {
           EpochProgress progress = sums;
           progress.skipped = skipped_so_far();
-          run.save(epoch, source.state(), progress);
+          checkpoint(progress);
         }
       },
       resume);
@@ -326,38 +330,47 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
 
 // The second phase (FineTuneOptions): the head and the backbone's top train together on the
 // frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
-std::string backbone_checkpoint_name(int epoch) { return "checkpoint-backbone-" + std::to_string(epoch) + ".h5"; }
+// Its checkpoints name a backbone file of their own: `epoch` is where the checkpoint resumes,
+// `batch` its next batch there (0 at an epoch's end).
+std::string backbone_checkpoint_name(int epoch, std::size_t batch) {
+  return "checkpoint-backbone-" + std::to_string(epoch) + (batch > 0 ? "-b" + std::to_string(batch) : "") + ".h5";
+}
 
-// After a fine-tuning epoch: the backbone with the current weights (under a name of its own, so
-// that the checkpoint before this one keeps its file until this one is written), then the
-// checkpoint, then the previous backbone file goes.
+// Saves the second phase where it stands: after `epochs_done` of its epochs, at the end of an
+// epoch (progress null: the run resumes with `epoch`, the next) or inside epoch `epoch` after
+// `progress`'s batches. The backbone file comes first, so a crash between the two leaves the
+// previous checkpoint with its own file; that one is removed after (`saved_backbone`: its name,
+// then this checkpoint's).
 void save_fine_tune_checkpoint(const fs::path& out, const RunState& run, Sources& sources,
                                const trainer::TrainableTop& top, trainer::TopAndHead& model,
                                const trainer::BestEpoch& best, const EarlyStopping& early_stopping, int epochs_done,
-                               int next_epoch) {
+                               int epoch, const EpochProgress* progress, std::string& saved_backbone) {
+  LoaderState loader = sources.train().state();
+  if (!progress) {
+    loader.epoch = static_cast<std::uint64_t>(epoch);
+    loader.next_batch = 0;
+  }
   FineTuneProgress p;
   p.epochs_done = epochs_done;
   p.top = top.optimizer().state();
   p.head = model.head_optimizer().state();
   p.early_stopping = early_stopping;
-  p.backbone_file = backbone_checkpoint_name(next_epoch);
+  p.backbone_file = backbone_checkpoint_name(epoch, static_cast<std::size_t>(loader.next_batch));
   const fs::path file = out / p.backbone_file, partial = out / (p.backbone_file + ".partial");
   trainer::save_keras_h5(top.graph(), partial);
   fs::rename(partial, file);
-  LoaderState next = sources.train().state();
-  next.epoch = static_cast<std::uint64_t>(next_epoch);
-  next.next_batch = 0;
-  run.save(next_epoch, next, {}, &p, &best);
+  run.save(epoch, loader, progress ? *progress : EpochProgress{}, &p, &best);
   std::error_code ignored;
-  fs::remove(out / backbone_checkpoint_name(next_epoch - 1), ignored);
+  if (!saved_backbone.empty() && saved_backbone != p.backbone_file) fs::remove(out / saved_backbone, ignored);
+  saved_backbone = p.backbone_file;
 }
 
 // The second phase on the GPU the first phase ran on: the top trains through the GPU trainer
 // (TrainableTop::run_on_gpu) after its gradients pass TrainableTop::check_gpu_gradients, and the
 // frozen part runs on the cuDNN backend behind the GPU feed after the backbone's agreement check
-// (kGpuAgreementLimit). What fails keeps the
-// CPU with the reason ("auto") or stops the run (an explicit --device cuda). Returns the setup's
-// note; `below_gpu` is the frozen part's backend, or null for the CPU's.
+// (kGpuAgreementLimit). What fails keeps the CPU with the reason ("auto") or stops the run (an
+// explicit --device cuda). Returns the setup's note; `below_gpu` is the frozen part's backend, or
+// null for the CPU's.
 std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& below, int batch,
                               const DeviceChoice& device, std::shared_ptr<trainer::CudnnBackend>& below_gpu,
                               TrainObserver& observer) {
@@ -394,14 +407,16 @@ std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& 
   }
 }
 
-// `resume`: the phase's progress in the checkpoint the run resumed from (the top was built from
-// its backbone file; the head and `best` are the checkpoint's). Each epoch ends with a checkpoint.
+// `resumed`: the checkpoint the run resumed from when it was in this phase (the top was built from
+// its backbone file; the head and `best` are the checkpoint's), else null. Each epoch ends with a
+// checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches.
 std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const TrainOptions& o, Sources& sources,
                                               const trainer::Model& backbone, trainer::TrainableTop& top,
                                               trainer::Head& head, trainer::BestEpoch& best,
                                               const trainer::BackboneRef& ref, const RunState& run,
-                                              const FineTuneProgress* resume, TrainObserver& observer,
+                                              const Checkpoint* resumed, TrainObserver& observer,
                                               const DeviceChoice* gpu_device) {
+  const FineTuneProgress* resume = resumed ? &*resumed->fine_tune : nullptr;
   std::vector<EpochReport>& history = run.history;
   const FineTuneOptions& ft = o.fine_tune;
   const trainer::Model below = backbone.cut_at(top.boundary());
@@ -433,17 +448,13 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
   }
   const std::size_t in_size = trainer::Tensor::element_count(top.input_shape());
   double step_seconds = 0;  // of the epoch: the top's forward and backward, the head, the updates
-  auto train_batch = [&](const float* x, const int* y, int n, EpochProgress& sums) {
+  auto step = [&](const float* x, const int* y, int n) {
     const auto t0 = Clock::now();
     const trainer::StepResult r = model.train_step(x, y, n, o.loss);
     step_seconds += since(t0);
-    sums.loss_sum += r.loss * r.samples;
-    sums.correct += r.correct;
-    sums.images += static_cast<std::size_t>(n);
-    ++sums.batches;
-    observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
-                            sums.correct / static_cast<double>(sums.images));
+    return r;
   };
+  std::string saved_backbone = resume ? resume->backbone_file : std::string();  // the checkpoint's
 
   const Features validation = extract(sources.validation(), "validation values at " + top.boundary(), observer);
   std::optional<Features> reused;  // without augmentation: the training set's values at the boundary
@@ -452,17 +463,19 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     const int epoch = static_cast<int>(history.size());
     observer.on_epoch_begin(epoch, sources.train().batches_per_epoch());
     EpochReport e;
-    e.epoch = epoch;
-    e.fine_tuning = true;
-    EpochProgress sums;
     step_seconds = 0;
-    const auto t0 = Clock::now();
     if (o.augmentation) {
-      e.times = sources.train().run_epoch(
-          static_cast<std::uint64_t>(epoch),
-          [&](const float* x, const int* y, const std::int64_t*, int n, int) { train_batch(x, y, n, sums); });
-      e.skipped = sources.train().skipped();
+      const bool mid_epoch = resume && k == resume->epochs_done && resumed->loader.next_batch > 0;
+      e = augmented_epoch(epoch, sources.train(), o.checkpoint_every_batches, observer,
+                          mid_epoch ? &resumed->loader : nullptr, mid_epoch ? resumed->progress : EpochProgress{}, step,
+                          [&](const EpochProgress& progress) {
+                            save_fine_tune_checkpoint(o.out, run, sources, top, model, best, early_stopping, k, epoch,
+                                                      &progress, saved_backbone);
+                          });
     } else {
+      const auto t0 = Clock::now();
+      EpochProgress sums;
+      e.epoch = epoch;
       e.features_cached = reused.has_value();
       if (!reused) {
         reused = extract(sources.train(), "training values at " + top.boundary(), observer);
@@ -480,15 +493,22 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
           std::copy_n(reused->x.data() + row * in_size, in_size, bx.data() + static_cast<std::size_t>(b) * in_size);
           by[static_cast<std::size_t>(b)] = reused->y[row];
         }
-        train_batch(bx.data(), by.data(), nb, sums);
+        const trainer::StepResult r = step(bx.data(), by.data(), nb);
+        sums.loss_sum += r.loss * r.samples;
+        sums.correct += r.correct;
+        sums.images += static_cast<std::size_t>(nb);
+        ++sums.batches;
+        observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
+                                sums.correct / static_cast<double>(sums.images));
       }
       e.skipped = reused->skipped;
+      const double seen = std::max<double>(1, static_cast<double>(sums.images));
+      e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+      e.seconds = since(t0);
+      e.images_per_second = static_cast<double>(sums.images) / std::max(1e-9, e.seconds);
     }
-    const double seen = std::max<double>(1, static_cast<double>(sums.images));
-    e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
-    e.seconds = since(t0);
+    e.fine_tuning = true;
     e.times.compute_seconds += step_seconds;
-    e.images_per_second = static_cast<double>(sums.images) / std::max(1e-9, e.seconds);
     // Validation through the current top, batch by batch.
     std::vector<float> features(static_cast<std::size_t>(validation.n) * static_cast<std::size_t>(top.features()));
     for (int start = 0; start < validation.n; start += batch_size) {
@@ -507,7 +527,8 @@ std::optional<trainer::Graph> fine_tune_phase(const TrainingData& data, const Tr
     const double monitored = o.monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
     e.stopped_early = early_stopping.on_epoch_end(epoch, monitored);
     history.push_back(e);
-    save_fine_tune_checkpoint(o.out, run, sources, top, model, best, early_stopping, k + 1, epoch + 1);
+    save_fine_tune_checkpoint(o.out, run, sources, top, model, best, early_stopping, k + 1, epoch + 1, nullptr,
+                              saved_backbone);
     observer.on_epoch_end(e);
   }
   return best_backbone;
@@ -714,8 +735,15 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     EpochReport e;
     if (o.augmentation) {
       const bool mid_epoch = resumed && epoch == first_epoch && resumed->loader.next_batch > 0;
-      e = augmented_epoch(epoch, sources.train(), run, observer, mid_epoch ? &resumed->loader : nullptr,
-                          mid_epoch ? resumed->progress : EpochProgress{});
+      FeatureSource& source = sources.train();
+      e = augmented_epoch(
+          epoch, source, o.checkpoint_every_batches, observer, mid_epoch ? &resumed->loader : nullptr,
+          mid_epoch ? resumed->progress : EpochProgress{},
+          [&](const float* x, const int* y, int n) {
+            run.before_step(head);
+            return head.train_step(x, y, n, o.loss);
+          },
+          [&](const EpochProgress& progress) { run.save(epoch, source.state(), progress); });
     } else {
       const auto t0 = Clock::now();
       e.epoch = epoch;
@@ -756,8 +784,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     const trainer::BackboneRef tuned_ref{fs::absolute(o.out / kFineTunedBackboneFile).string(), {}, ref.preprocess};
     trainer::BestEpoch tuned_best(o.monitor, o.out / "head.stkh", tuned_ref);
     if (best.head()) tuned_best.restore(best.epoch(), best.value(), *best.head());
-    tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, run, resumed_fine_tune,
-                            observer, gpu ? &device : nullptr);
+    tuned = fine_tune_phase(data, o, sources, backbone, *top, head, tuned_best, tuned_ref, run,
+                            resumed_fine_tune ? &*resumed : nullptr, observer, gpu ? &device : nullptr);
     if (tuned) {
       write_model_info(o.out, {tuned_ref, o.prepare, data.train.class_names});
       best = tuned_best;
