@@ -328,10 +328,8 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
   }
 }
 
-// The second phase (FineTuneOptions): the head and the backbone's top train together on the
-// frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
-// Its checkpoints name a backbone file of their own: `epoch` is where the checkpoint resumes,
-// `batch` its next batch there (0 at an epoch's end).
+// The second phase's checkpoints name a backbone file of their own: `epoch` is where the
+// checkpoint resumes, `batch` its next batch there (0 at an epoch's end).
 std::string backbone_checkpoint_name(int epoch, std::size_t batch) {
   return "checkpoint-backbone-" + std::to_string(epoch) + (batch > 0 ? "-b" + std::to_string(batch) : "") + ".h5";
 }
@@ -407,6 +405,8 @@ std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& 
   }
 }
 
+// The second phase (FineTuneOptions): the head and the backbone's top train together on the
+// frozen part's output. Returns the best epoch's backbone when an epoch of this phase was the best.
 // `resumed`: the checkpoint the run resumed from when it was in this phase (the top was built from
 // its backbone file; the head and `best` are the checkpoint's), else null. Each epoch ends with a
 // checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches.
