@@ -715,7 +715,9 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     std::tie(run.reduce_lr_on_plateau.best, run.reduce_lr_on_plateau.wait, run.reduce_lr_on_plateau.cooldown_counter) =
         std::tuple{rp.best, rp.wait, rp.cooldown_counter};
     if (resumed->best_head) best.restore(resumed->best_epoch, resumed->best_value, *resumed->best_head);
-    if (resumed->has_features && !o.augmentation) {
+    // The first phase's features, for its epochs without augmentation (the second phase trains on
+    // values at its boundary, which it computes itself).
+    if (resumed->has_features && !o.augmentation && !resumed_fine_tune) {
       reused = load_features(o.out / kCheckpointFeaturesFile);
       const std::size_t listed = static_cast<std::size_t>(reused->n) + reused->skipped.size();
       if (listed != data.train.size() || reused->dim != dim)
