@@ -53,6 +53,14 @@ def main(folder, report):
         with open(report, "w") as f:
             json.dump({"world": world, "samples": len(dl.loader.dataset), "epochs": epochs}, f)
     dist.destroy_process_group()
+    # Out without running destructors: in torch 1.13 (Debian's) the DDP reducer's destructor
+    # destroys the gloo process group, which waits with the GIL held for a worker thread that is
+    # releasing the last collective's tensor and waits for the GIL (gdb, CI 2026-12-03:
+    # ~ProcessGroupGloo from ~Reducer against ProcessGroupGloo::runLoop in ~TensorImpl), a hang
+    # in one run of a few.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
