@@ -1,8 +1,8 @@
 // CPU backend benchmark: forward throughput of a frozen backbone on this machine's cores, and the
 // arithmetic rate it reaches (GFLOP/s counted from the layer graph: two FLOPs per multiply-add of
 // every Conv2D, DepthwiseConv2D and Dense). bench/torch_mobilenet_peer.py --device cpu is the
-// PyTorch figure for the same MobileNetV2 graph on the same cores (run both in one session: the
-// ratio is what to quote).
+// PyTorch figure for the same MobileNetV2 graph on the same cores (run both one after the other on
+// the same machine: the ratio is what to quote).
 //
 //   cpu_backend_bench [--model PATH] [--cut LAYER] [--size N] [--batch 32] [--reps 5] [--min-time 1]
 //                     [--threads 0]

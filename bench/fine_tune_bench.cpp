@@ -4,7 +4,7 @@
 // (with --device cuda the GPU trainer, bf16) and Adam over every trainable weight — on pre-made
 // host batches, so only compute (and, on the GPU, the copies of the batch and of the boundary
 // values) is timed. bench/fine_tune_peers.py is PyTorch doing the same step with torchvision's
-// MobileNetV2 (run both in one session: the ratio is what to quote).
+// MobileNetV2 (run both one after the other on the same machine: the ratio is what to quote).
 //
 //   fine_tune_bench [--model PATH] [--cut LAYER] [--from LAYER] [--size 224] [--batch 32] [--steps 6]
 //                   [--threads 0] [--device cpu|cuda]

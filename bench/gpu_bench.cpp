@@ -1,4 +1,4 @@
-// GPU benchmark (issue 5): prints a short table.
+// GPU benchmark: prints a short table.
 //  1. the CUDA augmentation kernel alone: 299x299, batch 256, uint8 in -> bf16 NCHW normalised out
 //  2. warm-epoch batches: decoded cache -> pinned -> device -> CUDA augmentation, delivered into
 //     device memory

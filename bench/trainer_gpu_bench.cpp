@@ -1,4 +1,4 @@
-// cuDNN backend benchmark (issue 6): forward throughput of the frozen MobileNetV2 α=0.35 backbone
+// cuDNN backend benchmark: forward throughput of the frozen MobileNetV2 α=0.35 backbone
 // (224×224 → every conv up to Conv_1/out_relu → global average pooling → 1280 features) at batch
 // 256, NHWC input already on the device in the storage type (what the GPU feed delivers), fp16 and
 // bf16 storage. bench/torch_mobilenet_peer.py is the PyTorch figure for the same graph

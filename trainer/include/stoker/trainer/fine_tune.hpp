@@ -2,8 +2,9 @@
 // one layer upward train, the layers below stay frozen. BatchNormalization stays in inference
 // mode (its moving statistics are frozen, as for a backbone called with training=False) while its
 // gamma and beta train. The trainable part runs on the CPU backend's kernels with their backward
-// passes (float32); the frozen part is an ordinary Model cut at boundary(), so its output can be
-// computed once and reused when there is no augmentation.
+// passes (float32), or, after run_on_gpu(), on the GPU trainer (cuDNN and own kernels, bf16 values,
+// float32 master weights; the optimizer stays on the host); the frozen part is an ordinary Model
+// cut at boundary(), so its output can be computed once and reused when there is no augmentation.
 //
 //   TrainableTop top(backbone.graph(), "block_13_expand", {.learning_rate = 1e-5f});
 //   Model below = backbone.cut_at(top.boundary());         // the frozen part
