@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopencv-dev libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libhdf5-dev libzip-dev nlohmann-json3-dev libcli11-dev
   clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)
   python3-dev python3-venv  # the Python package (scripts/test_python.sh builds it with pip)

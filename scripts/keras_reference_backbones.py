@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The backbones a user brings from Keras Applications (issue 17), as tf-keras builds them.
+"""The backbones a user brings from Keras Applications, as tf-keras builds them.
 
 For each backbone (weights=None, include_top=False, pooling='avg', a small input) it writes
 tests/trainer/vectors/backbones/<name>.json:

@@ -49,7 +49,7 @@ void warp_rows_scalar(const WarpJob& job, int y_begin, int y_end, int x_begin, i
 // Reads every cache line of the source once, in order, before a vector warp: a rotated or sheared
 // row reads the source along a slanted line, which the hardware prefetchers do not follow, so a
 // source that is not in the cache (decoded a while ago, or by another core) would arrive one miss
-// at a time. In order it streams at the memory's bandwidth (562 KB: ~25 us on the benchmark VM,
+// at a time. In order it streams at the memory's bandwidth (562 KB: ~25 us on a 2-core Xeon,
 // where it halves the time of a warp from a cold source; software prefetches alone did half as
 // well). Skipped for a source over 4x the output's bytes, of which the warp reads only a part.
 void load_source_into_cache(const WarpJob& job);

@@ -36,7 +36,7 @@ ImageView view_of(const cv::Mat& m) {
   return ImageView{m.ptr<std::uint8_t>(), m.rows, m.cols, m.channels(), static_cast<std::size_t>(m.step)};
 }
 
-// The seed's augmentation (issue 4): rotation 30, shifts 0.4, shear 0.4, zoom 0.25, h-flip,
+// The seed's augmentation: rotation 30, shifts 0.4, shear 0.4, zoom 0.25, h-flip,
 // brightness [0.5, 1.5].
 AugmentSpec seed_spec(int h, int w) { return keras_example_augmentation(h, w); }
 

@@ -1,4 +1,4 @@
-// Keras Applications backbones (issue 17) from their committed topologies
+// Keras Applications backbones from their committed topologies
 // (scripts/keras_reference_backbones.py): each imports, and its per-layer and total parameter
 // counts equal Keras'. With STOKER_BACKBONES_DIR (the script's --models output) the forward pass
 // is compared with Keras' on random weights.

@@ -6,7 +6,7 @@
 // make_gpu_train_executor() throws CudaError; on the emulated device it returns the host twin.
 //
 // Not yet run on a GPU: the host twin checks the kernels' math and the plan everywhere, but the
-// cuDNN calls and the launches themselves wait for a session with a GPU (scripts/gpu_check.sh).
+// cuDNN calls and the launches themselves run only on a GPU (scripts/gpu_check.sh).
 #include "train_plan.hpp"
 
 #include <stoker/core/cuda.hpp>
