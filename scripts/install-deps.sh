@@ -3,7 +3,7 @@
 # Idempotent: skips apt entirely when everything is already present.
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ninja-build ccache  # ccache: see scripts/build_env.sh
   libopencv-dev libturbojpeg0-dev libjpeg62-turbo-dev libtbb-dev
   libgtest-dev libgmock-dev
   libhdf5-dev libzip-dev nlohmann-json3-dev libcli11-dev

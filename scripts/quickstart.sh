@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+source scripts/build_env.sh
+configure build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)" --target stoker_cli
 ./build/apps/stoker train --data data/catsdogs-sample --validation-split 0.2 \
   --model data/models/mobilenet_v2_0.35_224_3class.h5 --cut-at sequential_9 \

@@ -1,39 +1,68 @@
 #!/usr/bin/env bash
-# Builds stoker and runs the whole test suite with CTest.
-#   bash scripts/test.sh              # Release build in build/, all tests, then the Python
-#                                     # package built with pip and its pytest suite
+# Builds stoker and runs the whole test suite.
+#   bash scripts/test.sh              # Release build in build/: CTest, then the Python package built
+#                                     # as a user builds it (pip) and its pytest suite
 #                                     # (scripts/test_python.sh)
 #   bash scripts/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/, with the CUDA
-#                                     # runtime emulated on the host so the GPU tests run too
+#                                     # runtime emulated on the host so the GPU tests run too: CTest,
+#                                     # then the Python device-batch tests on that build's extension
 #   bash scripts/test.sh --tsan       # ThreadSanitizer on the emulated device (build-tsan/): the GPU
 #                                     # feed, CUDA executor and GPU training path; not in CI (slow,
 #                                     # and oneTBB/OpenCV need scripts/tsan.supp)
+# Every build goes through ccache when it is installed (scripts/build_env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/build_env.sh
 jobs=$(nproc)
 tests=()
-if [[ "${1:-}" == "--sanitize" ]]; then
-  dir=build-asan
-  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_CUDA_EMULATION=ON
-         -DSTOKER_BUILD_BENCH=ON)  # the GPU benchmarks' smoke tests
-  # TBB's worker threads outlive main's static destructors; leak reports there are TBB's, not ours.
-  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
-  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  tests=(-E '^package[.]')  # the packaging is the Release run's: three more library builds
-elif [[ "${1:-}" == "--tsan" ]]; then
-  dir=build-tsan
-  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
-         -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DSTOKER_CUDA=OFF -DSTOKER_CUDA_EMULATION=ON
-         -DSTOKER_BUILD_BENCH=OFF -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST)
-  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
-  tests=(-R 'GpuFeed|GpuKernels|CudnnBackend|Cli.Device|GpuPathCheck')
-else
-  dir=build
-  flags=(-DCMAKE_BUILD_TYPE=Release)
-fi
-cmake -S . -B "$dir" "${flags[@]}" >/dev/null
-cmake --build "$dir" -j"$jobs"
-ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${tests[@]}"
-if [[ "$dir" == build ]]; then
-  bash scripts/test_python.sh
-fi
+case "${1:-}" in
+  --sanitize)
+    dir=build-asan
+    # The Python extension too, for the device-batch tests (its venv provides nanobind).
+    [[ -x $dir/venv/bin/python ]] || python3 -m venv "$dir/venv"
+    "$dir/venv/bin/python" -m pip install -q nanobind numpy pytest pillow
+    flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_SANITIZE=ON -DSTOKER_CUDA=OFF -DSTOKER_CUDA_EMULATION=ON
+           -DSTOKER_BUILD_BENCH=ON  # the GPU benchmarks' smoke tests
+           -DSTOKER_PYTHON=ON -DPython_EXECUTABLE="$PWD/$dir/venv/bin/python")
+    # TBB's worker threads outlive main's static destructors; leak reports there are TBB's, not ours.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    tests=(-E '^package[.]')  # the packaging is the Release run's
+    ;;
+  --tsan)
+    dir=build-tsan
+    flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
+           -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DSTOKER_CUDA=OFF -DSTOKER_CUDA_EMULATION=ON
+           -DSTOKER_BUILD_BENCH=OFF -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST)
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
+    tests=(-R 'GpuFeed|GpuKernels|CudnnBackend|Cli.Device|GpuPathCheck')
+    ;;
+  "")
+    dir=build
+    flags=(-DCMAKE_BUILD_TYPE=Release)
+    ;;
+  *) echo "usage: $0 [--sanitize | --tsan]" >&2; exit 2 ;;
+esac
+
+stage "$dir: configure" configure "$dir" "${flags[@]}"
+stage "$dir: build" cmake --build "$dir" -j"$jobs"
+stage "$dir: ctest" ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${tests[@]}"
+
+case $dir in
+  build) bash scripts/test_python.sh ;;
+  build-asan)
+    # Device batches through DLPack on the emulated CUDA device, under the sanitizers. The
+    # interpreter is not instrumented, so the sanitizer runtimes are preloaded; its own allocations
+    # are not leaks of ours.
+    pkg=$dir/python-package/stoker
+    rm -rf "$pkg" && mkdir -p "$pkg"
+    ln -s "$PWD"/python/stoker/* "$PWD"/$dir/python/_stoker*.so "$pkg/"
+    run_device_batch_tests() {
+      (cd python/tests &&
+        LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+          ASAN_OPTIONS="detect_leaks=0:halt_on_error=1" PYTHONPATH="$PWD/../../$dir/python-package" \
+          "../../$dir/venv/bin/python" -m pytest -q -p no:cacheprovider test_device_batches.py)
+    }
+    stage "$dir: python device batches" run_device_batch_tests
+    ;;
+esac

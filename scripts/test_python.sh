@@ -1,44 +1,39 @@
 #!/usr/bin/env bash
-# Builds the Python package as a user would (`pip install .`, scikit-build-core + nanobind from
+# Builds the Python package as a user would (`pip wheel .`, scikit-build-core + nanobind from
 # PyPI) into throw-away virtual environments and runs its pytest suite there:
 #   build/venv-py     the PATH's python3 + NumPy 2, pandas, Pillow, webdataset, tensorflow-cpu + tf-keras, jax
-#   build/venv-emulated  a second wheel on the emulated CUDA device, for the device-batch tests
 #   build/venv-torch  Debian's python3 with its python3-torch / python3-torchvision (PyPI's torch
 #                     wheels carry CUDA and are gigabytes), when /usr/bin/python3 has torch
-# One wheel serves both: they are CPython 3.11 (same ABI). scripts/test.sh calls this after CTest.
+# One wheel serves both: they are CPython 3.11 (same ABI). After the Release build, the wheel's
+# compiles are ccache hits (scripts/build_env.sh). scripts/test.sh calls this after CTest; the
+# device-batch tests run on the sanitized, emulated-device build (scripts/test.sh --sanitize).
 #   STOKER_PY_FRAMEWORKS=0 bash scripts/test_python.sh   # skip the framework downloads
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf build/venv-py build/venv-torch build/venv-emulated build/wheels build/wheels-emulated
+source scripts/build_env.sh
+rm -rf build/venv-py build/venv-torch build/wheels
 python3 -m venv build/venv-py
 py=build/venv-py/bin/python
 $py -m pip install -q --upgrade pip
 echo "test_python: building the wheel (pip wheel .)"
-$py -m pip wheel -q --no-deps -w build/wheels .
+stage "python: wheel" $py -m pip wheel -q --no-deps -w build/wheels .
 wheel=$(ls build/wheels/stoker-*.whl)
 extras=(pytest pillow pandas webdataset)  # webdataset: reads what `stoker shard` writes
 if [[ "${STOKER_PY_FRAMEWORKS:-1}" != 0 ]]; then
   extras+=(tensorflow-cpu tf-keras "jax[cpu]")
 fi
-$py -m pip install -q "$wheel" "${extras[@]}"
+stage "python: install" $py -m pip install -q "$wheel" "${extras[@]}"
 # From python/tests, not the repository root: the tests import the installed package. The
 # command's tests (its model.h5 in tf_keras) run the Release build's stoker when there is one.
 [[ -x build/apps/stoker ]] && export STOKER_CLI=$PWD/build/apps/stoker
-(cd python/tests && ../../$py -m pytest -q -p no:cacheprovider .)
-
-# Device batches through DLPack on the emulated CUDA device (STOKER_CUDA_EMULATION: no GPU here).
-echo "test_python: the emulated-device wheel for the device-batch tests"
-$py -m pip wheel -q --no-deps -w build/wheels-emulated -Cbuild-dir=build/python-emulated \
-  -Ccmake.define.STOKER_CUDA=OFF -Ccmake.define.STOKER_CUDA_EMULATION=ON .
-python3 -m venv build/venv-emulated
-build/venv-emulated/bin/python -m pip install -q build/wheels-emulated/stoker-*.whl pytest
-(cd python/tests && ../../build/venv-emulated/bin/python -m pytest -q -p no:cacheprovider test_device_batches.py)
+run_pytest() { (cd python/tests && "../../$1" -m pytest -q -p no:cacheprovider .); }
+stage "python: pytest" run_pytest $py
 
 if /usr/bin/python3 -c "import torch, torchvision" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages build/venv-torch
   build/venv-torch/bin/python -m pip install -q --no-deps "$wheel"
   build/venv-torch/bin/python -m pip install -q pytest
-  (cd python/tests && ../../build/venv-torch/bin/python -m pytest -q -p no:cacheprovider .)
+  stage "python: pytest (torch)" run_pytest build/venv-torch/bin/python
 else
   echo "test_python: Debian's python3-torch is not installed: the PyTorch tests ran only as skips"
 fi
