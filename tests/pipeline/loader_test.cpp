@@ -91,6 +91,7 @@ TEST(Loader, DeliversEverySampleOnceWithTheRightPixelsAndLabels) {
   Fixture f(5, 3);
   const Dataset ds = f.dataset();
   auto o = small_options();
+  o.label_mode = LabelMode::Categorical;
   Loader loader(ds, o);
   EXPECT_EQ(loader.batches_per_epoch(), 4u);  // 15 samples, batch 4, last one partial
   EXPECT_EQ(loader.label_width(), 3);

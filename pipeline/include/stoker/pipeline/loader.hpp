@@ -49,11 +49,13 @@ BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // fail|skip
 // nearest|bilinear|bicubic|lanczos|box|hamming|area|centre_nearest|opencv_linear
 Interpolation parse_interpolation(const std::string& name);
 
+// The defaults are those of the settings' table (loader_settings.hpp: loader_options_from({}) gives
+// these values, tested), which the command's flags and the Python keyword arguments share.
 struct LoaderOptions {
   int batch_size = 32;
   // The default transform: resize to this size (Keras' target_size), uint8 NHWC RGB.
-  int image_height = 256;
-  int image_width = 256;
+  int image_height = 224;
+  int image_width = 224;
   Interpolation interpolation = Interpolation::Nearest;  // Keras' default
   bool keep_aspect_ratio = false;                        // centre-crop to the target aspect ratio before resizing
   // JPEGs are decoded shrunk in the DCT domain (TurboJPEG's 1/2, 1/4, 1/8 scaling) down to, but not
@@ -63,7 +65,7 @@ struct LoaderOptions {
   // Replaces the default transform (e.g. an augment::Augmenter); then image_* are not used.
   std::shared_ptr<const SampleTransform> transform;
 
-  LabelMode label_mode = LabelMode::Categorical;
+  LabelMode label_mode = LabelMode::Sparse;
   bool shuffle = true;
   std::uint64_t seed = 0;
   bool drop_last = false;  // drop the last, partial batch of an epoch
