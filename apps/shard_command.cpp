@@ -18,6 +18,7 @@ struct ShardArgs {
   std::string max_size = "1GiB";
   bool shuffle = false;
   std::uint64_t seed = 0;
+  bool overwrite = false;
 };
 
 void run_shard(const ShardArgs& args) {
@@ -28,7 +29,9 @@ void run_shard(const ShardArgs& args) {
   o.max_bytes = parse_byte_size(args.max_size);
   o.shuffle = args.shuffle;
   o.seed = args.seed;
+  o.overwrite = args.overwrite;
   const ShardWriteResult r = write_webdataset_shards(ds, o);
+  if (r.replaced > 0) std::printf("removed %zu earlier shards of the pattern (--overwrite)\n", r.replaced);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& shard : r.shards) std::printf("%s\n", shard.c_str());
   std::printf("%zu samples in %zu classes -> %zu shards, %.1f MiB, in %.2f s%s%s\n", r.samples, ds.class_names.size(),
@@ -49,6 +52,9 @@ void add_shard_command(CLI::App& app) {
   cmd->add_option("--max-size", args->max_size, "bytes per shard at most, e.g. 1GiB")->capture_default_str();
   cmd->add_flag("--shuffle", args->shuffle, "mix the samples across shards (the plan's permutation of --seed)");
   cmd->add_option("--seed", args->seed, "shuffle seed")->capture_default_str();
+  cmd->add_flag("--overwrite", args->overwrite,
+                "replace earlier shards of the pattern: every one of them (any number) is removed first and "
+                "classes.txt rewritten (without it, a folder holding them is refused)");
   cmd->callback([args] { run_shard(*args); });
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker {
@@ -262,7 +263,7 @@ void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
   }
   h.header_checksum = checksum64(&h, offsetof(FileHeader, header_checksum));
 
-  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const std::filesystem::path tmp = temporary_path(path);
   std::FILE* out = std::fopen(tmp.c_str(), "wb");
   if (!out) throw IoError(tmp.string() + ": cannot create cache file: " + std::strerror(errno));
   bool ok = std::fwrite(&h, sizeof h, 1, out) == 1;
@@ -279,13 +280,14 @@ void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
     ok = pad_to(index[i].data_offset) &&
          std::fwrite(records[i].data.data(), 1, records[i].data.size(), out) == records[i].data.size();
   }
-  ok = ok && pad_to(h.file_size) && std::fflush(out) == 0 && ::fsync(::fileno(out)) == 0;
+  ok = ok && pad_to(h.file_size) && std::fflush(out) == 0;
   ok = (std::fclose(out) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!ok) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     throw IoError(path.string() + ": cannot write cache file: " + why);
   }
+  commit_file(tmp, path);  // synced, renamed over the old file, the folder synced
 }
 
 }  // namespace stoker

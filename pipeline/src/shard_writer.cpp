@@ -2,9 +2,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <optional>
+#include <regex>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/decode.hpp"
 #include "stoker/pipeline/plan.hpp"
@@ -53,6 +54,61 @@ std::string shard_name(const std::string& pattern, std::size_t index) {
   return out;
 }
 
+// Whether `name` (a file name) is one the pattern's file-name part gives for some index, with any
+// number of digits: "train-%06d.tar" matches train-000001.tar and train-1234567.tar.
+bool matches_pattern(const std::string& file_pattern, const std::string& name) {
+  std::string re;
+  for (std::size_t i = 0; i < file_pattern.size(); ++i) {
+    const char c = file_pattern[i];
+    if (c == '%' && i + 1 < file_pattern.size() && file_pattern[i + 1] == '%') {
+      re += '%';
+      ++i;
+    } else if (c == '%') {
+      while (i < file_pattern.size() && file_pattern[i] != 'd') ++i;
+      re += "[ 0-9]+";
+    } else if (std::isalnum(static_cast<unsigned char>(c))) {
+      re += c;
+    } else {
+      re += '\\';
+      re += c;
+    }
+  }
+  return std::regex_match(name, std::regex(re));
+}
+
+// The files a writer of `pattern` may leave in its folder: shards of any index, their
+// temporaries, and classes.txt.
+struct EarlierShards {
+  std::vector<fs::path> shards, temporaries;
+  std::optional<fs::path> classes;
+};
+
+EarlierShards earlier_shards(const std::string& pattern) {
+  const fs::path p(pattern);
+  const fs::path folder = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (folder.string().find('%') != std::string::npos)
+    throw InvalidArgument("shard pattern '" + pattern +
+                          "': the integer conversion belongs in the file name, not a folder");
+  EarlierShards found;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return found;
+  if (fs::exists(folder / "classes.txt")) found.classes = folder / "classes.txt";
+  const std::string file_pattern = p.filename().string();
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (matches_pattern(file_pattern, name)) {
+      found.shards.push_back(entry.path());
+    } else {
+      const std::size_t tmp = name.rfind(".tmp.");
+      if (tmp != std::string::npos && matches_pattern(file_pattern, name.substr(0, tmp)) &&
+          is_temporary_of(name, name.substr(0, tmp)))
+        found.temporaries.push_back(entry.path());
+    }
+  }
+  std::sort(found.shards.begin(), found.shards.end());
+  return found;
+}
+
 std::string extension_of(const Sample& s) {
   const std::string name = s.range ? s.member : s.path;
   const std::string file = fs::path(name).filename().string();
@@ -85,9 +141,39 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
     throw InvalidArgument("shard size limit must be >= 10240 bytes, received " + std::to_string(options.max_bytes));
   }
   shard_name(options.pattern, 0);  // checks the pattern before anything is written
+  // Shards of an earlier run left beside new ones would be read with them (a brace pattern or a
+  // listing of the folder): refused, or all removed first with `overwrite`.
+  EarlierShards earlier = earlier_shards(options.pattern);
+  std::string class_list;
+  for (const auto& name : dataset.class_names) class_list += name + '\n';
+  // The same class names (shards of another pattern beside these, the validation set's next to
+  // the training set's) read the same: no conflict.
+  if (earlier.classes && !dataset.class_names.empty() && read_whole_file(*earlier.classes) == class_list)
+    earlier.classes.reset();
+  if (!options.overwrite && (!earlier.shards.empty() || earlier.classes)) {
+    std::string what;
+    if (!earlier.shards.empty()) {
+      what = std::to_string(earlier.shards.size()) + " shard" + (earlier.shards.size() > 1 ? "s" : "") + " of '" +
+             fs::path(options.pattern).filename().string() + "' (" + earlier.shards.front().filename().string() +
+             (earlier.shards.size() > 1 ? " ... " + earlier.shards.back().filename().string() : "") + ")";
+    }
+    if (earlier.classes) what += std::string(what.empty() ? "" : " and ") + "a classes.txt with other class names";
+    const fs::path folder = fs::path(options.pattern).has_parent_path() ? fs::path(options.pattern).parent_path() : ".";
+    throw IoError(folder.string() + " already holds " + what +
+                  ": new shards mixed with these would be read together; write into an empty folder, or replace "
+                  "them with --overwrite (removes every shard of the pattern first and rewrites classes.txt)");
+  }
+  if (options.overwrite) {
+    // Only a list of class names, one per line, is replaced: never a file of another kind.
+    if (earlier.classes && read_whole_file(*earlier.classes).find('\0') != std::string::npos)
+      throw IoError(earlier.classes->string() + ": is not a list of class names; left as it is");
+    for (const auto& f : earlier.shards) fs::remove(f);
+    for (const auto& f : earlier.temporaries) fs::remove(f);
+  }
   const auto order = epoch_order(static_cast<std::uint32_t>(dataset.size()), options.seed, 0, options.shuffle);
 
   ShardWriteResult result;
+  result.replaced = earlier.shards.size();
   std::optional<TarWriter> writer;
   std::size_t in_shard = 0;
   const auto close = [&] {
@@ -127,10 +213,7 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
   close();
   if (!dataset.class_names.empty()) {
     const fs::path classes = fs::path(result.shards.front()).parent_path() / "classes.txt";
-    std::ofstream out(classes);
-    for (const auto& name : dataset.class_names) out << name << '\n';
-    out.close();
-    if (!out) throw IoError(classes.string() + ": cannot write the class names");
+    write_file_atomically(classes, class_list);
     result.classes_file = classes.string();
   }
   return result;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker {
@@ -251,16 +252,17 @@ std::uint64_t TarWriter::end_bytes(std::uint64_t written) noexcept {
   return (end + kRecord - 1) / kRecord * kRecord - written;
 }
 
-TarWriter::TarWriter(std::filesystem::path path) : path_(std::move(path)) {
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) throw IoError(path_.string() + ": cannot create: " + std::strerror(errno));
+TarWriter::TarWriter(std::filesystem::path path) : path_(std::move(path)), tmp_(temporary_path(path_)) {
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (!file_)
+    throw IoError(path_.string() + ": cannot create " + tmp_.filename().string() + ": " + std::strerror(errno));
 }
 
 TarWriter::~TarWriter() {
   if (file_) {
     std::fclose(file_);
     std::error_code ec;
-    std::filesystem::remove(path_, ec);  // never leave a half-written shard that looks whole
+    std::filesystem::remove(tmp_, ec);  // never leave a half-written shard, and never one that looks whole
   }
 }
 
@@ -322,7 +324,15 @@ void TarWriter::finish() {
   for (std::uint64_t left = end_bytes(written_); left > 0; left -= kBlock) write(zeros, kBlock);
   std::FILE* f = file_;
   file_ = nullptr;
-  if (std::fclose(f) != 0) throw IoError(path_.string() + ": cannot close: " + std::strerror(errno));
+  const bool flushed = std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !flushed) {
+    const std::string why = std::strerror(flushed ? errno : err);
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+    throw IoError(path_.string() + ": write failed: " + why);
+  }
+  commit_file(tmp_, path_);  // synced, then renamed to its name: complete or absent
 }
 
 }  // namespace stoker

@@ -455,6 +455,10 @@ Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const We
   }
   const bool named_classes = !dataset.class_names.empty();
 
+  // A file that is not an index (a user's notes named by mistake) is refused before anything else,
+  // and never overwritten.
+  if (!options.index_file.empty())
+    refuse_foreign_file(options.index_file, std::string_view(kIndexMagic, 8), "shard index");
   const std::string identity =
       options.index_file.empty() ? std::string() : options_identity(options, dataset.class_names);
   ShardIndex index = options.index_file.empty() ? ShardIndex{} : read_shard_index(options.index_file, identity);

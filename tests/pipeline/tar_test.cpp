@@ -527,5 +527,126 @@ TEST(TarWriter, NamesOverAHundredBytesUseThePrefixAndAnUnfinishedArchiveIsRemove
   EXPECT_FALSE(fs::exists(dir / "b.tar"));
 }
 
+// The shards in `folder` whose names start with `prefix`, sorted.
+std::vector<std::string> files_starting(const fs::path& folder, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Writing again into a pattern that has shards (any number of them) or another classes.txt is
+// refused; --overwrite removes every earlier shard first, so that the pattern then loads the new
+// set alone (a larger shard size used to leave train-000001.tar and its duplicates behind).
+TEST(WebDataset, ShardsOfAnEarlierWriteAreRefusedOrAllReplaced) {
+  ShardFixture f;  // several shards of 20000 bytes in dir/shards
+  const std::size_t before = f.written.shards.size();
+  ASSERT_GE(before, 3u);
+  const std::string bytes0 = read_whole_file(f.written.shards[0]);
+  ShardWriteOptions o;
+  o.pattern = (f.dir / "shards" / "train-%06d.tar").string();
+  o.max_bytes = 1 << 20;  // one shard
+  try {
+    write_webdataset_shards(f.folder, o);
+    FAIL() << "wrote over earlier shards";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(before) + " shards of 'train-%06d.tar'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(files_starting(f.dir / "shards", "train-").size(), before) << "nothing removed";
+  EXPECT_EQ(read_whole_file(f.written.shards[0]), bytes0) << "nothing rewritten";
+
+  // Another number width still belongs to the pattern.
+  {
+    TarWriter stray(f.dir / "shards" / "train-1234567.tar");
+    stray.finish();
+  }
+  o.overwrite = true;
+  const ShardWriteResult w = write_webdataset_shards(f.folder, o);
+  EXPECT_EQ(w.replaced, before + 1);
+  ASSERT_EQ(w.shards.size(), 1u);
+  EXPECT_EQ(files_starting(f.dir / "shards", "train-"), std::vector<std::string>{"train-000000.tar"});
+  EXPECT_EQ(dataset_from_webdataset(w.shards).size(), f.folder.size()) << "one set of samples, no duplicates";
+
+  // Another pattern beside them with the same class names is no conflict; other class names are.
+  o.overwrite = false;
+  o.pattern = (f.dir / "shards" / "val-%d.tar").string();
+  EXPECT_NO_THROW(write_webdataset_shards(f.folder, o));
+  Dataset renamed = f.folder;
+  renamed.class_names = {"cat", "dog"};
+  o.pattern = (f.dir / "shards" / "other-%d.tar").string();
+  EXPECT_THROW(write_webdataset_shards(renamed, o), IoError);
+  EXPECT_TRUE(files_starting(f.dir / "shards", "other-").empty());
+  EXPECT_THROW(write_webdataset_shards(f.folder, {.pattern = (f.dir / "x-%d" / "s.tar").string()}), InvalidArgument);
+}
+
+// A shard is written under a temporary name: while it is being written, and after a writer that
+// never finished, no file has the shard's name.
+TEST(TarWriter, NoFileHasTheShardsNameUntilItIsComplete) {
+  TempDir dir;
+  const std::uint8_t b[3] = {1, 2, 3};
+  {
+    TarWriter w(dir / "s.tar");
+    w.add("a.bin", b);
+    EXPECT_FALSE(fs::exists(dir / "s.tar"));
+    EXPECT_EQ(files_starting(dir.path(), "s.tar.tmp.").size(), 1u);
+    w.finish();
+    EXPECT_TRUE(fs::exists(dir / "s.tar"));
+  }
+  EXPECT_TRUE(files_starting(dir.path(), "s.tar.tmp.").empty());
+  EXPECT_EQ(index_tar(dir / "s.tar").members.size(), 1u);
+}
+
+// The disk fills (a file-size limit, which binds root too): the shard's error names it, no file is
+// left under its name, and a file written atomically keeps its previous content.
+TEST(TarWriter, AFailedWriteNamesTheFileAndLeavesNothingUnderItsName) {
+  TempDir dir;
+  write_file_atomically(dir / "kept.txt", "previous\n");
+  const std::vector<std::uint8_t> big(64 * 1024, 7);
+  {
+    test::FileSizeLimit full(16 * 1024);
+    TarWriter w(dir / "s.tar");
+    try {
+      w.add("a.bin", big);
+      w.finish();
+      FAIL() << "the write did not fail";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find((dir / "s.tar").string()), std::string::npos) << e.what();
+    }
+    try {
+      write_file_atomically(dir / "kept.txt", std::string(big.begin(), big.end()));
+      FAIL() << "the write did not fail";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find((dir / "kept.txt").string()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("File too large"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir / "s.tar"));
+  EXPECT_EQ(read_whole_file(dir / "kept.txt"), "previous\n");
+  EXPECT_EQ(files_starting(dir.path(), "kept.txt").size(), 1u) << "no temporary left";
+  EXPECT_TRUE(files_starting(dir.path(), "s.tar").empty());
+}
+
+// --shard-index naming a file that is not an index (the user's notes) is refused, the file untouched.
+TEST(WebDataset, AShardIndexPathHoldingAnotherFileIsRefusedAndLeftAlone) {
+  ShardFixture f;
+  const fs::path notes = f.dir / "shards" / "notes.txt";
+  std::ofstream(notes) << "my notes\n";
+  WebDatasetOptions o;
+  o.index_file = notes;
+  try {
+    dataset_from_webdataset(f.written.shards, o);
+    FAIL() << "a foreign file was taken as the index";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("notes.txt: exists and is not a shard index"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_whole_file(notes), "my notes\n");
+  o.index_file = f.dir / "shards" / "index";
+  dataset_from_webdataset(f.written.shards, o);
+  EXPECT_NO_THROW(dataset_from_webdataset(f.written.shards, o)) << "its own file is read again";
+}
+
 }  // namespace
 }  // namespace stoker

@@ -10,7 +10,10 @@
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 namespace stoker::test {
 namespace fs = std::filesystem;
@@ -21,6 +24,23 @@ TempDir::TempDir() {
   path_ = fs::temp_directory_path() /
           ("stoker-test-" + std::to_string(::getpid()) + "-" + std::to_string(stamp) + "-" + std::to_string(counter++));
   fs::create_directories(path_);
+}
+
+FileSizeLimit::FileSizeLimit(std::uint64_t bytes) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_FSIZE, &r) != 0) throw std::runtime_error("getrlimit(RLIMIT_FSIZE) failed");
+  soft_ = r.rlim_cur;
+  handler_ = std::signal(SIGXFSZ, SIG_IGN);
+  r.rlim_cur = bytes;
+  if (::setrlimit(RLIMIT_FSIZE, &r) != 0) throw std::runtime_error("setrlimit(RLIMIT_FSIZE) failed");
+}
+
+FileSizeLimit::~FileSizeLimit() {
+  rlimit r{};
+  ::getrlimit(RLIMIT_FSIZE, &r);
+  r.rlim_cur = soft_;
+  ::setrlimit(RLIMIT_FSIZE, &r);
+  std::signal(SIGXFSZ, handler_);
 }
 
 TempDir::~TempDir() {

@@ -25,6 +25,21 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A full disk, as root sees it too: while alive, no file this process writes may grow past
+// `bytes` (RLIMIT_FSIZE); a write past it fails with EFBIG instead of raising SIGXFSZ, which is
+// ignored meanwhile. Restores both on destruction.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::uint64_t bytes);
+  ~FileSizeLimit();
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  std::uint64_t soft_ = 0;
+  void (*handler_)(int) = nullptr;
+};
+
 // ../shared/data (or $STOKER_SHARED_DATA) when it exists.
 std::optional<std::filesystem::path> shared_data_dir();
 

@@ -38,8 +38,10 @@ struct TarIndex {
 TarIndex index_tar(const std::filesystem::path& shard, bool keep_partial = false);
 
 // Writes a ustar archive member by member (names up to 255 bytes, split at a '/' into prefix and
-// name when over 100). finish() writes the end-of-archive blocks; an archive not finished is
-// removed by the destructor. Throws IoError naming the file on any write failure.
+// name when over 100), under a temporary name beside `path`: finish() writes the end-of-archive
+// blocks, syncs the file and renames it to `path`, so that a file under that name is always a
+// whole archive; an archive not finished is removed by the destructor (a killed process leaves
+// only the temporary). Throws IoError naming the file on any write failure.
 class TarWriter {
  public:
   explicit TarWriter(std::filesystem::path path);
@@ -60,7 +62,7 @@ class TarWriter {
  private:
   void write(const void* data, std::size_t size);
 
-  std::filesystem::path path_;
+  std::filesystem::path path_, tmp_;  // the archive's name; what is written until finish()
   std::FILE* file_ = nullptr;
   std::uint64_t written_ = 0;
 };

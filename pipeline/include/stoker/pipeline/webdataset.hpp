@@ -46,8 +46,9 @@ struct WebDatasetOptions {
   Split split;
   // Where to keep the shards' index: a later call reads each unchanged shard's samples from it
   // (same path, size and modification time, same options above) instead of scanning the archive,
-  // and rewrites it (atomically) when a shard was scanned. Empty: scan every time. A missing,
-  // damaged or foreign file is rebuilt, never an error.
+  // and rewrites it (atomically) when a shard was scanned. Empty: scan every time. A missing or
+  // damaged index is rebuilt, never an error; a file that is not an index (no signature: a
+  // user's file named by mistake) is refused with an IoError and left as it is.
   std::filesystem::path index_file;
 };
 
@@ -81,10 +82,14 @@ struct ShardWriteOptions {
   std::uint64_t max_bytes = std::uint64_t{1} << 30;
   bool shuffle = false;  // sample order across shards: the plan's permutation of (seed, epoch 0)
   std::uint64_t seed = 0;
+  // Shards of the pattern already in its folder (any index) or a classes.txt there: an IoError
+  // (false), or every shard of the pattern removed before writing (true).
+  bool overwrite = false;
 };
 
 struct ShardWriteResult {
   std::vector<std::string> shards;
+  std::size_t replaced = 0;  // earlier shards of the pattern removed (ShardWriteOptions::overwrite)
   std::size_t samples = 0;
   std::uint64_t bytes = 0;
   std::string classes_file;  // written next to the shards when the dataset has class names
@@ -93,8 +98,11 @@ struct ShardWriteResult {
 // Writes `dataset` as WebDataset ustar shards: per sample a key unique in the set ("%08d" of the
 // sample's index in `dataset`, then its file's stem made safe: "00000012_cat_1"), members
 // KEY.<original extension, lower case> (the file's bytes unchanged) and KEY.cls (the label as
-// text, when labelled), plus classes.txt in the first shard's folder. Throws InvalidArgument for a
-// bad pattern, DecodeError for an unreadable sample, IoError for a failed write.
+// text, when labelled), plus classes.txt in the first shard's folder. Each shard and classes.txt
+// is written under a temporary name and renamed when complete (a killed writer leaves no file
+// under a shard's name). Throws InvalidArgument for a bad pattern (the conversion must be in the
+// file name), DecodeError for an unreadable sample, IoError for a failed write or for earlier
+// shards of the pattern (ShardWriteOptions::overwrite).
 ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWriteOptions& options);
 
 // Splits a member name into WebDataset's key and extension; false when the file name has no dot.
