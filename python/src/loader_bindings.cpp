@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,58 +21,48 @@
 #include "stoker/augment/augmenter.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
+#include "stoker/pipeline/loader_settings.hpp"
 
 namespace stoker::python {
 
+namespace {
+
+// A keyword argument's value as the settings' table spells it (loader_settings.hpp).
+std::string setting_text(const std::string& name, nb::handle value) {
+  if (nb::isinstance<nb::bool_>(value)) return nb::cast<bool>(value) ? "true" : "false";
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  if (nb::isinstance<nb::int_>(value) || nb::hasattr(value, "__index__")) {
+    return nb::cast<std::string>(nb::str(nb::int_(value)));
+  }
+  if (nb::isinstance<nb::tuple>(value) || nb::isinstance<nb::list>(value)) {  // image_size=(H, W)
+    std::string out;
+    for (nb::handle v : value) out += (out.empty() ? "" : ",") + setting_text(name, v);
+    return out;
+  }
+  if (nb::hasattr(value, "__fspath__")) return nb::cast<std::string>(nb::str(value.attr("__fspath__")()));
+  throw InvalidArgument(name + ": a " + std::string(nb::type_name(value.type()).c_str()) +
+                        " is not a value of this setting");
+}
+
+}  // namespace
+
 LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out) {
-  static const char* const known[] = {
-      "batch_size",    "height",     "width",         "interpolation", "keep_aspect_ratio", "augment",
-      "label_mode",    "shuffle",    "seed",          "drop_last",     "threads",           "prefetch",
-      "on_bad_sample", "cache",      "cache_budget",  "cache_file",    "dct_scaling",       "rank",
-      "world_size",    "shard_mode", "drop_remainder"};
+  LoaderSettingValues given;
+  std::optional<AugmentSpec> augment;
   for (auto [key, value] : settings) {
     const std::string k = nb::cast<std::string>(key);
-    if (std::find(std::begin(known), std::end(known), k) == std::end(known)) {
-      throw InvalidArgument("unknown loader setting '" + k + "'");
+    if (k == "augment") {
+      if (!value.is_none()) augment = nb::cast<AugmentSpec>(value);
+    } else if (!value.is_none()) {
+      given.emplace(k, setting_text(k, value));
     }
   }
-  auto get = [&]<class T>(const char* key, T fallback) {
-    return settings.contains(key) && !settings[key].is_none() ? nb::cast<T>(settings[key]) : fallback;
-  };
-  LoaderOptions o;
-  o.batch_size = get("batch_size", o.batch_size);
-  o.image_height = get("height", o.image_height);
-  o.image_width = get("width", o.image_width);
-  o.interpolation = parse_interpolation(get("interpolation", std::string("nearest")));
-  o.keep_aspect_ratio = get("keep_aspect_ratio", o.keep_aspect_ratio);
-  std::optional<AugmentSpec> augment;
-  if (settings.contains("augment") && !settings["augment"].is_none()) {
-    augment = nb::cast<AugmentSpec>(settings["augment"]);
-  }
+  LoaderOptions o = loader_options_from(given, kWherePython);
   if (augment_out != nullptr) {
     *augment_out = augment;
   } else if (augment) {
     o.transform = std::make_shared<const Augmenter>(*augment);
   }
-  o.label_mode = parse_label_mode(get("label_mode", std::string("sparse")));
-  o.shuffle = get("shuffle", o.shuffle);
-  o.seed = get("seed", o.seed);
-  o.drop_last = get("drop_last", o.drop_last);
-  o.threads = get("threads", o.threads);
-  o.prefetch = get("prefetch", o.prefetch);
-  o.on_bad_sample = parse_bad_sample_policy(get("on_bad_sample", std::string("fail")));
-  o.cache.kind = parse_cache_kind(get("cache", std::string("none")));
-  const std::string budget = get("cache_budget", std::string());
-  if (!budget.empty()) o.cache.budget_bytes = parse_byte_size(budget);
-  o.cache.file = get("cache_file", std::string());
-  o.dct_scaling = get("dct_scaling", o.dct_scaling);
-  // Rank and world size: both given, or both from the launcher's environment (torchrun, Slurm).
-  const int rank = get("rank", -1), world = get("world_size", 0);
-  if ((rank >= 0) != (world >= 1)) throw InvalidArgument("give rank and world_size together");
-  Sharding sharding = rank >= 0 ? Sharding{rank, world} : sharding_from_environment();
-  sharding.mode = parse_shard_mode(get("shard_mode", std::string("interleaved")));
-  sharding.drop_remainder = get("drop_remainder", false);
-  o.sharding = sharding;
   return o;
 }
 
@@ -190,6 +181,36 @@ nb::list skipped_list(const std::vector<SkippedSample>& skipped) {
 }
 
 void bind_loader(nb::module_& m) {
+  m.def(
+      "loader_settings",
+      [] {
+        nb::list out;
+        for (const LoaderSetting& s : stoker::loader_settings()) {
+          nb::dict d;
+          d["name"] = std::string(s.name);
+          d["type"] = std::string(setting_type_name(s.type));
+          d["default"] = s.may_be_unset() ? nb::none() : nb::cast(std::string(s.default_value));
+          d["help"] = std::string(s.help);
+          nb::list choices;
+          for (const auto c : s.choices) choices.append(std::string(c));
+          d["choices"] = choices;
+          const bool ranged = s.type == SettingType::Integer || s.type == SettingType::ImageSize;
+          d["min"] = ranged ? nb::cast(s.min) : nb::none();
+          d["max"] = ranged && s.max != std::numeric_limits<std::int64_t>::max() ? nb::cast(s.max) : nb::none();
+          d["flag"] = s.flag();
+          nb::dict differences;
+          for (const auto& diff : s.differences) {
+            differences[std::string(diff.where).c_str()] =
+                nb::make_tuple(std::string(diff.value), std::string(diff.why));
+          }
+          d["differences"] = differences;
+          out.append(d);
+        }
+        return out;
+      },
+      "The loader's settings as one table describes them (stoker/pipeline/loader_settings.hpp): dicts of "
+      "name, type, default (text; None: unset), help, choices, min, max, flag (the command's) and "
+      "differences ({where: (default, why)}: the defaults that differ on purpose).");
   nb::class_<HostBatch>(m, "Batch", "A batch in host memory; its arrays are views of the loader's buffer.")
       .def_ro("images", &HostBatch::images, "Pixels: (N, H, W, C) or (N, C, H, W), the augmentation's dtype.")
       .def_ro("labels", &HostBatch::labels,

@@ -16,9 +16,11 @@ namespace stoker::python {
 
 namespace nb = nanobind;
 
-// LoaderOptions from the settings dict stoker.Loader builds (every key named in loader_options.cpp
-// must be there; an unknown key is an InvalidArgument naming it). `augment` (an AugmentSpec or None)
-// becomes the loader's transform unless `augment_out` takes it (the GPU feed runs it on the GPU).
+// LoaderOptions from the settings dict stoker.Loader builds: its keys are the settings' table's
+// names (stoker/pipeline/loader_settings.hpp; an unknown key is an InvalidArgument naming it), a
+// None value leaves a setting at its default, and loader_options_from() converts them (defined in
+// loader_bindings.cpp). `augment` (an AugmentSpec or None) becomes the loader's transform unless
+// `augment_out` takes it (the GPU feed runs it on the GPU).
 LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out = nullptr);
 
 // The labels of `count` samples as label_mode shapes them (None for LabelMode::None).

@@ -8,6 +8,7 @@ import os
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 from . import _stoker
+from ._settings import default as _default
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -181,21 +182,23 @@ def _from_lists(paths, labels, class_names, split) -> _stoker.Dataset:
     return _stoker.dataset_from_list(paths, ints, names, **split)
 
 
-def _cache_args(cache: Any) -> dict:
-    if cache is None or cache is False:
-        return {"cache": "none"}
-    if isinstance(cache, str):
-        return {"cache": cache}
+def _cache_args(cache: Any, budget: str = _default("cache_budget"), file: Any = _default("cache_file")) -> dict:
+    """The three cache settings: `cache` is a kind ('none', 'encoded', 'decoded'; None or False:
+    'none') or dict(kind=, budget=, file=), which overrides `budget` and `file`."""
     if isinstance(cache, dict):
         unknown = set(cache) - {"kind", "budget", "file"}
         if unknown:
             raise TypeError(f"cache: unknown keys {sorted(unknown)} (kind, budget, file)")
         return {
             "cache": cache.get("kind", "decoded"),
-            "cache_budget": str(cache.get("budget", "")),
-            "cache_file": os.fspath(cache.get("file", "")),
+            "cache_budget": str(cache.get("budget", budget)) or budget,
+            "cache_file": os.fspath(cache.get("file", file)),
         }
-    raise TypeError("cache must be None, 'encoded', 'decoded' or dict(kind=, budget=, file=)")
+    if cache is None or cache is False:
+        cache = "none"
+    if not isinstance(cache, str):
+        raise TypeError("cache must be None, 'encoded', 'decoded' or dict(kind=, budget=, file=)")
+    return {"cache": cache, "cache_budget": str(budget), "cache_file": os.fspath(file or "")}
 
 
 def _device(device: str) -> Optional[int]:
@@ -232,6 +235,12 @@ class Loader:
     or, with drop_remainder, by dropping the rest; shard_mode='fixed' keeps each rank on one part
     of the data across epochs. Not given: RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, else 0 of 1.
 
+    Every loader setting (image_size, batch_size, shuffle, seed, threads, prefetch, drop_last,
+    label_mode, on_bad_sample, interpolation, keep_aspect_ratio, dct_scaling, cache, cache_budget,
+    cache_file, rank, world_size, shard_mode, drop_remainder) has the default, values and meaning
+    that docs/loader-settings.md lists (stoker._stoker.loader_settings(), the table the command's
+    flags come from too).
+
     interpolation: Pillow's filters exactly as Keras' load_img uses them (nearest, bilinear,
     bicubic, lanczos, box, hamming), area (OpenCV), centre_nearest / opencv_linear (the
     augmentation's own resize). dct_scaling=True lets JPEGs decode shrunk in the DCT domain
@@ -241,28 +250,30 @@ class Loader:
     def __init__(
         self,
         source: Any,
-        image_size: Union[int, Sequence[int]],
-        batch_size: int = 32,
-        shuffle: bool = True,
-        seed: int = 0,
+        image_size: Union[int, Sequence[int]] = _default("image_size"),
+        batch_size: int = _default("batch_size"),
+        shuffle: bool = _default("shuffle"),
+        seed: int = _default("seed"),
         augment: Optional[Union[_stoker.AugmentSpec, dict]] = None,
-        cache: Any = None,
-        threads: int = 0,
-        prefetch: int = 4,
-        drop_last: bool = False,
-        label_mode: str = "sparse",
-        on_bad_sample: str = "fail",
+        cache: Any = _default("cache"),
+        threads: int = _default("threads"),
+        prefetch: int = _default("prefetch"),
+        drop_last: bool = _default("drop_last"),
+        label_mode: str = _default("label_mode"),
+        on_bad_sample: str = _default("on_bad_sample"),
         device: str = "cpu",
         copy: bool = False,
-        interpolation: str = "nearest",
-        keep_aspect_ratio: bool = False,
+        interpolation: str = _default("interpolation"),
+        keep_aspect_ratio: bool = _default("keep_aspect_ratio"),
         dtype: Optional[str] = None,
         depth: int = 3,
-        dct_scaling: bool = True,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        shard_mode: str = "interleaved",
-        drop_remainder: bool = False,
+        dct_scaling: bool = _default("dct_scaling"),
+        rank: Optional[int] = _default("rank"),
+        world_size: Optional[int] = _default("world_size"),
+        shard_mode: str = _default("shard_mode"),
+        drop_remainder: bool = _default("drop_remainder"),
+        cache_budget: str = _default("cache_budget"),
+        cache_file: str = _default("cache_file"),
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -284,8 +295,7 @@ class Loader:
         self.dataset = dataset(source, skipped=self.skipped_at_index if on_bad_sample == "skip" else None)
         args = dict(
             batch_size=batch_size,
-            height=height,
-            width=width,
+            image_size=(height, width),
             interpolation=interpolation,
             keep_aspect_ratio=keep_aspect_ratio,
             augment=augment,
@@ -301,7 +311,7 @@ class Loader:
             world_size=world_size,
             shard_mode=shard_mode,
             drop_remainder=drop_remainder,
-            **_cache_args(cache),
+            **_cache_args(cache, cache_budget, cache_file),
         )
         self.device = device
         cuda = _device(device)

@@ -39,6 +39,7 @@ except ImportError as _e:  # pragma: no cover - exercised in the venv without ja
     ) from _e
 
 from . import _loader
+from ._settings import default as _default
 
 __all__ = ["Loader", "batches"]
 
@@ -50,7 +51,12 @@ def _to_jax(array: Any) -> "_jax.Array":
 class Loader(_loader.FrameworkLoader):
     """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
 
-    Arguments as stoker.Loader, plus
+    Arguments as stoker.Loader, with the defaults of docs/loader-settings.md, except
+    interpolation: 'bilinear' by default here, on purpose: JAX pipelines resize with
+      jax.image.resize / tf.image.resize, bilinear (stoker.Loader defaults to Keras' 'nearest').
+    rank, world_size, shard_mode, drop_remainder: this process's share of each epoch
+      (stoker.Loader; not given: the launcher's environment, else 0 of 1).
+    Plus
     output: 'float' (float32, 0..1 unless `normalize` or the augmentation's own rescale /
       normalization says otherwise) or 'uint8'.
     normalize: None, 'imagenet' (torchvision's mean/std), 'tf' (-1..1), 'caffe', or (mean, std)
@@ -63,26 +69,33 @@ class Loader(_loader.FrameworkLoader):
     def __init__(
         self,
         source: Any,
-        image_size: Union[int, Sequence[int]],
-        batch_size: int = 32,
-        shuffle: bool = True,
-        seed: int = 0,
+        image_size: Union[int, Sequence[int]] = _default("image_size", "jax"),
+        batch_size: int = _default("batch_size", "jax"),
+        shuffle: bool = _default("shuffle", "jax"),
+        seed: int = _default("seed", "jax"),
         augment: Any = None,
         output: str = "float",
         normalize: Any = None,
         layout: str = "nhwc",
-        label_mode: Optional[str] = "sparse",
-        cache: Any = None,
-        threads: int = 0,
-        prefetch: int = 4,
-        drop_last: bool = False,
-        on_bad_sample: str = "fail",
+        label_mode: Optional[str] = _default("label_mode", "jax"),
+        cache: Any = _default("cache", "jax"),
+        threads: int = _default("threads", "jax"),
+        prefetch: int = _default("prefetch", "jax"),
+        drop_last: bool = _default("drop_last", "jax"),
+        on_bad_sample: str = _default("on_bad_sample", "jax"),
         device: str = "cpu",
         copy: bool = False,
-        interpolation: str = "bilinear",
-        keep_aspect_ratio: bool = False,
+        interpolation: str = _default("interpolation", "jax"),
+        keep_aspect_ratio: bool = _default("keep_aspect_ratio", "jax"),
         dtype: Optional[str] = None,
         depth: int = 3,
+        rank: Optional[int] = _default("rank", "jax"),
+        world_size: Optional[int] = _default("world_size", "jax"),
+        shard_mode: str = _default("shard_mode", "jax"),
+        drop_remainder: bool = _default("drop_remainder", "jax"),
+        dct_scaling: bool = _default("dct_scaling", "jax"),
+        cache_budget: str = _default("cache_budget", "jax"),
+        cache_file: str = _default("cache_file", "jax"),
     ):
         spec = _loader.output_spec(augment, output, normalize, layout)
         self._cuda = _loader._device(device) is not None
@@ -107,6 +120,13 @@ class Loader(_loader.FrameworkLoader):
             keep_aspect_ratio=keep_aspect_ratio,
             dtype=dtype if self._cuda else None,
             depth=depth,
+            rank=rank,
+            world_size=world_size,
+            shard_mode=shard_mode,
+            drop_remainder=drop_remainder,
+            dct_scaling=dct_scaling,
+            cache_budget=cache_budget,
+            cache_file=cache_file,
         )
         self.batch_size = batch_size
 

@@ -42,6 +42,7 @@ except ImportError as _e:  # pragma: no cover - exercised in the venv without to
     ) from _e
 
 from . import _loader, _stoker
+from ._settings import default as _default
 
 __all__ = ["DataLoader", "IMAGENET_MEAN", "IMAGENET_STD"]
 
@@ -58,9 +59,12 @@ def _torch_device(device: str) -> _torch.device:
 class DataLoader(_loader.FrameworkLoader):
     """An iterable of (images, labels) torch tensors, one epoch per iteration.
 
-    source, image_size, batch_size, shuffle, seed, cache, threads, prefetch, drop_last,
-    on_bad_sample, interpolation, keep_aspect_ratio: as stoker.Loader (threads=0: all cores;
-    stoker's threads do the work, there are no worker processes).
+    source, image_size, batch_size, shuffle, seed, cache, cache_budget, cache_file, threads,
+    prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling: as stoker.Loader, with the
+    defaults of docs/loader-settings.md (threads=0: all cores; stoker's threads do the work, there
+    are no worker processes).
+    interpolation: 'bilinear' by default here, on purpose: torchvision's Resize resizes bilinearly
+      and PyTorch users expect it (stoker.Loader and the command default to Keras' 'nearest').
 
     augment: stoker.Augment(...) (or a dict of its settings): the random transforms, e.g.
       torchvision's RandomResizedCrop + RandomHorizontalFlip is
@@ -87,30 +91,34 @@ class DataLoader(_loader.FrameworkLoader):
     def __init__(
         self,
         source: Any,
-        image_size: Union[int, Sequence[int]],
-        batch_size: int = 32,
-        shuffle: bool = True,
-        seed: int = 0,
+        image_size: Union[int, Sequence[int]] = _default("image_size", "torch"),
+        batch_size: int = _default("batch_size", "torch"),
+        shuffle: bool = _default("shuffle", "torch"),
+        seed: int = _default("seed", "torch"),
         augment: Any = None,
         output: str = "float",
         normalize: Any = None,
-        label_mode: Optional[str] = "sparse",
-        cache: Any = None,
-        threads: int = 0,
-        prefetch: int = 4,
-        drop_last: bool = False,
-        on_bad_sample: str = "fail",
+        label_mode: Optional[str] = _default("label_mode", "torch"),
+        cache: Any = _default("cache", "torch"),
+        threads: int = _default("threads", "torch"),
+        prefetch: int = _default("prefetch", "torch"),
+        drop_last: bool = _default("drop_last", "torch"),
+        on_bad_sample: str = _default("on_bad_sample", "torch"),
         device: str = "cpu",
         copy: bool = False,
-        interpolation: str = "bilinear",
-        keep_aspect_ratio: bool = False,
+        interpolation: str = _default("interpolation", "torch"),
+        keep_aspect_ratio: bool = _default("keep_aspect_ratio", "torch"),
         dtype: Optional[str] = None,
         depth: int = 3,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        shard_mode: str = "interleaved",
-        drop_remainder: bool = False,
+        rank: Optional[int] = _default("rank", "torch"),
+        world_size: Optional[int] = _default("world_size", "torch"),
+        shard_mode: str = _default("shard_mode", "torch"),
+        drop_remainder: bool = _default("drop_remainder", "torch"),
         with_padding: bool = False,
+
+        dct_scaling: bool = _default("dct_scaling", "torch"),
+        cache_budget: str = _default("cache_budget", "torch"),
+        cache_file: str = _default("cache_file", "torch"),
     ):
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
@@ -149,6 +157,9 @@ class DataLoader(_loader.FrameworkLoader):
             world_size=world_size,
             shard_mode=shard_mode,
             drop_remainder=drop_remainder,
+            dct_scaling=dct_scaling,
+            cache_budget=cache_budget,
+            cache_file=cache_file,
         )
         self.batch_size = batch_size
 
