@@ -24,6 +24,9 @@
 #include <stoker/trainer/cudnn_backend.hpp>
 #include <stoker/trainer/model.hpp>
 
+#if defined(STOKER_HAVE_CUDNN)
+#include "cudnn/conv.hpp"
+#endif
 #include "cudnn/op_math.hpp"
 #include "cudnn/plan.hpp"
 #include "import.hpp"
@@ -1037,6 +1040,28 @@ TEST(CudnnBackend, MobileNetV2FeaturesMatchCpuBackend) {
   s.synchronize();
   EXPECT_LT(max_rel_error(back, cpu.data), 1e-2);
 }
+
+#if defined(STOKER_HAVE_CUDNN)
+// What a GPU run reports first: the cuDNN the process loaded, and which small-channel convolutions
+// it runs in NHWC bf16 and fp16 (a first convolution's 3 channels, squeeze-excitation 1x1s, small
+// heads). cuDNN unable to work here at all (a sub-library missing, driver or runtime incompatible)
+// fails; so does a configuration with channels in multiples of 8 that it cannot run.
+TEST(CudnnEnvironment, ReportsVersionsAndSmallChannelSupport) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  std::printf("%s\n%s\n", cuda_device_description().c_str(), cudnn::gpu::cudnn_environment().c_str());
+  cudnn::gpu::CudnnHandle handle;
+  for (DType st : {DType::BF16, DType::F16}) {
+    for (const std::string& line : cudnn::gpu::probe_small_channel_convolutions(handle, st)) {
+      std::printf("%s %s\n", to_string(st), line.c_str());
+      if (line.rfind("C 8, K 8:", 0) == 0 || line.rfind("C 16, K 16:", 0) == 0) {
+        EXPECT_NE(line.find("forward ok"), std::string::npos) << line;
+        EXPECT_NE(line.find("backward-data ok"), std::string::npos) << line;
+        EXPECT_NE(line.find("backward-filter ok"), std::string::npos) << line;
+      }
+    }
+  }
+}
+#endif
 
 TEST(CudnnBackend, InceptionResNetV2MatchesCpuBackend) {
   REQUIRE_GPU();

@@ -19,6 +19,10 @@
 
 #include <stoker/core/error.hpp>
 
+// Written against cuDNN 9's status codes and legacy-API semantics (refused() below); another major
+// version must be read against its documentation first.
+static_assert(CUDNN_MAJOR == 9, "stoker's cuDNN backend is written for cuDNN 9");
+
 namespace stoker::trainer::cudnn::gpu {
 namespace {
 
@@ -33,11 +37,24 @@ void cudnn_check(cudnnStatus_t s, const char* call, const char* file, int line) 
 }
 #define STOKER_CUDNN_CHECK(call) cudnn_check((call), #call, __FILE__, __LINE__)
 
-// cuDNN 9 status codes come in families: 2xxx bad parameter, 3xxx not supported. Either from the
-// fused call means "not for this configuration", not a failure of the device.
+// The statuses that mean "not for this configuration": another algorithm, or the plain call instead
+// of the fused one, may run. Everything else is a failure to report as it is: a missing
+// sub-library, a driver or runtime cuDNN cannot use, an architecture it was not built for, a null
+// or misaligned pointer or a workspace too small (our bug), an internal or execution failure.
 bool refused(cudnnStatus_t s) {
-  const int family = static_cast<int>(s) / 1000;
-  return family == CUDNN_STATUS_BAD_PARAM / 1000 || family == CUDNN_STATUS_NOT_SUPPORTED / 1000;
+  switch (s) {
+    case CUDNN_STATUS_BAD_PARAM:  // the legacy API's answer to an unsupported combination
+    case CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH:
+    case CUDNN_STATUS_NOT_SUPPORTED:
+    case CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN:
+    case CUDNN_STATUS_NOT_SUPPORTED_SHAPE:
+    case CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE:
+    case CUDNN_STATUS_NOT_SUPPORTED_LAYOUT:
+    case CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT:
+    case CUDNN_STATUS_NOT_SUPPORTED_PADDING:
+    case CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM: return true;
+    default: return static_cast<int>(s) == 2001;  // CUDNN_STATUS_INVALID_VALUE, deprecated spelling
+  }
 }
 
 cudnnDataType_t data_type(DType t) {
@@ -63,13 +80,30 @@ const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
   }
 }
 
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return " (default math)";
+    case CUDNN_TENSOR_OP_MATH: return " (tensor ops)";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return " (tensor ops, converting)";
+    case CUDNN_FMA_MATH: return " (FMA math)";
+    default: return " (math ?)";
+  }
+}
+
 cudnnHandle_t H(CudnnHandle& h) { return static_cast<cudnnHandle_t>(h.get()); }
 
 template <typename Algo>
 struct BackwardAlgo {
   Algo algo;
+  cudnnMathType_t math;  // the math type cuDNN timed or ranked it with: set before running it
   bool deterministic;
 };
+
+// The convolution descriptor carries one math type; each call runs with its algorithm's own (the
+// kernel cuDNN ranked or timed is then the kernel that runs).
+void use_math(cudnnConvolutionDescriptor_t conv, cudnnMathType_t math) {
+  STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
+}
 
 // cuDNN's heuristics for a backward call, as the algorithms to try in order: the deterministic
 // ones first (the same gradients on every run), each within the workspace (`bytes_of(algo,
@@ -85,23 +119,28 @@ auto backward_candidates(const Perf* perf, int returned, std::size_t workspace_s
       if (perf[i].status != CUDNN_STATUS_SUCCESS || (perf[i].determinism == CUDNN_DETERMINISTIC) != deterministic ||
           !bytes_of(perf[i].algo, bytes) || bytes > workspace_size)
         continue;
-      out.push_back({perf[i].algo, deterministic});
+      out.push_back({perf[i].algo, perf[i].mathType, deterministic});
       max_bytes = std::max(max_bytes, bytes);
     }
   return out;
 }
 
 // Runs `call(algo)` with the first of `algos` cuDNN does not refuse at run time (a heuristic's
-// SUCCESS does not promise that), dropping the refused ones for later calls.
+// SUCCESS does not promise that), dropping the refused ones for later calls; each refusal is noted
+// in `refusals` with its status.
 template <typename Algo, typename Call>
-void run_backward(std::vector<BackwardAlgo<Algo>>& algos, const char* what, const std::string& layer, Call call) {
+void run_backward(std::vector<BackwardAlgo<Algo>>& algos, cudnnConvolutionDescriptor_t conv, const char* what,
+                  const std::string& layer, std::vector<std::string>& refusals, Call call) {
   for (;;) {
+    use_math(conv, algos.front().math);
     const cudnnStatus_t s = call(algos.front().algo);
     if (s == CUDNN_STATUS_SUCCESS) return;
     if (!refused(s) || algos.size() == 1)
       throw CudaError(status_message(s, what, __FILE__, __LINE__) + " for layer '" + layer +
                           "' (no other algorithm within the workspace runs)",
                       static_cast<int>(s));
+    refusals.push_back(std::string(what) + " algorithm " + std::to_string(static_cast<int>(algos.front().algo)) + ": " +
+                       cudnnGetErrorString(s));
     algos.erase(algos.begin());
   }
 }
@@ -138,6 +177,137 @@ std::string cudnn_version_string() {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
+std::string cudnn_environment() {
+  const auto version = [](std::size_t v) {  // 91900 -> "9.19.0"
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  };
+  const std::size_t rt = cudnnGetCudartVersion();  // 13000 -> 13.0
+  return "cuDNN " + version(cudnnGetVersion()) + " (compiled against " + version(CUDNN_VERSION) +
+         "), for CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10);
+}
+
+namespace {
+
+// A status that says cuDNN cannot work on this machine at all, whatever the configuration.
+bool environment_failure(cudnnStatus_t s) {
+  const int code = static_cast<int>(s);
+  return code / 1000 == 1 ||  // not initialised, sub-library version mismatch or loading failure
+         s == CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER ||
+         s == CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART || s == CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH ||
+         s == CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING ||
+         s == CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE;
+}
+
+// Tries each algorithm cuDNN's heuristics list (perf, returned) until one runs: "ok (algorithm N)"
+// or the last status.
+template <typename Perf, typename BytesOf, typename Run>
+std::string first_that_runs(const char* what, const Perf* perf, int returned, std::size_t workspace_size,
+                            cudnnConvolutionDescriptor_t conv, BytesOf bytes_of, Run run) {
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  for (int i = 0; i < returned; ++i) {
+    std::size_t bytes = 0;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) {
+      last = perf[i].status;
+      continue;
+    }
+    if (bytes_of(perf[i].algo, bytes) != CUDNN_STATUS_SUCCESS || bytes > workspace_size) continue;
+    use_math(conv, perf[i].mathType);
+    last = run(perf[i].algo);
+    if (last == CUDNN_STATUS_SUCCESS)
+      return std::string(what) + " ok (algorithm " + std::to_string(static_cast<int>(perf[i].algo)) + ")";
+    if (environment_failure(last)) cudnn_check(last, what, __FILE__, __LINE__);
+  }
+  return std::string(what) + " " + cudnnGetErrorString(last);
+}
+
+}  // namespace
+
+std::vector<std::string> probe_small_channel_convolutions(CudnnHandle& handle, DType storage) {
+  constexpr int kImages = 8, kSide = 8, kMaxChannels = 16;
+  constexpr std::size_t kWorkspace = std::size_t{64} << 20;
+  const cudnnDataType_t dt = data_type(storage);
+  const std::size_t values = std::size_t{kImages} * kSide * kSide * kMaxChannels;
+  DeviceBuffer x(values * 2, "probe input"), y(values * 2, "probe output"), dx(values * 2, "probe input gradient");
+  DeviceBuffer w(std::size_t{kMaxChannels} * kMaxChannels * 9 * 2, "probe weights");
+  DeviceBuffer dw(w.bytes(), "probe weight gradient"), ws(kWorkspace, "probe workspace");
+  for (const DeviceBuffer* b : {&x, &y, &dx, &w, &dw}) memset_device_async(b->get(), 0, b->bytes(), nullptr);
+  stream_synchronize(nullptr);
+
+  struct Descriptors {
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    ~Descriptors() {
+      if (x) cudnnDestroyTensorDescriptor(x);
+      if (y) cudnnDestroyTensorDescriptor(y);
+      if (w) cudnnDestroyFilterDescriptor(w);
+      if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+  };
+  std::vector<std::string> lines;
+  const int channels[] = {1, 2, 3, 4, 5, 8, 16};
+  auto probe = [&](int c, int k, int groups) {
+    Descriptors d;
+    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d.x));
+    STOKER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d.y));
+    STOKER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d.w));
+    STOKER_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d.conv));
+    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, dt, kImages, c, kSide, kSide));
+    STOKER_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NHWC, dt, kImages, k, kSide, kSide));
+    STOKER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d.w, dt, CUDNN_TENSOR_NHWC, k, c / groups, 3, 3));
+    STOKER_CUDNN_CHECK(
+        cudnnSetConvolution2dDescriptor(d.conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    STOKER_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, groups));
+    STOKER_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, CUDNN_TENSOR_OP_MATH));
+    const float one = 1.0f, zero = 0.0f;
+    std::string line = "C " + std::to_string(c) + ", K " + std::to_string(k) + (groups > 1 ? ", depthwise:" : ":");
+    int returned = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(handle), d.x, d.w, d.conv, d.y,
+                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, fwd));
+    line += " " + first_that_runs(
+                      "forward", fwd, returned, ws.bytes(), d.conv,
+                      [&](cudnnConvolutionFwdAlgo_t a, std::size_t& b) {
+                        return cudnnGetConvolutionForwardWorkspaceSize(H(handle), d.x, d.w, d.conv, d.y, a, &b);
+                      },
+                      [&](cudnnConvolutionFwdAlgo_t a) {
+                        return cudnnConvolutionForward(H(handle), &one, d.x, x.get(), d.w, w.get(), d.conv, a, ws.get(),
+                                                       ws.bytes(), &zero, d.y, y.get());
+                      });
+    cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        H(handle), d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data));
+    line += ", " + first_that_runs(
+                       "backward-data", bwd_data, returned, ws.bytes(), d.conv,
+                       [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t& b) {
+                         return cudnnGetConvolutionBackwardDataWorkspaceSize(H(handle), d.w, d.y, d.conv, d.x, a, &b);
+                       },
+                       [&](cudnnConvolutionBwdDataAlgo_t a) {
+                         return cudnnConvolutionBackwardData(H(handle), &one, d.w, w.get(), d.y, y.get(), d.conv, a,
+                                                             ws.get(), ws.bytes(), &zero, d.x, dx.get());
+                       });
+    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    STOKER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        H(handle), d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter));
+    line += ", " + first_that_runs(
+                       "backward-filter", bwd_filter, returned, ws.bytes(), d.conv,
+                       [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t& b) {
+                         return cudnnGetConvolutionBackwardFilterWorkspaceSize(H(handle), d.x, d.y, d.conv, d.w, a, &b);
+                       },
+                       [&](cudnnConvolutionBwdFilterAlgo_t a) {
+                         return cudnnConvolutionBackwardFilter(H(handle), &one, d.x, x.get(), d.y, y.get(), d.conv, a,
+                                                               ws.get(), ws.bytes(), &zero, d.w, dw.get());
+                       });
+    stream_synchronize(nullptr);  // an execution failure surfaces here, naming this configuration
+    lines.push_back(std::move(line));
+  };
+  for (const int c : channels)
+    for (const int k : channels) probe(c, k, 1);
+  for (const int c : channels)
+    if (c > 1) probe(c, c, c);
+  return lines;
+}
+
 struct Conv::Impl {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
@@ -146,6 +316,7 @@ struct Conv::Impl {
   struct PerBatch {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
     cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;  // the chosen algorithm's, set before each call
     std::size_t workspace = 0;
     // Training (prepare_backward): the backward algorithms to try, listed on the batch size's
     // first backward call; the first runs until cuDNN refuses it at run time.
@@ -214,6 +385,7 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
       continue;
     if (bytes > workspace_limit) continue;
     pb.algo = perf[i].algo;
+    pb.math = perf[i].mathType;
     pb.workspace = bytes;
     found = true;
   }
@@ -238,7 +410,11 @@ void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void
   const cudnnStatus_t s = cudnnFindConvolutionForwardAlgorithmEx(H(handle), pb.x, x, impl_->w, w, impl_->conv, pb.y, y,
                                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
                                                                  workspace, workspace_size);
-  if (s != CUDNN_STATUS_SUCCESS) return;
+  if (s != CUDNN_STATUS_SUCCESS) {
+    if (!refused(s)) cudnn_check(s, "cudnnFindConvolutionForwardAlgorithmEx", __FILE__, __LINE__);
+    refusals_.push_back(std::string("algorithm search: ") + cudnnGetErrorString(s) + " (the heuristics' choice kept)");
+    return;
+  }
   for (int i = 0; i < returned; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     std::size_t bytes = 0;
@@ -248,6 +424,7 @@ void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void
     bytes = std::max(bytes, perf[i].memory);
     if (bytes > workspace_size) continue;
     pb.algo = perf[i].algo;
+    pb.math = perf[i].mathType;
     pb.workspace = bytes;
     max_workspace_ = bytes;
     measured_ms_ = perf[i].time;
@@ -261,7 +438,7 @@ std::string Conv::describe() const {
   std::ostringstream s;
   s << "cudnn";
   for (const auto& [n, p] : impl_->per_batch) {
-    s << " [" << n << " images: " << algo_name(p.algo) << ", workspace " << p.workspace << " B";
+    s << " [" << n << " images: " << algo_name(p.algo) << math_name(p.math) << ", workspace " << p.workspace << " B";
     if (n == max_images_ && measured_ms_ >= 0) s << ", " << measured_ms_ << " ms";
     if (p.backward_chosen) {
       s << "; backward-data algorithm " << static_cast<int>(p.data_algos.front().algo) << ", backward-filter "
@@ -271,6 +448,7 @@ std::string Conv::describe() const {
     s << "]";
   }
   if (fused_) s << " fused bias+relu";
+  for (const std::string& r : refusals_) s << "; refused: " << r;
   return s.str();
 }
 
@@ -283,6 +461,7 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
   }
   auto& p = it->second;
   const float one = 1.0f, zero = 0.0f;
+  use_math(impl_->conv, p.math);
   if (fused_) {
     // Without z: alpha2 = 0 and z = y (cuDNN wants a z tensor; ONNX Runtime and PyTorch do the same).
     const float alpha2 = z ? z_scale : 0.0f;
@@ -295,11 +474,15 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
     // when the largest batch's did): the plain call from now on; the caller sees fused() false and
     // applies bias, z and the ReLU itself.
     fused_ = false;
+    refusals_.push_back(std::string("fused bias+relu at ") + std::to_string(images) +
+                        " images: " + cudnnGetErrorString(s));
   }
   const cudnnStatus_t s = cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, p.algo, workspace,
                                                   workspace_size, &zero, p.y, y);
   if (s == CUDNN_STATUS_SUCCESS) return;
   if (!refused(s)) cudnn_check(s, "cudnnConvolutionForward", __FILE__, __LINE__);
+  refusals_.push_back(std::string("forward ") + algo_name(p.algo) + " at " + std::to_string(images) +
+                      " images: " + cudnnGetErrorString(s));
   // The algorithm chosen for this batch size (the heuristics', or the largest batch's measured one
   // reused) is refused at this size: the next of cuDNN's heuristics that fits and runs is kept.
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -314,15 +497,19 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
               CUDNN_STATUS_SUCCESS ||
           bytes > workspace_size)
         continue;
+      use_math(impl_->conv, perf[i].mathType);
       const cudnnStatus_t s2 = cudnnConvolutionForward(H(handle), &one, p.x, x, impl_->w, w, impl_->conv, perf[i].algo,
                                                        workspace, workspace_size, &zero, p.y, y);
       if (s2 == CUDNN_STATUS_SUCCESS) {
         p.algo = perf[i].algo;
+        p.math = perf[i].mathType;
         p.workspace = bytes;
         if (images == max_images_) measured_ms_ = -1.0f;
         return;
       }
       if (!refused(s2)) cudnn_check(s2, "cudnnConvolutionForward", __FILE__, __LINE__);
+      refusals_.push_back(std::string("forward ") + algo_name(perf[i].algo) + " at " + std::to_string(images) +
+                          " images: " + cudnnGetErrorString(s2));
     }
   }
   throw CudaError(status_message(s, "cudnnConvolutionForward", __FILE__, __LINE__) + " for layer '" + name_ + "' (" +
@@ -350,6 +537,7 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
             CUDNN_STATUS_SUCCESS &&
         bytes <= workspace_size) {
       p.algo = big.algo;
+      p.math = big.math;
       p.workspace = bytes;
       return;
     }
@@ -364,6 +552,7 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
           bytes > workspace_size)
         continue;
       p.algo = perf[i].algo;
+      p.math = perf[i].mathType;
       p.workspace = bytes;
       return;
     }
@@ -435,10 +624,11 @@ void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const 
   choose_backward(handle, images, workspace_size);
   auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
-  run_backward(p.data_algos, "cudnnConvolutionBackwardData", name_, [&](cudnnConvolutionBwdDataAlgo_t algo) {
-    return cudnnConvolutionBackwardData(H(handle), &one, impl_->w, w, p.y, dy, impl_->conv, algo, workspace,
-                                        workspace_size, &zero, p.x, dx);
-  });
+  run_backward(p.data_algos, impl_->conv, "cudnnConvolutionBackwardData", name_, refusals_,
+               [&](cudnnConvolutionBwdDataAlgo_t algo) {
+                 return cudnnConvolutionBackwardData(H(handle), &one, impl_->w, w, p.y, dy, impl_->conv, algo,
+                                                     workspace, workspace_size, &zero, p.x, dx);
+               });
 }
 
 void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
@@ -446,10 +636,11 @@ void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const
   choose_backward(handle, images, workspace_size);
   auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
-  run_backward(p.filter_algos, "cudnnConvolutionBackwardFilter", name_, [&](cudnnConvolutionBwdFilterAlgo_t algo) {
-    return cudnnConvolutionBackwardFilter(H(handle), &one, p.x, x, p.y, dy, impl_->conv, algo, workspace,
-                                          workspace_size, &zero, impl_->w, dw);
-  });
+  run_backward(p.filter_algos, impl_->conv, "cudnnConvolutionBackwardFilter", name_, refusals_,
+               [&](cudnnConvolutionBwdFilterAlgo_t algo) {
+                 return cudnnConvolutionBackwardFilter(H(handle), &one, p.x, x, p.y, dy, impl_->conv, algo, workspace,
+                                                       workspace_size, &zero, impl_->w, dw);
+               });
 }
 
 bool Conv::backward_deterministic() const {

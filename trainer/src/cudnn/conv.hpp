@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <stoker/core/cuda.hpp>
 #include <stoker/core/image.hpp>
@@ -30,6 +31,19 @@ class CudnnHandle {
 
 // cudnnGetVersion() as "9.19.0".
 std::string cudnn_version_string();
+
+// The cuDNN library this process loaded, for reports: "cuDNN 9.19.0 (compiled against 9.19.0), for
+// CUDA runtime 13.0".
+std::string cudnn_environment();
+
+// Which small-channel convolutions cuDNN runs on the current GPU with NHWC values of `storage`
+// (F16 or BF16; float32 accumulation, as the backend asks): C, K in {1, 2, 3, 4, 5, 8, 16}, plain,
+// and grouped with groups = C = K (depthwise); 8 images of 8x8, a 3x3 kernel, padding 1. One line
+// per configuration with the status of forward, backward-data and backward-filter: "ok" with the
+// algorithm that ran, or cuDNN's status name. Throws CudaError when a status says cuDNN itself
+// cannot work on this machine (a sub-library missing, an incompatible driver or runtime, an
+// architecture it was not built for).
+std::vector<std::string> probe_small_channel_convolutions(CudnnHandle& handle, DType storage);
 
 // One convolution: x images × h × w × c (NHWC, storage type) with padding pad_h/pad_w on both sides,
 // weights KRSC, groups, output images × oh × ow × oc. `images` varies per call (≤ max_images).
@@ -100,6 +114,7 @@ class Conv {
   ConvGeometry g_;
   bool fused_ = false;
   std::size_t max_workspace_ = 0, max_backward_workspace_ = 0;
+  std::vector<std::string> refusals_;  // what cuDNN refused and the fallback taken, for describe()
   int max_images_ = 0;
   float measured_ms_ = -1.0f;
 };

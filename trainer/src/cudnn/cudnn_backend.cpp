@@ -17,6 +17,7 @@
 
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -77,9 +78,12 @@ class CudnnBackendImpl final : public CudnnBackend {
   // The device is chosen (device_) before the stream and the event are created on it.
   CudnnBackendImpl(cudnn::Plan plan, const CudnnBackendOptions& opt)
       : plan_(std::move(plan)), opt_(opt), device_(select_device(opt.device)) {
+    const auto t0 = Clock::now();
     handle_ = std::make_unique<cudnn::gpu::CudnnHandle>();
+    cold_start_.handle_ms = ms_since(t0);
     handle_->set_stream(stream_.get());
     allocate_and_upload();
+    cold_start_.construction_ms = ms_since(t0);
   }
 
   ~CudnnBackendImpl() override {
@@ -103,7 +107,9 @@ class CudnnBackendImpl final : public CudnnBackend {
   std::string describe() const override {
     std::lock_guard<std::mutex> lock(mu_);  // forward calls add per-batch cuDNN descriptors
     std::ostringstream s;
-    s << name() << ", max batch " << opt_.max_batch << ", " << bytes_ << " device bytes\n";
+    s << name() << ", max batch " << opt_.max_batch << ", " << bytes_ << " device bytes; cold start: cudnnCreate "
+      << cold_start_.handle_ms << " ms, algorithm choice " << cold_start_.choice_ms << " ms, construction "
+      << cold_start_.construction_ms << " ms\n";
     std::istringstream lines(plan_.describe());
     std::string line;
     for (std::size_t i = 0; i < gops_.size() && std::getline(lines, line); ++i) {
@@ -176,6 +182,14 @@ class CudnnBackendImpl final : public CudnnBackend {
   std::vector<std::size_t> buffer_offset_;
   std::vector<DeviceBuffer> outputs_;
   std::size_t bytes_ = 0;
+  // What a first use costs (describe()): a GPU's first cuDNN handle loads its kernels.
+  using Clock = std::chrono::steady_clock;
+  static double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  struct {
+    double handle_ms = 0, choice_ms = 0, construction_ms = 0;
+  } cold_start_;
 
   static int select_device(int device) {
     if (device >= 0) set_device(device);
@@ -249,6 +263,7 @@ class CudnnBackendImpl final : public CudnnBackend {
   }
 
   void choose_algorithms() {
+    const auto t0 = Clock::now();
     // Measure the algorithms on the real buffers with a temporary workspace of the limit (or a
     // quarter of the free memory), then keep only what the chosen ones need.
     std::size_t workspace = 0;
@@ -277,6 +292,8 @@ class CudnnBackendImpl final : public CudnnBackend {
       g.conv->try_fused(*handle_, opt_.max_batch * op.rows, x, g.weights.get(), value(op.out, nullptr), g.bias_st.get(),
                         workspace_.get(), workspace_.bytes());
     }
+    stream_.synchronize();
+    cold_start_.choice_ms = ms_since(t0);
   }
 
   void* value(int slot, const void* input) const {
