@@ -12,6 +12,7 @@
 #include "bench_suites.hpp"
 #include "commands.hpp"
 #include "plot.hpp"
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/autotune.hpp"
 
@@ -47,7 +48,22 @@ void run_autotune(const BenchArgs& args, const Dataset& ds) {
   std::printf("choice: %s\n", t.reason.c_str());
 }
 
+// The report and the chart replace only an earlier report and a PNG: checked before the bench
+// runs, so that a mistyped path costs nothing.
+void refuse_foreign_outputs(const BenchArgs& args) {
+  if (!args.json.empty() && std::filesystem::exists(args.json) && std::filesystem::file_size(args.json) > 0) {
+    std::ifstream in(args.json);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("machine") || !j.contains("rows"))
+      throw IoError(args.json +
+                    ": exists and is not a stoker bench report; left as it is (remove it or choose "
+                    "another --json)");
+  }
+  if (!args.chart.empty()) refuse_foreign_file(args.chart, std::string_view("\x89PNG\r\n\x1a\n", 8), "PNG chart");
+}
+
 void run_bench(BenchArgs& args) {
+  refuse_foreign_outputs(args);
   BenchSettings& s = args.settings;
   const Dataset ds = s.loader.dataset();
   if (args.autotune > 0) return run_autotune(args, ds);
@@ -105,7 +121,7 @@ void run_bench(BenchArgs& args) {
                               {"note", r.note}});
   }
   if (!args.json.empty()) {
-    std::ofstream(args.json) << report.dump(2) << "\n";
+    write_file_atomically(args.json, report.dump(2) + "\n");
     std::printf("\nwrote %s\n", args.json.c_str());
   }
   if (!args.chart.empty()) {

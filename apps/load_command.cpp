@@ -1,11 +1,16 @@
 // `stoker load`: runs the loader over a dataset for some epochs and reports throughput, where the
 // time went, and a summary of the first batch. The default job of the quick start.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "commands.hpp"
 #include "loader_flags.hpp"
+#include "stoker/core/atomic_file.hpp"
 
 namespace stoker::app {
 namespace {
@@ -34,6 +39,21 @@ void print_first_batch(const Batch& b, const Dataset& ds) {
   }
 }
 
+// A file --list-samples may replace: absent, empty, or lines of three integers (an earlier list).
+void refuse_foreign_sample_list(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::string line;
+  if (!std::getline(in, line)) return;
+  long long epoch = 0, id = 0;
+  int padding = 0;
+  char rest = 0;
+  if (std::sscanf(line.c_str(), "%lld %lld %d %c", &epoch, &id, &padding, &rest) != 3)
+    throw IoError(file +
+                  ": exists and is not a sample list stoker wrote; left as it is (remove it or choose another "
+                  "--list-samples)");
+}
+
 void run_load(const LoadArgs& args) {
   const auto open_start = std::chrono::steady_clock::now();
   WebDatasetReport report;
@@ -54,10 +74,22 @@ void run_load(const LoadArgs& args) {
                 sharding.mode == ShardMode::Fixed ? "fixed parts" : "interleaved",
                 sharding.drop_remainder ? "dropped" : "padded", loader.samples_per_epoch());
   }
+  // Written under a temporary name and renamed when the epochs are done; it replaces only an
+  // earlier sample list.
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> list(nullptr, &std::fclose);
+  std::filesystem::path list_tmp;
+  struct RemoveUnlessCommitted {
+    std::filesystem::path* tmp;
+    ~RemoveUnlessCommitted() {
+      std::error_code ec;
+      if (!tmp->empty()) std::filesystem::remove(*tmp, ec);
+    }
+  } remove_tmp{&list_tmp};
   if (!args.list_samples.empty()) {
-    list.reset(std::fopen(args.list_samples.c_str(), "w"));
-    if (!list) throw IoError(args.list_samples + ": cannot write the sample list");
+    refuse_foreign_sample_list(args.list_samples);
+    list_tmp = temporary_path(args.list_samples);
+    list.reset(std::fopen(list_tmp.c_str(), "w"));
+    if (!list) throw IoError(args.list_samples + ": cannot write the sample list: " + std::strerror(errno));
   }
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
     loader.reset_stats();
@@ -90,7 +122,14 @@ void run_load(const LoadArgs& args) {
     }
     std::printf("\n");
   }
-  if (list && std::fclose(list.release()) != 0) throw IoError(args.list_samples + ": cannot write the sample list");
+  if (list) {
+    const bool flushed = std::fflush(list.get()) == 0;
+    const int err = errno;
+    if (std::fclose(list.release()) != 0 || !flushed)
+      throw IoError(args.list_samples + ": cannot write the sample list: " + std::strerror(flushed ? errno : err));
+    commit_file(list_tmp, args.list_samples);
+    list_tmp.clear();
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker::app {
@@ -127,6 +128,17 @@ std::pair<double, double> nice_range(double lo, double hi, int target) {
   return {steps(std::floor(lo / step + 1e-9), step), steps(std::ceil(hi / step - 1e-9), step)};
 }
 
+namespace {
+
+// Encoded in memory, then written atomically: a failed write leaves the previous chart.
+void write_png(const std::filesystem::path& png, const cv::Mat& img) {
+  std::vector<std::uint8_t> bytes;
+  if (!cv::imencode(".png", img, bytes)) throw IoError(png.string() + ": cannot encode PNG");
+  write_file_atomically(png, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+}  // namespace
+
 void write_charts(const std::filesystem::path& png, const std::vector<Chart>& charts) {
   cv::Mat img(kHeight * static_cast<int>(std::max<std::size_t>(1, charts.size())), kWidth, CV_8UC3,
               cv::Scalar(255, 255, 255));
@@ -134,7 +146,7 @@ void write_charts(const std::filesystem::path& png, const std::vector<Chart>& ch
     cv::Mat part = img(cv::Rect(0, kHeight * static_cast<int>(i), kWidth, kHeight));
     draw_chart(part, charts[i]);
   }
-  if (!cv::imwrite(png.string(), img)) throw IoError(png.string() + ": cannot write PNG");
+  write_png(png, img);
 }
 
 void write_bar_chart(const std::filesystem::path& png, const std::string& title,
@@ -162,7 +174,7 @@ void write_bar_chart(const std::filesystem::path& png, const std::string& title,
     cv::putText(img, tick(bars[i].second), {kLabel + w + 6, y + 16}, cv::FONT_HERSHEY_SIMPLEX, 0.42, {0, 0, 0}, 1,
                 cv::LINE_AA);
   }
-  if (!cv::imwrite(png.string(), img)) throw IoError(png.string() + ": cannot write PNG");
+  write_png(png, img);
 }
 
 }  // namespace stoker::app

@@ -16,6 +16,7 @@
 #include "progress.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/training/checkpoint.hpp"
+#include "stoker/training/run_folder.hpp"
 #include "stoker/training/train.hpp"
 #include "train_config.hpp"
 #include "utilisation.hpp"
@@ -147,7 +148,7 @@ std::vector<EpochLog> earlier_epochs(const TrainConfig& c, const std::vector<tra
                                      std::size_t val_skipped, Series& throughput) {
   nlohmann::json old;
   try {
-    std::ifstream in(fs::path(c.out) / "history.json");
+    std::ifstream in(fs::path(c.out) / training::kHistoryFile);
     if (in) old = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception&) {
     old = nullptr;  // a history.json cut short: the epochs keep their figures, not their utilisation
@@ -207,7 +208,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
   j["skipped_files"] = nlohmann::json::array();
   for (const SkippedSample& f : skipped.files) j["skipped_files"].push_back({{"path", f.path}, {"reason", f.reason}});
   j["throughput"] = {{"seconds", throughput.x}, {"images_per_second", throughput.y}};
-  write_file_atomically(fs::path(c.out) / "history.json", j.dump(2) + "\n");
+  write_file_atomically(fs::path(c.out) / training::kHistoryFile, j.dump(2) + "\n");
 
   Series loss{"loss", {}, {}}, val_loss{"val_loss", {}, {}}, acc{"accuracy", {}, {}}, val_acc{"val_accuracy", {}, {}};
   Series cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
@@ -238,20 +239,21 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
     return Chart{std::move(title),          "epoch", std::move(y_label), std::move(series), true, phase_in_epochs,
                  mark ? best : std::nullopt};
   };
-  write_charts(fs::path(c.out) / "metrics.png",
+  write_charts(fs::path(c.out) / training::kMetricsChart,
                {per_epoch("loss per epoch", "binary/categorical cross-entropy", {loss, val_loss}, true),
                 per_epoch("accuracy per epoch", "accuracy", {acc, val_acc}, true)});
   std::vector<Series> util{cpu, wait};
   if (!gpu.x.empty()) util.push_back(gpu);
   if (!own.x.empty()) util.push_back(own);
-  write_charts(fs::path(c.out) / "throughput.png", {Chart{"training throughput over time",
-                                                          "seconds",
-                                                          "images per second",
-                                                          {throughput},
-                                                          false,
-                                                          phase_in_seconds,
-                                                          std::nullopt},
-                                                    per_epoch("utilisation per epoch", "percent", util, false)});
+  write_charts(fs::path(c.out) / training::kThroughputChart,
+               {Chart{"training throughput over time",
+                      "seconds",
+                      "images per second",
+                      {throughput},
+                      false,
+                      phase_in_seconds,
+                      std::nullopt},
+                per_epoch("utilisation per epoch", "percent", util, false)});
 }
 
 // Progress bars, the per-epoch lines and utilisation, and the throughput series for the plots.
@@ -404,13 +406,83 @@ TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
   return c;
 }
 
+// The inputs of a run never lie in its --out (a run, or --overwrite, would replace or remove
+// them), and --out never lies in a class folder given as --data or --val (its files would become
+// images of a class).
+void check_inputs_outside_out(const TrainConfig& c) {
+  const fs::path out = c.out;
+  auto refuse_inside = [&](const std::string& path, const char* flag) {
+    if (path.empty()) return;
+    // A brace pattern of shards: the folder part before the first brace.
+    const std::string fixed = path.substr(0, path.find('{'));
+    if (training::is_inside(fixed.empty() ? path : fixed, out))
+      throw InvalidArgument(std::string(flag) + " " + path + " lies inside --out " + c.out +
+                            ", which a run writes and --overwrite clears: keep the run's inputs outside its folder");
+  };
+  refuse_inside(c.model, "--model");
+  refuse_inside(c.loader.data, "--data");
+  refuse_inside(c.loader.data_csv, "--data-csv");
+  refuse_inside(c.loader.directory, "--directory");
+  refuse_inside(c.val, "--val");
+  for (const auto& [folder, flag] : {std::pair{c.loader.data, "--data"}, {c.val, "--val"}}) {
+    if (c.loader.data_csv.empty() && !folder.empty() && !LoaderFlags::names_shards(folder) &&
+        fs::is_directory(folder) && training::is_inside(out, folder))
+      throw InvalidArgument("--out " + c.out + " lies inside " + flag + " " + folder +
+                            ": the run's files would be read as a class of images; choose an --out outside it");
+  }
+}
+
+// A new run's --out: absent or empty, else refused with the choices; with --overwrite the earlier
+// run's files (only those) are listed here and removed by clear_earlier_run.
+training::RunFolder check_out_folder(const TrainConfig& c) {
+  check_inputs_outside_out(c);
+  training::RunFolder folder = training::inspect_run_folder(c.out);
+  if (!folder.foreign_run_names.empty()) {
+    throw InvalidArgument("--out " + c.out + " holds " + training::list_names(folder.foreign_run_names) +
+                          ", named as stoker's run files but not written by stoker: a run would replace them; move "
+                          "them away or choose another --out");
+  }
+  if (folder.empty() || c.overwrite) return folder;
+  if (!folder.run_files.empty()) {
+    throw InvalidArgument("--out " + c.out + " holds an earlier run (" + training::list_names(folder.run_files) +
+                          "): continue it with --resume " + c.out +
+                          ", train into a new --out, or replace it with --overwrite (removes that run's files, keeps "
+                          "any other)");
+  }
+  throw InvalidArgument("--out " + c.out + " is not empty (" + training::list_names(folder.other_files) +
+                        "): train into a new or empty --out, or add --overwrite to write the run beside these files "
+                        "(they are kept)");
+}
+
+// --overwrite, once the data has loaded: the earlier run's files go, the user's stay.
+void clear_earlier_run(const training::RunFolder& folder) {
+  if (folder.run_files.empty()) return;
+  std::printf("--overwrite: removing the earlier run in %s (%zu files: %s)", folder.dir.c_str(),
+              folder.run_files.size(), training::list_names(folder.run_files, 20).c_str());
+  if (!folder.other_files.empty()) std::printf("; kept: %s", training::list_names(folder.other_files).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+  training::remove_run_files(folder);
+}
+
+void discard_unstarted_run(const fs::path& out, bool remove_folder) {
+  try {
+    training::remove_run_files(training::inspect_run_folder(out));
+    if (remove_folder && fs::is_empty(out)) fs::remove(out);
+  } catch (const std::exception&) {  // the run's own error is the one to report
+  }
+}
+
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
+  if (!given.resume.empty() && given.overwrite)
+    throw InvalidArgument("--overwrite starts a new run over an earlier one; --resume continues it: give one of them");
   const TrainConfig c = given.resume.empty() ? given : resumed_config(given, cmd);
   if (c.loader.data.empty() && c.loader.data_csv.empty())
     throw InvalidArgument("--data is required (or --data-csv FILE, or --resume OUT to continue a run)");
   for (const auto& [value, flag] : {std::pair{&c.model, "--model"}, {&c.out, "--out"}}) {
     if (value->empty()) throw InvalidArgument(std::string(flag) + " is required (or --resume OUT to continue a run)");
   }
+  const training::RunFolder earlier = c.resume.empty() ? check_out_folder(c) : training::RunFolder{};
   if (cmd.count("--label-mode") > 0) {
     throw InvalidArgument(
         "--label-mode does not apply to train: two classes train a sigmoid head (binary labels), more a softmax "
@@ -428,11 +500,22 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);
+  const bool new_folder = !fs::exists(c.out);
   if (c.resume.empty()) {
+    clear_earlier_run(earlier);
     fs::create_directories(c.out);
     save_run_settings(c);
   }
-  const training::TrainResult result = training::train(data, options, &observer);
+  training::TrainResult result;
+  try {
+    result = training::train(data, options, &observer);
+  } catch (...) {
+    // A new run that stops before its first epoch ends (a --cut-at that does not exist, a file
+    // that cannot be read) has nothing to resume: its files go, so that the corrected command
+    // finds the folder as it was. A resumed run keeps everything.
+    if (c.resume.empty() && log.empty()) discard_unstarted_run(c.out, new_folder);
+    throw;
+  }
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
               c.monitor.c_str(), b.validation.accuracy, b.validation.loss);
@@ -448,6 +531,10 @@ void add_train_command(CLI::App& app) {
   config->loader.interpolation = "bilinear";
   CLI::App* cmd = app.add_subcommand("train", "train a classifier head on a frozen backbone (transfer learning)");
   config->add_to(*cmd);
+  // Not a setting of the run (never recorded): what may happen to the --out folder it starts in.
+  cmd->add_flag("--overwrite", config->overwrite,
+                "train into a --out that holds an earlier run or other files: the earlier run's files are removed "
+                "(they are listed), any other file is kept (without it such a folder is refused)");
   cmd->callback([config, cmd] { run_train(*config, *cmd); });
 }
 

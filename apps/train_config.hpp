@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "loader_flags.hpp"
+#include "stoker/training/run_folder.hpp"
 #include "stoker/training/train.hpp"
 
 namespace stoker::app {
@@ -35,6 +36,7 @@ struct TrainConfig {
   int cpu_budget = 0;        // without --threads: the calibration's most threads (0: all cores)
   std::string ram_budget;    // without --threads: RAM for prefetched batches (empty: no limit)
   std::string resume;        // the --out of a killed run to continue
+  bool overwrite = false;  // --out may hold an earlier run (its files are removed) or other files (kept); not recorded
   // The second phase (training::FineTuneOptions): unfreeze the backbone from this layer up.
   std::string fine_tune_from;
   int fine_tune_epochs = 10;
@@ -78,7 +80,7 @@ struct TrainConfig {
 
 // A run's settings, kept in its --out folder (kRunSettingsFile, JSON) so that --resume repeats
 // them: paths are stored absolute. IoError naming the file when it cannot be written or read.
-constexpr const char* kRunSettingsFile = "train_settings.json";
+constexpr const char* kRunSettingsFile = training::kRunSettingsFile;
 void save_run_settings(const TrainConfig& config);
 TrainConfig load_run_settings(const std::string& out);
 // The flags --resume takes along (they do not change the results); any other is refused.

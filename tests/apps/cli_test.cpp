@@ -36,8 +36,9 @@ std::string stoker_binary() {
   return env && *env ? env : STOKER_CLI;
 }
 
-CommandResult stoker(const std::string& args) {
-  const std::string cmd = stoker_binary() + " " + args + " 2>&1";
+// `prefix` runs before the command in the same shell (a limit: "ulimit -f 4; exec").
+CommandResult stoker(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + stoker_binary() + " " + args + " 2>&1";
   CommandResult r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -826,6 +827,144 @@ TEST_F(Cli, ShardAFolderThenLoadTheShards) {
   const CommandResult missing = stoker("load --data " + (dir / "nowhere-{0..1}.tar").string() + common);
   EXPECT_EQ(missing.exit_code, 2) << missing.out;
   EXPECT_NE(missing.out.find("nowhere-0.tar"), std::string::npos) << missing.out;
+}
+
+std::string file_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::string> training_files(const fs::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Training again into a folder that holds a finished run is refused with the choices, and nothing
+// in it changes; --overwrite removes that run's files (listed) and keeps the user's; a folder of
+// other files is refused too; the run's inputs may not lie in its folder, nor the folder in its data.
+TEST_F(Cli, TrainIntoAnEarlierRunIsRefusedUntilResumeOrOverwrite) {
+  const fs::path out = dir / "out";
+  const std::string base = "train --data " + (dir / "data").string() + " --model " + kModel +
+                           " --cut-at sequential_9 --image-size 96 --batch-size 8 --threads 2 --device cpu ";
+  const CommandResult first = stoker(base + "--epochs 2 --out " + out.string());
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const std::string history = file_text(out / "history.json"), head = file_text(out / "head.stkh");
+
+  const CommandResult again = stoker(base + "--epochs 1 --out " + out.string());
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_NE(again.out.find("holds an earlier run ("), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("--resume " + out.string()), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("--overwrite"), std::string::npos) << again.out;
+  EXPECT_EQ(file_text(out / "history.json"), history) << "the refused run changed the finished one";
+  EXPECT_EQ(file_text(out / "head.stkh"), head);
+
+  std::ofstream(out / "notes.txt") << "my notes\n";
+  const CommandResult replaced = stoker(base + "--epochs 1 --overwrite --out " + out.string());
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.out;
+  EXPECT_NE(replaced.out.find("--overwrite: removing the earlier run in " + out.string()), std::string::npos)
+      << replaced.out;
+  EXPECT_NE(replaced.out.find("kept: notes.txt"), std::string::npos) << replaced.out;
+  EXPECT_EQ(file_text(out / "notes.txt"), "my notes\n");
+  EXPECT_EQ(nlohmann::json::parse(file_text(out / "history.json"))["epochs"].size(), 1u);
+  const CommandResult resumed_and_overwritten = stoker("train --resume " + out.string() + " --overwrite");
+  EXPECT_EQ(resumed_and_overwritten.exit_code, 2) << resumed_and_overwritten.out;
+
+  // Only the user's files: refused, then --overwrite writes the run beside them.
+  const fs::path mine = dir / "mine";
+  fs::create_directories(mine);
+  std::ofstream(mine / "notes.txt") << "mine\n";
+  const CommandResult not_empty = stoker(base + "--epochs 1 --out " + mine.string());
+  EXPECT_EQ(not_empty.exit_code, 2) << not_empty.out;
+  EXPECT_NE(not_empty.out.find("is not empty (notes.txt)"), std::string::npos) << not_empty.out;
+  // A run that fails before its first epoch ends leaves the folder as it found it.
+  const CommandResult bad_cut = stoker(base + "--epochs 1 --overwrite --cut-at no_such_layer --out " + mine.string());
+  EXPECT_EQ(bad_cut.exit_code, 2) << bad_cut.out;
+  EXPECT_EQ(training_files(mine), std::vector<std::string>{"notes.txt"});
+  EXPECT_EQ(stoker(base + "--epochs 1 --cut-at no_such_layer --out " + (dir / "new").string()).exit_code, 2);
+  EXPECT_FALSE(fs::exists(dir / "new"));
+  // A file named as the run's own but not of its kind stops even --overwrite.
+  std::ofstream(mine / "model.h5") << "my own model, not HDF5\n";
+  const CommandResult impostor = stoker(base + "--epochs 1 --overwrite --out " + mine.string());
+  EXPECT_EQ(impostor.exit_code, 2) << impostor.out;
+  EXPECT_NE(impostor.out.find("model.h5, named as stoker's run files but not written by stoker"), std::string::npos)
+      << impostor.out;
+  EXPECT_EQ(file_text(mine / "model.h5"), "my own model, not HDF5\n");
+
+  // Inputs inside --out, --out inside the data.
+  fs::copy_file(kModel, out / "backbone-copy.h5");
+  const CommandResult model_inside =
+      stoker(base + "--epochs 1 --overwrite --model " + (out / "backbone-copy.h5").string() + " --out " + out.string());
+  EXPECT_EQ(model_inside.exit_code, 2) << model_inside.out;
+  EXPECT_NE(model_inside.out.find("--model " + (out / "backbone-copy.h5").string() + " lies inside --out"),
+            std::string::npos)
+      << model_inside.out;
+  const CommandResult out_in_data = stoker(base + "--epochs 1 --out " + (dir / "data" / "run").string());
+  EXPECT_EQ(out_in_data.exit_code, 2) << out_in_data.out;
+  EXPECT_NE(out_in_data.out.find("lies inside --data"), std::string::npos) << out_in_data.out;
+  EXPECT_FALSE(fs::exists(dir / "data" / "run"));
+
+  // A folder whose class names and head disagree: a one-line reason, exit 2, no prediction.
+  auto info = nlohmann::json::parse(file_text(out / "stoker_model.json"));
+  info["class_names"] = {"cat", "dog", "fox"};
+  std::ofstream(out / "stoker_model.json") << info.dump();
+  const CommandResult mixed =
+      stoker("predict --model-dir " + out.string() + " " + (dir / "data" / "dog" / "img1.jpg").string());
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.out;
+  EXPECT_NE(mixed.out.find("mixes files of two runs"), std::string::npos) << mixed.out;
+}
+
+// `stoker shard` into a pattern that already has shards: refused; --overwrite removes every one of
+// them first, so the folder then holds the new set alone. A write that fails (a file-size limit)
+// names the shard and leaves nothing under its name; --shard-index and --list-samples never
+// replace a file of another kind.
+TEST_F(Cli, ShardRefusesAnEarlierSetAndOverwriteReplacesItWhole) {
+  const fs::path shards = dir / "sh";
+  const std::string shard = "shard --data " + (dir / "data").string() + " --out " + (shards / "s-%06d.tar").string();
+  const CommandResult small = stoker(shard + " --max-size 40KiB");
+  ASSERT_EQ(small.exit_code, 0) << small.out;
+  ASSERT_TRUE(fs::exists(shards / "s-000001.tar")) << small.out;
+  const std::string second = file_text(shards / "s-000001.tar");
+
+  const CommandResult again = stoker(shard + " --max-size 1GiB");
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_NE(again.out.find("already holds"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("--overwrite"), std::string::npos) << again.out;
+  EXPECT_EQ(file_text(shards / "s-000001.tar"), second);
+
+  const CommandResult replaced = stoker(shard + " --max-size 1GiB --overwrite");
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.out;
+  EXPECT_NE(replaced.out.find("removed"), std::string::npos) << replaced.out;
+  EXPECT_FALSE(fs::exists(shards / "s-000001.tar")) << "a shard of the earlier set left beside the new one";
+  const std::string common = " --epochs 1 --image-size 32 --threads 2";
+  const CommandResult loaded = stoker("load --data '" + (shards / "s-{000000..000000}.tar").string() + "'" + common);
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.out;
+  EXPECT_NE(loaded.out.find("dataset: 20 images in 2 classes"), std::string::npos) << loaded.out;
+
+  // The user's notes given as --shard-index or --list-samples: refused, untouched.
+  std::ofstream(shards / "notes.txt") << "my notes\n";
+  const std::string data = " --data '" + (shards / "s-{000000..000000}.tar").string() + "'" + common;
+  const CommandResult index = stoker("load" + data + " --shard-index " + (shards / "notes.txt").string());
+  EXPECT_EQ(index.exit_code, 2) << index.out;
+  EXPECT_NE(index.out.find("notes.txt: exists and is not a shard index stoker wrote; left as it is"), std::string::npos)
+      << index.out;
+  const CommandResult list = stoker("load" + data + " --list-samples " + (shards / "notes.txt").string());
+  EXPECT_EQ(list.exit_code, 2) << list.out;
+  EXPECT_EQ(file_text(shards / "notes.txt"), "my notes\n");
+  const CommandResult own_list = stoker("load" + data + " --list-samples " + (dir / "list.txt").string());
+  ASSERT_EQ(own_list.exit_code, 0) << own_list.out;
+  EXPECT_EQ(stoker("load" + data + " --list-samples " + (dir / "list.txt").string()).exit_code, 0)
+      << "its own list is replaced";
+
+  // A full disk: the shard's name in the error, no file under it.
+  const CommandResult full =
+      stoker("shard --data " + (dir / "data").string() + " --out " + (dir / "full" / "f-%d.tar").string(),
+             "trap '' XFSZ; ulimit -f 4;");
+  EXPECT_EQ(full.exit_code, 2) << full.out;
+  EXPECT_NE(full.out.find((dir / "full" / "f-0.tar").string()), std::string::npos) << full.out;
+  EXPECT_FALSE(fs::exists(dir / "full" / "f-0.tar"));
+  EXPECT_TRUE(fs::is_empty(dir / "full")) << "no temporary left";
 }
 
 }  // namespace

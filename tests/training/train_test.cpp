@@ -2,6 +2,7 @@
 // model folder -> load_trained_model() -> predict() / evaluate() on images it has not seen.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/model_folder.hpp"
+#include "stoker/training/run_folder.hpp"
 #include "stoker/training/train.hpp"
 #include "test_support.hpp"
 
@@ -671,6 +673,110 @@ TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {
       EXPECT_NE(std::string(e.what()).find(kCheckpointFile), std::string::npos) << e.what();
     }
   }
+}
+
+// The run folder's files told apart from the user's: recognised by name and content, removed
+// alone; a folder that mixes two runs, or a run stopped in its first epoch, is refused by
+// load_trained_model with the reason (never a prediction under the wrong class names); a
+// checkpoint naming a file outside its folder is refused; a failed write keeps the previous file.
+TEST_F(TrainRun, RunFilesAreKnownAndAFolderMixingTwoRunsIsRefused) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  TrainOptions o = small_run(dir / "run");
+  o.epochs = 1;
+  train(data, o);
+  auto copy_of = [&](const std::string& name) {
+    fs::copy(dir / "run", dir / name, fs::copy_options::recursive);
+    return dir / name;
+  };
+
+  {
+    const fs::path f = copy_of("mine");
+    std::ofstream(f / "notes.txt") << "the user's\n";
+    std::ofstream(f / "history.json") << "not stoker's history\n";
+    std::ofstream(f / "head.stkh.tmp.12345") << "cut";
+    fs::create_directories(f / "photos");
+    const RunFolder run = inspect_run_folder(f);
+    std::vector<std::string> own;
+    for (const auto& p : run.run_files) own.push_back(p.filename().string());
+    for (const char* name : {"head.stkh", "model.h5", "stoker_model.json", kCheckpointFile, kCheckpointFeaturesFile,
+                             "head.stkh.tmp.12345"})
+      EXPECT_NE(std::find(own.begin(), own.end(), name), own.end()) << name << " not recognised";
+    ASSERT_EQ(run.foreign_run_names.size(), 1u);
+    EXPECT_EQ(run.foreign_run_names[0].filename(), "history.json");
+    EXPECT_EQ(run.other_files.size(), 2u);  // notes.txt, photos/
+    remove_run_files(run);
+    EXPECT_TRUE(fs::exists(f / "notes.txt") && fs::exists(f / "photos") && fs::exists(f / "history.json"));
+    EXPECT_FALSE(fs::exists(f / "head.stkh") || fs::exists(f / "model.h5") || fs::exists(f / kCheckpointFile));
+    EXPECT_TRUE(inspect_run_folder(dir / "nowhere").empty());
+  }
+
+  // stoker_model.json of a three-class run over this two-class head (and its model.h5).
+  auto expect_refused = [](const fs::path& folder, const std::string& reason) {
+    try {
+      load_trained_model(folder);
+      FAIL() << folder << " was loaded";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  {
+    const fs::path f = copy_of("mixed");
+    ModelInfo info = load_trained_model(f).info;
+    info.class_names = {"blue", "green", "red"};
+    write_model_info(f, info);
+    expect_refused(f, "head.stkh has 1 output (two classes) but stoker_model.json names 3 classes");
+  }
+  // Killed in its first epoch: the settings and a checkpoint, no head yet.
+  {
+    const fs::path f = copy_of("killed");
+    fs::remove(f / "head.stkh");
+    fs::remove(f / "model.h5");
+    expect_refused(f, "the run has not finished an epoch yet (no head.stkh)");
+  }
+  // A head newer than model.h5 (a continued run stopped before its end).
+  {
+    const fs::path f = copy_of("stale");
+    trainer::BackboneRef ref;
+    trainer::Head h = trainer::Head::load(f / "head.stkh", &ref);
+    h.kernel()[0] += 1.0f;
+    h.save(f / "head.stkh", ref);
+    expect_refused(f, "model.h5: its head is not head.stkh's");
+  }
+  EXPECT_NO_THROW(load_trained_model(dir / "run"));
+
+  // A checkpoint naming its fine-tuned backbone outside the folder.
+  for (const char* outside : {"../elsewhere.h5", "/tmp/elsewhere.h5", "sub/../../x.h5"}) {
+    Checkpoint c = load_checkpoint(dir / "run" / kCheckpointFile);
+    c.fine_tune = FineTuneProgress{};
+    c.fine_tune->backbone_file = outside;
+    save_checkpoint(dir / "forged.stkc", c);
+    try {
+      load_checkpoint(dir / "forged.stkc");
+      FAIL() << outside;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a file of the run's folder"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(is_plain_file_name("checkpoint-backbone-3-b2.h5"));
+  EXPECT_TRUE(is_inside(dir / "run" / "model.h5", dir / "run"));
+  EXPECT_TRUE(is_inside(dir / "run" / "sub" / ".." / "x", dir / "run"));
+  EXPECT_FALSE(is_inside(dir / "run" / ".." / "data", dir / "run"));
+  EXPECT_FALSE(is_inside(dir / "runs", dir / "run"));
+
+  // The disk fills while the model folder is written: an error naming the file, the old one kept.
+  const std::string before = read_whole_file(dir / "run" / "stoker_model.json");
+  ModelInfo info = load_trained_model(dir / "run").info;
+  info.class_names = {std::string(4096, 'x'), "red"};
+  {
+    test::FileSizeLimit full(1024);
+    try {
+      write_model_info(dir / "run", info);
+      FAIL() << "the write did not fail";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("stoker_model.json"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_whole_file(dir / "run" / "stoker_model.json"), before);
 }
 
 }  // namespace

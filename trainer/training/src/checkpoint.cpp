@@ -10,6 +10,7 @@
 
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/training/run_folder.hpp"
 
 namespace stoker::training {
 namespace {
@@ -246,6 +247,11 @@ Checkpoint load_checkpoint(const std::filesystem::path& file) {
       FineTuneProgress ft;
       ft.epochs_done = f.at("epochs_done").get<int>();
       ft.backbone_file = f.at("backbone_file").get<std::string>();
+      // A run resumes from files of its own folder only: a name with a folder, absolute or `..`,
+      // is refused rather than read (or later removed) outside it.
+      if (!is_plain_file_name(ft.backbone_file))
+        throw IoError(where + ": names the backbone file '" + ft.backbone_file +
+                      "', which is not a file of the run's folder; refusing to resume from it");
       restore(ft.early_stopping, f.at("early_stopping"));
       ft.top = optimizer_from(f.at("top_optimizer"), optimizers, where);
       ft.head = optimizer_from(f.at("head_optimizer"), optimizers, where);

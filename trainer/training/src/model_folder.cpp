@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/training/checkpoint.hpp"
 
 namespace stoker::training {
 namespace fs = std::filesystem;
@@ -165,9 +167,7 @@ void write_model_info(const fs::path& dir, const ModelInfo& info) {
   j["featurewise_std_normalization"] = p.featurewise_std_normalization;
   if (p.featurewise) j["featurewise"] = {{"mean", p.featurewise->mean}, {"std", p.featurewise->std}};
   j["class_names"] = info.class_names;
-  std::ofstream out(dir / "stoker_model.json");
-  out << j.dump(2) << "\n";
-  if (!out) throw IoError((dir / "stoker_model.json").string() + ": cannot write");
+  write_file_atomically(dir / "stoker_model.json", j.dump(2) + "\n");
 }
 
 TrainedModel load_trained_model(const fs::path& dir) {
@@ -211,7 +211,26 @@ TrainedModel load_trained_model(const fs::path& dir) {
     throw IoError(file.string() + ": " + e.what());
   }
   info.backbone.preprocess = info.prepare.preprocess;
-  m.head = trainer::Head::load(dir / "head.stkh");
+  const fs::path head_file = dir / "head.stkh";
+  if (!fs::exists(head_file)) {
+    if (fs::exists(dir / kCheckpointFile))
+      throw IoError(dir.string() +
+                    ": the run has not finished an epoch yet (no head.stkh): continue it with stoker "
+                    "train --resume " +
+                    dir.string());
+    throw IoError(head_file.string() + ": not found (is " + dir.string() + " a folder written by stoker train --out?)");
+  }
+  m.head = trainer::Head::load(head_file);
+  // Class names and head from two runs would label every image wrongly: refused.
+  const int classes = static_cast<int>(info.class_names.size());
+  const auto outputs_for = [](int k) { return k == 2 ? 1 : k; };
+  if (classes < 2 || m.head->units() != outputs_for(classes)) {
+    throw IoError(dir.string() + ": head.stkh has " + std::to_string(m.head->units()) + " output" +
+                  (m.head->units() == 1 ? " (two classes)" : "s") + " but stoker_model.json names " +
+                  std::to_string(classes) +
+                  " classes: the folder mixes files of two runs; train again into it with "
+                  "--overwrite, or into a new --out");
+  }
   m.output = ClassifierOutput::Probabilities;
   if (fs::exists(dir / kClassifierFile)) {
     // The exported classifier up to its head: the folder needs no other file.
@@ -222,6 +241,14 @@ TrainedModel load_trained_model(const fs::path& dir) {
     const trainer::LayerNode& head = g.nodes.at(static_cast<std::size_t>(g.outputs.at(0)));
     if (head.kind != trainer::LayerKind::Dense || head.inputs.size() != 1)
       throw IoError((dir / kClassifierFile).string() + ": does not end in the Dense head stoker train writes");
+    // model.h5 is written when a run ends, head.stkh at each best epoch: a run continued and
+    // stopped before its end leaves a model.h5 whose head is not the folder's.
+    const auto kernel = head.weights.find("kernel");
+    if (kernel == head.weights.end() || !kernel->second.data || *kernel->second.data != m.head->kernel())
+      throw IoError((dir / kClassifierFile).string() +
+                    ": its head is not head.stkh's (a run continued in this folder stopped before its end): "
+                    "finish it with stoker train --resume " +
+                    dir.string());
     m.backbone = whole.cut_at(g.nodes.at(static_cast<std::size_t>(head.inputs[0])).name);
     m.preprocessing_in_backbone = true;
   } else {

@@ -354,9 +354,7 @@ void save_fine_tune_checkpoint(const fs::path& out, const RunState& run, Sources
   p.head = model.head_optimizer().state();
   p.early_stopping = early_stopping;
   p.backbone_file = backbone_checkpoint_name(epoch, static_cast<std::size_t>(loader.next_batch));
-  const fs::path file = out / p.backbone_file, partial = out / (p.backbone_file + ".partial");
-  trainer::save_keras_h5(top.graph(), partial);
-  fs::rename(partial, file);
+  trainer::save_keras_h5(top.graph(), out / p.backbone_file);  // atomically: complete or absent
   run.save(epoch, loader, progress ? *progress : EpochProgress{}, &p, &best);
   std::error_code ignored;
   if (!saved_backbone.empty() && saved_backbone != p.backbone_file) fs::remove(out / saved_backbone, ignored);
