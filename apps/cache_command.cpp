@@ -63,7 +63,7 @@ void add_cache_command(CLI::App& app) {
   cache->require_subcommand(1);
 
   auto flags = std::make_shared<LoaderFlags>();
-  flags->cache = "decoded";
+  flags->use_defaults_of(kWhereCacheBuild);  // the table's: --cache decoded
   CLI::App* build = cache->add_subcommand("build", "decode a dataset once into a cache file");
   flags->add_to(*build);
   build->callback([flags] { run_build(*flags); });

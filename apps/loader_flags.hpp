@@ -5,13 +5,17 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 
 #include <CLI/CLI.hpp>
-#include <oneapi/tbb/info.h>
-
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
+#include "stoker/pipeline/loader_settings.hpp"
 #include "stoker/pipeline/webdataset.hpp"
 
 namespace stoker::app {
@@ -28,30 +32,105 @@ inline void print_shard_report(const WebDatasetReport& report, double millisecon
   }
 }
 
+// The loader's flags come from the settings' table (stoker/pipeline/loader_settings.hpp): each
+// setting is a field here (members() says which), its flag, help and default are the table's, and
+// options() converts through loader_options_from(), so the command checks values as Python does.
+// The dataset's flags (--data, --data-csv, ...) are the command's own.
 struct LoaderFlags {
   std::string data;
-  int image_size = 224;
-  int batch_size = 32;
+  int image_size = 0;
+  int batch_size = 0;
   int threads = 0;
   int prefetch = 0;  // 0: two batches per decode thread (train: with --threads not given, calibrated)
   std::uint64_t seed = 0;
-  std::string interpolation = "nearest";
-  std::string label_mode = "binary";
-  std::string on_bad_sample = "fail";
+  std::string interpolation;
+  std::string label_mode;
+  std::string on_bad_sample;
   bool keep_aspect_ratio = false;
-  std::string cache = "none";
-  std::string cache_budget = "4GiB";
+  bool dct_scaling = true;
+  bool shuffle = true;
+  bool drop_last = false;
+  std::string cache;
+  std::string cache_budget;
   std::string cache_file;
-  int rank = -1;  // -1 with world_size 0: from the environment (torchrun, Slurm)
-  int world_size = 0;
-  std::string shard_mode = "interleaved";
-  std::string shard_remainder = "pad";
-  std::string label_field;  // tar shards: the label from this field of the json member
-  std::string shard_index;  // tar shards: where the index is kept (default: beside --cache-file)
+  int rank = -1;       // below the setting's minimum: unset (from the environment: torchrun, Slurm)
+  int world_size = 0;  // likewise
+  std::string shard_mode;
+  bool drop_remainder = false;
+  std::string shard_remainder = "pad";  // the older spelling of --drop-remainder: pad|drop
+  std::string label_field;              // tar shards: the label from this field of the json member
+  std::string shard_index;              // tar shards: where the index is kept (default: beside --cache-file)
   // A CSV/TSV list instead of --data (Keras' flow_from_dataframe): the file, its path and label
   // columns, and the folder relative paths start from (default: the CSV's own).
   std::string data_csv, x_col = "filename", y_col = "class", directory;
   std::string extensions = "png,jpg,jpeg,bmp,ppm,tif,tiff,webp";  // of class-folder files
+
+  LoaderFlags() { use_defaults_of(kWhereCommand); }
+
+  using Member =
+      std::variant<int LoaderFlags::*, std::uint64_t LoaderFlags::*, bool LoaderFlags::*, std::string LoaderFlags::*>;
+  // The field of each loader setting.
+  static const std::map<std::string_view, Member>& members() {
+    static const std::map<std::string_view, Member> m = {
+        {"image_size", &LoaderFlags::image_size},
+        {"batch_size", &LoaderFlags::batch_size},
+        {"interpolation", &LoaderFlags::interpolation},
+        {"keep_aspect_ratio", &LoaderFlags::keep_aspect_ratio},
+        {"dct_scaling", &LoaderFlags::dct_scaling},
+        {"label_mode", &LoaderFlags::label_mode},
+        {"shuffle", &LoaderFlags::shuffle},
+        {"seed", &LoaderFlags::seed},
+        {"drop_last", &LoaderFlags::drop_last},
+        {"threads", &LoaderFlags::threads},
+        {"prefetch", &LoaderFlags::prefetch},
+        {"on_bad_sample", &LoaderFlags::on_bad_sample},
+        {"cache", &LoaderFlags::cache},
+        {"cache_budget", &LoaderFlags::cache_budget},
+        {"cache_file", &LoaderFlags::cache_file},
+        {"rank", &LoaderFlags::rank},
+        {"world_size", &LoaderFlags::world_size},
+        {"shard_mode", &LoaderFlags::shard_mode},
+        {"drop_remainder", &LoaderFlags::drop_remainder},
+    };
+    return m;
+  }
+  static const Member& member(const LoaderSetting& s) {
+    const auto it = members().find(s.name);
+    if (it == members().end())
+      throw std::logic_error("LoaderFlags has no field for the loader setting " + std::string(s.name));
+    return it->second;
+  }
+
+  // Every setting's field at its default for `where` (kWhereCommand, kWhereTrain).
+  void use_defaults_of(std::string_view where) {
+    for (const auto& s : loader_settings()) set(s, std::string(s.default_for(where)));
+  }
+  // A setting's field from its text ("" leaves a setting that may be unset unset).
+  void set(const LoaderSetting& s, const std::string& text) {
+    std::visit(
+        [&](auto field) {
+          using V = std::remove_reference_t<decltype(this->*field)>;
+          if constexpr (std::is_same_v<V, bool>) this->*field = parse_setting_bool(s, text);
+          else if constexpr (std::is_same_v<V, std::string>) this->*field = text;
+          else this->*field = text.empty() ? V(s.min - 1) : static_cast<V>(parse_setting_integer(s, text));
+        },
+        member(s));
+  }
+  // A setting's field as text ("" for an unset one: an integer below the setting's minimum).
+  std::string text(const LoaderSetting& s) const {
+    return std::visit(
+        [&](auto field) -> std::string {
+          const auto& v = this->*field;
+          using V = std::remove_cvref_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
+          else if constexpr (std::is_same_v<V, std::string>) return v;
+          else {
+            if (s.may_be_unset() && static_cast<std::int64_t>(v) < s.min) return {};
+            return std::to_string(v);
+          }
+        },
+        member(s));
+  }
 
   // --data: a class folder, or WebDataset tar shards (a brace pattern or a .txt list).
   static bool names_shards(const std::string& where) {
@@ -128,53 +207,46 @@ struct LoaderFlags {
     cmd.add_option("--shard-index", shard_index,
                    "tar shards: keep their index in this file so a later start skips the scan (default with "
                    "--cache-file: FILE.shard-index)");
-    cmd.add_option("--image-size", image_size, "square target size in pixels")->capture_default_str();
-    cmd.add_option("--batch-size", batch_size, "samples per batch")->capture_default_str();
-    cmd.add_option("--threads", threads, "decode threads (0 = all cores; train: chosen by a short calibration)")
+    for (const auto& s : loader_settings()) add_setting(cmd, s);
+    cmd.add_option("--shard-remainder", shard_remainder, "pad|drop: the older spelling of --drop-remainder")
         ->capture_default_str();
-    cmd.add_option("--prefetch", prefetch, "batches decoded ahead of the consumer (0 = two per decode thread)")
-        ->capture_default_str();
-    cmd.add_option("--seed", seed, "shuffle and augmentation seed")->capture_default_str();
-    cmd.add_option("--interpolation", interpolation, "nearest|bilinear|area")->capture_default_str();
-    cmd.add_option("--label-mode", label_mode, "binary|categorical|sparse|none")->capture_default_str();
-    cmd.add_option("--on-bad-sample", on_bad_sample, "fail|skip")->capture_default_str();
-    cmd.add_flag("--keep-aspect-ratio", keep_aspect_ratio, "centre-crop to the target aspect ratio first");
-    cmd.add_option("--cache", cache, "keep samples across epochs: none|encoded|decoded")->capture_default_str();
-    cmd.add_option("--cache-budget", cache_budget, "RAM for the cache, e.g. 8GiB")->capture_default_str();
-    cmd.add_option("--cache-file", cache_file, "cache file to start warm from and to write after an epoch");
-    cmd.add_option("--rank", rank, "this process's rank (default: RANK or SLURM_PROCID, else 0)");
-    cmd.add_option("--world-size", world_size, "processes in the job (default: WORLD_SIZE or SLURM_NTASKS, else 1)");
-    cmd.add_option("--shard-mode", shard_mode, "interleaved (DistributedSampler) | fixed (one part per rank)")
-        ->capture_default_str();
-    cmd.add_option("--shard-remainder", shard_remainder, "pad (wrap around, marked) | drop")->capture_default_str();
+  }
+
+  // One setting's flag, as the table describes it: a boolean that is true by default also has
+  // --no-NAME; a choice lists its values.
+  void add_setting(CLI::App& cmd, const LoaderSetting& s) {
+    std::string help(s.help);
+    if (s.type == SettingType::Choice) {
+      help += " (";
+      for (std::size_t i = 0; i < s.choices.size(); ++i) help += (i ? "|" : "") + std::string(s.choices[i]);
+      help += ")";
+    }
+    std::visit(
+        [&](auto field) {
+          auto& v = this->*field;
+          using V = std::remove_reference_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, bool>) {
+            const std::string names = v ? s.flag() + ",!--no-" + s.flag().substr(2) : s.flag();
+            cmd.add_flag(names, v, help);
+          } else {
+            auto* option = cmd.add_option(s.flag(), v, help);
+            if (!s.may_be_unset() && !s.default_value.empty()) option->capture_default_str();
+          }
+        },
+        member(s));
   }
 
   LoaderOptions options() const {
-    LoaderOptions o;
-    o.image_height = o.image_width = image_size;
-    o.batch_size = batch_size;
-    o.threads = threads;
-    o.prefetch = prefetch > 0 ? prefetch : 2 * std::max(1, threads > 0 ? threads : tbb::info::default_concurrency());
-    o.seed = seed;
-    o.interpolation = parse_interpolation(interpolation);
-    o.label_mode = parse_label_mode(label_mode);
-    o.on_bad_sample = parse_bad_sample_policy(on_bad_sample);
-    o.keep_aspect_ratio = keep_aspect_ratio;
-    o.cache.kind = parse_cache_kind(cache);
-    o.cache.budget_bytes = parse_byte_size(cache_budget);
-    o.cache.file = cache_file;
-    if (!cache_file.empty() && o.cache.kind == CacheKind::None) {
-      throw InvalidArgument("--cache-file needs --cache encoded or --cache decoded");
+    LoaderSettingValues given;
+    for (const auto& s : loader_settings()) {
+      std::string t = text(s);
+      if (!t.empty() || !s.may_be_unset()) given.emplace(std::string(s.name), std::move(t));
     }
-    if ((rank >= 0) != (world_size >= 1)) throw InvalidArgument("give --rank and --world-size together");
-    Sharding sharding = rank >= 0 ? Sharding{rank, world_size} : sharding_from_environment();
-    sharding.mode = parse_shard_mode(shard_mode);
     if (shard_remainder != "pad" && shard_remainder != "drop") {
       throw InvalidArgument("--shard-remainder must be pad or drop, received '" + shard_remainder + "'");
     }
-    sharding.drop_remainder = shard_remainder == "drop";
-    o.sharding = sharding;
-    return o;
+    if (shard_remainder == "drop") given["drop_remainder"] = "true";
+    return loader_options_from(given, kWhereCommand);
   }
 };
 

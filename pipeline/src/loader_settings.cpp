@@ -82,7 +82,9 @@ std::vector<LoaderSetting> make_settings() {
        .type = T::Choice,
        .default_value = "none",
        .help = "keep samples across epochs: none, encoded (the files' bytes) or decoded (pixels)",
-       .choices = {"none", "encoded", "decoded"}},
+       .choices = {"none", "encoded", "decoded"},
+       .differences = {{kWhereCacheBuild, "decoded",
+                        "it builds a cache file: with none there would be nothing to build"}}},
       {.name = "cache_budget",
        .type = T::ByteSize,
        .default_value = "4GiB",
@@ -148,7 +150,7 @@ std::string LoaderSetting::flag() const {
 std::string_view LoaderSetting::default_for(std::string_view where) const {
   for (const auto& d : differences)
     if (d.where == where) return d.value;
-  if (where == kWhereTrain) return default_for(kWhereCommand);
+  if (where == kWhereTrain || where == kWhereCacheBuild) return default_for(kWhereCommand);
   return default_value;
 }
 

@@ -18,6 +18,7 @@ SETTINGS = {s["name"]: s for s in _stoker.loader_settings()}
 WHERE = {
     "command": "`stoker load`, `bench`, `cache build` (the command's flags)",
     "train": "`stoker train`",
+    "cache build": "`stoker cache build`",
     "python": "`stoker.Loader`",
     "torch": "`stoker.torch.DataLoader`",
     "jax": "`stoker.jax.Loader`",
@@ -39,11 +40,12 @@ def value(name: str, text: Any) -> Any:
 
 
 def default(name: str, where: str = "python") -> Any:
-    """The default of a setting for `where` ('python', 'torch', 'jax', 'command', 'train'): its
-    listed difference there, else the table's default."""
+    """The default of a setting for `where` ('python', 'torch', 'jax', 'command', 'train',
+    'cache build'): its listed difference there, else the table's default (a subcommand: the
+    command's)."""
     s = SETTINGS[name]
     diff = s["differences"].get(where)
-    if diff is None and where == "train":
+    if diff is None and where in ("train", "cache build"):
         diff = s["differences"].get("command")
     return value(name, diff[0] if diff is not None else s["default"])
 

@@ -47,13 +47,13 @@ TEST_F(LoaderSettings, NamesAreUniqueAndEveryDefaultIsValid) {
     EXPECT_TRUE(names.insert(s.name).second) << s.name;
     EXPECT_FALSE(s.help.empty()) << s.name;
     EXPECT_EQ(&loader_setting(s.name), &s);
-    for (const auto where : {kWhereCommand, kWhereTrain, kWherePython, kWhereTorch, kWhereJax}) {
+    for (const auto where : {kWhereCommand, kWhereTrain, kWhereCacheBuild, kWherePython, kWhereTorch, kWhereJax}) {
       EXPECT_NO_THROW(setting_value({{std::string(s.name), std::string(s.default_for(where))}}, s.name, where))
           << s.name << " at " << where;
     }
     for (const auto& d : s.differences) {
-      EXPECT_TRUE(d.where == kWhereCommand || d.where == kWhereTrain || d.where == kWherePython ||
-                  d.where == kWhereTorch || d.where == kWhereJax)
+      EXPECT_TRUE(d.where == kWhereCommand || d.where == kWhereTrain || d.where == kWhereCacheBuild ||
+                  d.where == kWherePython || d.where == kWhereTorch || d.where == kWhereJax)
           << s.name << ": " << d.where;
       EXPECT_NE(d.value, s.default_value) << s.name << " lists a difference that is none";
       EXPECT_FALSE(d.why.empty()) << s.name << " at " << d.where << " says not why";

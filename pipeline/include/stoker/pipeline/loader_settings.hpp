@@ -35,11 +35,12 @@ enum class SettingType : std::uint8_t {
 std::string_view setting_type_name(SettingType type);  // "integer", "boolean", ...
 
 // Where a setting is taken, for the defaults that differ on purpose.
-inline constexpr std::string_view kWhereCommand = "command";  // every `stoker` subcommand that loads
-inline constexpr std::string_view kWhereTrain = "train";      // `stoker train`
-inline constexpr std::string_view kWherePython = "python";    // stoker.Loader
-inline constexpr std::string_view kWhereTorch = "torch";      // stoker.torch.DataLoader
-inline constexpr std::string_view kWhereJax = "jax";          // stoker.jax.Loader
+inline constexpr std::string_view kWhereCommand = "command";         // every `stoker` subcommand that loads
+inline constexpr std::string_view kWhereTrain = "train";             // `stoker train`
+inline constexpr std::string_view kWhereCacheBuild = "cache build";  // `stoker cache build`
+inline constexpr std::string_view kWherePython = "python";           // stoker.Loader
+inline constexpr std::string_view kWhereTorch = "torch";             // stoker.torch.DataLoader
+inline constexpr std::string_view kWhereJax = "jax";                 // stoker.jax.Loader
 
 struct SettingDifference {
   std::string_view where;  // one of the kWhere* names
@@ -59,7 +60,7 @@ struct LoaderSetting {
 
   std::string flag() const;  // "--batch-size" for batch_size
   // The default `where` (a kWhere* name) takes: its listed difference, else default_value; a
-  // subcommand falls back to the command's.
+  // subcommand (train, cache build) falls back to the command's.
   std::string_view default_for(std::string_view where) const;
   bool may_be_unset() const noexcept { return default_value.empty() && type != SettingType::Text; }
 };
