@@ -236,7 +236,8 @@ std::vector<double> TrainConfig::class_weights(const Dataset& train) const {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LoaderFlags, data, image_size, batch_size, threads, prefetch, seed,
                                                 interpolation, label_mode, on_bad_sample, keep_aspect_ratio, cache,
                                                 cache_budget, cache_file, rank, world_size, shard_mode, shard_remainder,
-                                                label_field, shard_index, data_csv, x_col, y_col, directory, extensions)
+                                                dct_scaling, shuffle, drop_last, drop_remainder, label_field,
+                                                shard_index, data_csv, x_col, y_col, directory, extensions)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, loader, val, validation_split, model, cut_at, preprocess, epochs, learning_rate, monitor, class_weight,
     label_smoothing, early_stopping_patience, reduce_lr_on_plateau, cosine_decay, device, out, checkpoint_every,
