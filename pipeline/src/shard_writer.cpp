@@ -109,6 +109,16 @@ EarlierShards earlier_shards(const std::string& pattern) {
   return found;
 }
 
+// The first `n` bytes of `file` (fewer when it is shorter).
+std::string read_head(const fs::path& file, std::size_t n) {
+  std::string bytes(n, '\0');
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) return {};
+  bytes.resize(std::fread(bytes.data(), 1, n, f));
+  std::fclose(f);
+  return bytes;
+}
+
 std::string extension_of(const Sample& s) {
   const std::string name = s.range ? s.member : s.path;
   const std::string file = fs::path(name).filename().string();
@@ -167,6 +177,13 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
     // Only a list of class names, one per line, is replaced: never a file of another kind.
     if (earlier.classes && read_whole_file(*earlier.classes).find('\0') != std::string::npos)
       throw IoError(earlier.classes->string() + ": is not a list of class names; left as it is");
+    // Only tar archives are removed: a file of another kind under a shard's name stops the write.
+    for (const auto& f : earlier.shards) {
+      const std::string head = read_head(f, 262);
+      const bool empty_archive = head.size() == 262 && head.find_first_not_of('\0') == std::string::npos;
+      if (!empty_archive && (head.size() < 262 || head.compare(257, 5, "ustar") != 0))
+        throw IoError(f.string() + ": is named as a shard of the pattern but is not a tar archive; left as it is");
+    }
     for (const auto& f : earlier.shards) fs::remove(f);
     for (const auto& f : earlier.temporaries) fs::remove(f);
   }

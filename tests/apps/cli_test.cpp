@@ -868,6 +868,13 @@ TEST_F(Cli, TrainIntoAnEarlierRunIsRefusedUntilResumeOrOverwrite) {
   EXPECT_NE(replaced.out.find("kept: notes.txt"), std::string::npos) << replaced.out;
   EXPECT_EQ(file_text(out / "notes.txt"), "my notes\n");
   EXPECT_EQ(nlohmann::json::parse(file_text(out / "history.json"))["epochs"].size(), 1u);
+  // The disk fills while the run is continued: an error naming the file, the previous files intact.
+  const std::string checkpoint = file_text(out / "checkpoint.stkc"), one_epoch = file_text(out / "history.json");
+  const CommandResult full = stoker("train --resume " + out.string() + " --epochs 2", "trap '' XFSZ; ulimit -f 4;");
+  EXPECT_EQ(full.exit_code, 2) << full.out;
+  EXPECT_NE(full.out.find("cannot write"), std::string::npos) << full.out;
+  EXPECT_EQ(file_text(out / "checkpoint.stkc"), checkpoint);
+  EXPECT_EQ(file_text(out / "history.json"), one_epoch);
   const CommandResult resumed_and_overwritten = stoker("train --resume " + out.string() + " --overwrite");
   EXPECT_EQ(resumed_and_overwritten.exit_code, 2) << resumed_and_overwritten.out;
 

@@ -580,6 +580,13 @@ TEST(WebDataset, ShardsOfAnEarlierWriteAreRefusedOrAllReplaced) {
   EXPECT_THROW(write_webdataset_shards(renamed, o), IoError);
   EXPECT_TRUE(files_starting(f.dir / "shards", "other-").empty());
   EXPECT_THROW(write_webdataset_shards(f.folder, {.pattern = (f.dir / "x-%d" / "s.tar").string()}), InvalidArgument);
+  // A file of another kind under a shard's name is not removed, even with overwrite.
+  std::ofstream(f.dir / "shards" / "val-7.tar") << "my notes\n";
+  o.pattern = (f.dir / "shards" / "val-%d.tar").string();
+  o.overwrite = true;
+  EXPECT_THROW(write_webdataset_shards(f.folder, o), IoError);
+  EXPECT_EQ(read_whole_file(f.dir / "shards" / "val-7.tar"), "my notes\n");
+  EXPECT_TRUE(fs::exists(f.dir / "shards" / "val-0.tar"));
 }
 
 // A shard is written under a temporary name: while it is being written, and after a writer that
