@@ -16,6 +16,7 @@
 #include <stoker/trainer/head.hpp>
 #include <stoker/trainer/model.hpp>
 
+#include "fine_tune_twin.hpp"
 #include "test_support.hpp"
 #include "vectors.hpp"
 
@@ -445,20 +446,12 @@ TEST(FineTune, LayerScaleGammaTrains) {
 // of the CPU's float32 ones. On the emulated device (the sanitizer build) run_on_gpu() itself
 // takes the twin in bf16; on a GPU, cuDNN.
 
-GpuTrainOptions host_twin(DType storage, int max_batch) {
-  GpuTrainOptions o;
-  o.max_batch = max_batch;
-  o.host_twin = true;
-  o.host_twin_storage = storage;
-  return o;
-}
-
 TEST(GpuFineTune, HostTwinGradientsOfEveryLayerTypeAreTensorFlows) {
   for (const char* name : {"grad_conv", "grad_bn_act", "grad_pool_dense", "grad_se"}) {
     const test::VectorFile v(gradient_vectors() / (std::string(name) + ".json"));
     const Model model = load_model(gradient_vectors() / (std::string(name) + ".h5"));
     TrainableTop top(model.graph(), model.graph().nodes[1].name);
-    top.run_on_gpu(host_twin(DType::F32, v.tensor(v.meta.at("input")).batch()));
+    detail::run_on_host_twin(top, v.tensor(v.meta.at("input")).batch(), DType::F32);
     EXPECT_NE(top.executor().find("host twin (float32)"), std::string::npos) << top.executor();
     check_gradients(v, top, name);
   }
@@ -469,7 +462,7 @@ TEST(GpuFineTune, HostTwinMobileNetTopGradientsAreTensorFlows) {
   const test::VectorFile v(gradient_vectors() / "mobilenet_top.json");
   const Model backbone = load_model(file).cut_at(v.meta.at("feature_layer").get<std::string>());
   TrainableTop top(backbone.graph(), v.meta.at("unfrozen_from").get<std::string>());
-  top.run_on_gpu(host_twin(DType::F32, v.tensor(v.meta.at("input")).batch()));
+  detail::run_on_host_twin(top, v.tensor(v.meta.at("input")).batch(), DType::F32);
   check_gradients(v, top, "mobilenet_top");
 }
 
@@ -514,7 +507,7 @@ TEST(GpuFineTune, Bf16GradientsAreTheCpusUpToRounding) {
     TrainableTop cpu(model.graph(), model.graph().nodes[1].name);
     TrainableTop gpu(model.graph(), model.graph().nodes[1].name);
     const int n = 3;
-    gpu.run_on_gpu(host_twin(DType::BF16, n));
+    detail::run_on_host_twin(gpu, n, DType::BF16);
     const std::vector<float> x = noise(Tensor::element_count(cpu.input_shape()) * n, 31);
     const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu.features()) * n, 32);
     gradient_error_to_cpu(cpu, gpu, x, n, upstream, name, 0.1);
@@ -564,7 +557,7 @@ TEST(GpuFineTune, Bf16GradientsOfEachLayerAreTheCpusUpToRounding) {
           gradient_switches(layer) || gradient_switches(cg.nodes[static_cast<std::size_t>(cg.find(cpu->from_layer()))]);
       TrainableTop gpu(cg, cpu->from_layer());
       const int n = 3;
-      gpu.run_on_gpu(host_twin(DType::BF16, n));
+      detail::run_on_host_twin(gpu, n, DType::BF16);
       const std::vector<float> x = noise(Tensor::element_count(cpu->input_shape()) * n, 41 + i);
       const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu->features()) * n, 42 + i);
       const std::string what = std::string(name) + " " + layer.name + " (from " + cpu->from_layer() + ")";
@@ -585,7 +578,7 @@ TEST(GpuFineTune, Bf16MobileNetTopGradientsAreTheCpusUpToRounding) {
   const Model backbone = load_model(file).cut_at("out_relu");
   TrainableTop cpu(backbone.graph(), "block_13_expand"), gpu(backbone.graph(), "block_13_expand");
   const int n = 2;
-  gpu.run_on_gpu(host_twin(DType::BF16, n));
+  detail::run_on_host_twin(gpu, n, DType::BF16);
   const Model below = backbone.cut_at(cpu.boundary());
   const std::vector<float> images = noise(static_cast<std::size_t>(n) * 224 * 224 * 3, 33);
   const Tensor x = below.forward(images.data(), n);
@@ -611,7 +604,7 @@ TEST(GpuFineTune, TrainingStepsFollowTheCpu) {
   adam.learning_rate = 1e-3f;
   TrainableTop cpu(backbone.graph(), "block_16_expand", adam), gpu(backbone.graph(), "block_16_expand", adam);
   const int n = 4;
-  gpu.run_on_gpu(host_twin(DType::F32, n));
+  detail::run_on_host_twin(gpu, n, DType::F32);
   ASSERT_NE(gpu.executor(), "cpu");
   Head cpu_head = Head::sigmoid(cpu.features(), {}, 7), gpu_head = Head::sigmoid(gpu.features(), {}, 7);
   TopAndHead a(cpu, cpu_head, adam), b(gpu, gpu_head, adam);
@@ -646,7 +639,7 @@ TEST(GpuFineTune, DropoutMasksAreTheCpus) {
   const std::vector<float> x = noise(static_cast<std::size_t>(n) * 4 * 6, 51), upstream = noise(x.size(), 52);
   for (const bool dropping : {false, true}) {
     TrainableTop cpu(dropout_graph({4, 6}, 0.5f, {}), "drop"), gpu(dropout_graph({4, 6}, 0.5f, {}), "drop");
-    gpu.run_on_gpu(host_twin(DType::F32, n));
+    detail::run_on_host_twin(gpu, n, DType::F32);
     cpu.set_dropout(dropping);
     gpu.set_dropout(dropping);
     EXPECT_LT(gradient_error_to_cpu(cpu, gpu, x, n, upstream, dropping ? "dropping" : "not dropping", 1e-6), 1e-6);
@@ -655,10 +648,10 @@ TEST(GpuFineTune, DropoutMasksAreTheCpus) {
 
 TEST(GpuFineTune, RefusesWhatItCannotTake) {
   TrainableTop top(dropout_graph({6}, 0.0f, {}), "dense");
-  EXPECT_THROW(top.run_on_gpu(host_twin(DType::F16, 4)), InvalidArgument) << "fp16 would need loss scaling";
-  EXPECT_THROW(top.run_on_gpu(host_twin(DType::BF16, 0)), InvalidArgument);
+  EXPECT_THROW(detail::run_on_host_twin(top, 4, DType::F16), InvalidArgument) << "fp16 would need loss scaling";
+  EXPECT_THROW(detail::run_on_host_twin(top, 0, DType::BF16), InvalidArgument);
   EXPECT_EQ(top.executor(), "cpu");
-  top.run_on_gpu(host_twin(DType::BF16, 4));
+  detail::run_on_host_twin(top, 4, DType::BF16);
   const std::vector<float> x = noise(5 * 6, 61);
   EXPECT_THROW(top.forward_train(x.data(), 5), InvalidArgument) << "a batch above max_batch";
   top.run_on_cpu();

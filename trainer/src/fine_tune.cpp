@@ -24,6 +24,7 @@
 #include "cpu_backward.hpp"
 #include "cpu_ops.hpp"
 #include "cudnn/train_plan.hpp"
+#include "fine_tune_twin.hpp"
 #include "lowering.hpp"
 
 namespace stoker::trainer {
@@ -594,16 +595,31 @@ const float* TrainableTop::forward_train_gpu(const float* x, int batch) {
   return s.gpu->forward(x, batch, masks);
 }
 
+// The GPU executor of a top, from `make(plan)`: the GPU's, or its host twin (fine_tune_twin.hpp).
+struct detail::TrainableTopAccess {
+  template <typename Make>
+  static void run_on(TrainableTop& top, int max_batch, Make make) {
+    TrainableTop::State& s = *top.s_;
+    s.lower_for_training();
+    std::vector<cudnn::TrainStep> steps = s.train_steps();
+    cudnn::TrainPlan plan = cudnn::plan_training(steps, s.input_slot, s.output_slot, s.slot_size, s.needs_gradient);
+    s.gpu = make(plan);
+    s.gpu_plan = std::move(plan);
+    s.gpu_steps = std::move(steps);
+    s.gpu_max_batch = max_batch;
+  }
+};
+
 void TrainableTop::run_on_gpu(const GpuTrainOptions& options) {
-  State& s = *s_;
-  s.lower_for_training();
-  std::vector<cudnn::TrainStep> steps = s.train_steps();
-  cudnn::TrainPlan plan = cudnn::plan_training(steps, s.input_slot, s.output_slot, s.slot_size, s.needs_gradient);
-  s.gpu = options.host_twin ? cudnn::make_host_train_executor(plan, options.max_batch, options.host_twin_storage)
-                            : cudnn::make_gpu_train_executor(plan, options);
-  s.gpu_plan = std::move(plan);
-  s.gpu_steps = std::move(steps);
-  s.gpu_max_batch = options.max_batch;
+  detail::TrainableTopAccess::run_on(*this, options.max_batch, [&](const cudnn::TrainPlan& plan) {
+    return cudnn::make_gpu_train_executor(plan, options);
+  });
+}
+
+void detail::run_on_host_twin(TrainableTop& top, int max_batch, DType storage) {
+  TrainableTopAccess::run_on(top, max_batch, [&](const cudnn::TrainPlan& plan) {
+    return cudnn::make_host_train_executor(plan, max_batch, storage);
+  });
 }
 
 void TrainableTop::run_on_cpu() {
@@ -618,12 +634,8 @@ TrainableTop::GpuGradientCheck TrainableTop::check_gpu_gradients(int samples, st
   State& s = *s_;
   if (!s.gpu) return {};
   samples = std::clamp(samples, 1, s.gpu_max_batch);
-  GpuTrainOptions twin_options;
-  twin_options.max_batch = samples;
-  twin_options.host_twin = true;
-  twin_options.host_twin_storage = DType::BF16;
   TrainableTop cpu(graph(), s.from_layer), twin(graph(), s.from_layer);
-  twin.run_on_gpu(twin_options);
+  detail::run_on_host_twin(twin, samples, DType::BF16);
   const bool dropout = s.dropout;
   s.dropout = false;
   std::mt19937_64 rng(seed);

@@ -78,11 +78,11 @@ struct GpuTrainOptions {
   int max_batch = 256;                                   // the largest batch forward_train() takes
   std::size_t workspace_limit = std::size_t{256} << 20;  // cuDNN workspace bytes at most
   int device = -1;                                       // -1: the calling thread's current device
-  // The GPU kernels' host twins instead of a GPU: float32 throughout (F32) or rounding where the
-  // GPU stores bf16 (BF16). What tests compare with the CPU backward on machines without a GPU.
-  bool host_twin = false;
-  DType host_twin_storage = DType::BF16;
 };
+
+namespace detail {
+struct TrainableTopAccess;  // the trainer's internals (its GPU executor's host twins)
+}
 
 class TrainableTop {
  public:
@@ -165,6 +165,7 @@ class TrainableTop {
 
   struct State;
   std::unique_ptr<State> s_;
+  friend struct detail::TrainableTopAccess;
 };
 
 // A head on a trainable top, trained as one model (Keras' model after its recompile): each step
