@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -262,7 +263,11 @@ class TrainLog final : public training::TrainObserver {
   TrainLog(const TrainConfig& c, std::vector<EpochLog>& log, Series& throughput)
       : c_(c), log_(log), throughput_(throughput), start_(Clock::now()), last_(start_) {}
 
+  // Runs once the backbone, its cut and the device are settled, before the run writes a file.
+  void before_first_write(std::function<void()> f) { before_first_write_ = std::move(f); }
+
   void on_setup(const training::TrainSetup& s) override {
+    if (before_first_write_) before_first_write_();
     gpu_ = s.device.cuda ? std::optional<int>(s.device.index) : std::nullopt;
     std::printf("train: %zu images, validation: %zu images, classes:", s.train_images, s.validation_images);
     for (const auto& n : s.class_names) std::printf(" %s", n.c_str());
@@ -366,6 +371,7 @@ class TrainLog final : public training::TrainObserver {
   std::size_t images_ = 0;
   Clock::time_point start_, last_;
   SkippedFiles skipped_;
+  std::function<void()> before_first_write_;
   std::size_t val_skipped_ = 0;
   bool extracting_validation_ = false;
 };
@@ -501,10 +507,16 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);
   const bool new_folder = !fs::exists(c.out);
+  // An earlier run is removed (--overwrite) only once this one's setup has held: a mistyped
+  // --cut-at fails with the earlier run still in place.
+  bool started = false;  // this run has written into --out (an earlier run's files are gone)
   if (c.resume.empty()) {
-    clear_earlier_run(earlier);
-    fs::create_directories(c.out);
-    save_run_settings(c);
+    observer.before_first_write([&] {
+      started = true;
+      clear_earlier_run(earlier);
+      fs::create_directories(c.out);
+      save_run_settings(c);
+    });
   }
   training::TrainResult result;
   try {
@@ -513,7 +525,8 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     // A new run that stops before its first epoch ends (a --cut-at that does not exist, a file
     // that cannot be read) has nothing to resume: its files go, so that the corrected command
     // finds the folder as it was. A resumed run keeps everything.
-    if (c.resume.empty() && log.empty()) discard_unstarted_run(c.out, new_folder);
+    if (started && log.empty()) discard_unstarted_run(c.out, new_folder);
+    else if (!started && c.resume.empty() && new_folder) discard_unstarted_run(c.out, true);  // the folder train() made
     throw;
   }
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));

@@ -174,11 +174,12 @@ TEST_F(Cli, FineTuneFromALayer) {
   EXPECT_EQ(longer.exit_code, 2) << longer.out;
   EXPECT_NE(longer.out.find("resume it with --epochs 1"), std::string::npos) << longer.out;
 
-  const CommandResult bad = stoker(train_args("--device cpu --epochs 1 --fine-tune-from block_14_project"));
+  const CommandResult bad = stoker(train_args("--overwrite --device cpu --epochs 1 --fine-tune-from block_14_project"));
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("block_14_project"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("first layer of a block"), std::string::npos) << bad.out;
-  const CommandResult optimizer = stoker(train_args("--fine-tune-from block_16_expand --fine-tune-optimizer rmsprop"));
+  const CommandResult optimizer =
+      stoker(train_args("--overwrite --fine-tune-from block_16_expand --fine-tune-optimizer rmsprop"));
   EXPECT_EQ(optimizer.exit_code, 2) << optimizer.out;
   EXPECT_NE(optimizer.out.find("rmsprop"), std::string::npos) << optimizer.out;
 }
@@ -289,9 +290,10 @@ TEST_F(Cli, KerasFitOptions) {
 
   // val_accuracy on 4 images takes at most 5 values: it stalls within 8 epochs, and each stall
   // halves the rate (patience 1) and, twice in a row, stops the run (patience 2).
-  const CommandResult plateau = stoker(
-      train_args("--device cpu --epochs 8 --learning-rate 0.3 --monitor val_accuracy --reduce-lr-on-plateau 0.5,1 "
-                 "--early-stopping-patience 2"));
+  const CommandResult plateau =
+      stoker(train_args("--overwrite --device cpu --epochs 8 --learning-rate 0.3 --monitor val_accuracy "
+                        "--reduce-lr-on-plateau 0.5,1 "
+                        "--early-stopping-patience 2"));
   ASSERT_EQ(plateau.exit_code, 0) << plateau.out;
   EXPECT_NE(plateau.out.find("early stopping: val_accuracy has not improved for 2 epochs; stopped after epoch"),
             std::string::npos)
@@ -308,11 +310,12 @@ TEST_F(Cli, KerasFitOptions) {
 
   // Label smoothing 0.2 enters the validation loss too: no prediction gets it below the entropy of
   // (0.9, 0.1), 0.325.
-  const CommandResult smooth = stoker(train_args("--device cpu --label-smoothing 0.2 --class-weight cat:1,dog:3"));
+  const CommandResult smooth =
+      stoker(train_args("--overwrite --device cpu --label-smoothing 0.2 --class-weight cat:1,dog:3"));
   ASSERT_EQ(smooth.exit_code, 0) << smooth.out;
   const nlohmann::json smoothed = history();  // named: a range-for over a temporary's member dangles
   for (const auto& e : smoothed["epochs"]) EXPECT_GT(e["val_loss"].get<double>(), 0.325) << e.dump();
-  const CommandResult balanced = stoker(train_args("--device cpu --class-weight auto"));
+  const CommandResult balanced = stoker(train_args("--overwrite --device cpu --class-weight auto"));
   EXPECT_EQ(balanced.exit_code, 0) << balanced.out;
 
   struct Case {
@@ -328,7 +331,7 @@ TEST_F(Cli, KerasFitOptions) {
            {"--cosine-decay --reduce-lr-on-plateau 0.5,2", "choose one"},
            {"--label-mode categorical", "--label-mode does not apply to train"},
        }) {
-    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    const CommandResult r = stoker(train_args("--overwrite --device cpu " + c.flags));
     EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
   }
@@ -351,7 +354,7 @@ TEST_F(Cli, ClassWeightsOnAnImbalancedSet) {
   };
   auto run = [&](const std::string& flags) {
     Run r;
-    const CommandResult c = stoker(train_args(common + " " + flags));
+    const CommandResult c = stoker(train_args("--overwrite " + common + " " + flags));
     EXPECT_EQ(c.exit_code, 0) << flags << "\n" << c.out;
     r.out = c.out;
     std::ifstream h(dir / "out" / "history.json");
@@ -386,10 +389,10 @@ TEST_F(Cli, TrainWithoutThreadsCalibratesTheLoaderForTheSharedCores) {
   EXPECT_NE(chosen.out.find("loader: "), std::string::npos) << chosen.out;
   EXPECT_NE(chosen.out.find("alone) reach together on"), std::string::npos) << chosen.out;
   EXPECT_NE(chosen.out.find("; prefetch "), std::string::npos) << chosen.out;
-  const CommandResult kept = stoker(args + " --prefetch 3");
+  const CommandResult kept = stoker(args + " --prefetch 3 --overwrite");
   ASSERT_EQ(kept.exit_code, 0) << kept.out;
   EXPECT_NE(kept.out.find("; prefetch 3 (--prefetch)"), std::string::npos) << kept.out;
-  const CommandResult given = stoker(args + " --threads 1");
+  const CommandResult given = stoker(args + " --threads 1 --overwrite");
   ASSERT_EQ(given.exit_code, 0) << given.out;
   EXPECT_EQ(given.out.find("loader: "), std::string::npos) << "--threads given: nothing to calibrate\n" << given.out;
 }
@@ -471,7 +474,7 @@ TEST_F(Cli, TrainWithCropsColourJitterAndStandardisation) {
            {"--random-resized-crop 0.5,1,2", "--random-resized-crop takes SCALE_LO,SCALE_HI or"},
            {"--center-crop 1.5", "center_crop"},
        }) {
-    const CommandResult r = stoker(train_args("--device cpu " + c.flags));
+    const CommandResult r = stoker(train_args("--overwrite --device cpu " + c.flags));
     EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
   }
@@ -885,6 +888,11 @@ TEST_F(Cli, TrainIntoAnEarlierRunIsRefusedUntilResumeOrOverwrite) {
   const CommandResult not_empty = stoker(base + "--epochs 1 --out " + mine.string());
   EXPECT_EQ(not_empty.exit_code, 2) << not_empty.out;
   EXPECT_NE(not_empty.out.find("is not empty (notes.txt)"), std::string::npos) << not_empty.out;
+  // --overwrite with a setting that fails (a layer that does not exist): the earlier run stays.
+  const CommandResult typo = stoker(base + "--epochs 1 --overwrite --cut-at no_such_layer --out " + out.string());
+  EXPECT_EQ(typo.exit_code, 2) << typo.out;
+  EXPECT_EQ(file_text(out / "history.json"), one_epoch) << typo.out;
+  EXPECT_TRUE(fs::exists(out / "checkpoint.stkc") && fs::exists(out / "train_settings.json"));
   // A run that fails before its first epoch ends leaves the folder as it found it.
   const CommandResult bad_cut = stoker(base + "--epochs 1 --overwrite --cut-at no_such_layer --out " + mine.string());
   EXPECT_EQ(bad_cut.exit_code, 2) << bad_cut.out;
