@@ -271,6 +271,7 @@ void launch_augment_stats(const augment::AugmentPlan& plan, SampleJob* jobs, int
   emulation::launch(stream, [=] {
     for (int i = 0; i < n; ++i) job_stats_on_host(plan, jobs[i], warp_stats, sample_stats);
   });
+  STOKER_CUDA_CHECK_LAUNCH("augment_stats_kernel");
 }
 void launch_augment_batch(const augment::AugmentPlan& plan, const augment::BatchOutput& output, const SampleJob* jobs,
                           int n, void* out, StreamHandle stream) {
@@ -281,6 +282,7 @@ void launch_augment_batch(const augment::AugmentPlan& plan, const augment::Batch
                          static_cast<std::byte*>(out) + sample_bytes * static_cast<std::size_t>(i));
     }
   });
+  STOKER_CUDA_CHECK_LAUNCH("augment_batch_kernel");
 }
 }  // namespace detail
 #elif !defined(STOKER_HAVE_CUDA)

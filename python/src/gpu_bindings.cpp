@@ -28,11 +28,13 @@ namespace {
 constexpr int kDLCUDA = 2;
 
 // The DLPack stream argument as a stream handle: None and 1 are the legacy default stream, 2 the
-// per-thread default stream, -1 asks for no synchronisation, anything else is a cudaStream_t.
+// per-thread default stream (both of the feed's device, whatever device is current), -1 asks for
+// no synchronisation, anything else is a cudaStream_t.
 std::optional<StreamHandle> consumer_stream(const std::optional<std::intptr_t>& stream) {
   if (!stream || *stream == 1) return StreamHandle{nullptr};
   if (*stream == -1) return std::nullopt;
   if (*stream == 0) throw InvalidArgument("__dlpack__: stream=0 is ambiguous in DLPack; pass 1 for the legacy default");
+  if (*stream == 2) return per_thread_default_stream();
   return reinterpret_cast<StreamHandle>(*stream);
 }
 
@@ -113,17 +115,10 @@ class PyGpuFeed {
       throw InvalidArgument("dtype '" + dtype + "' on the GPU needs an augmentation (augment=...) to convert");
     }
     // The feed lives on `device`; the calling thread's current device (which PyTorch shares) is
-    // left as it was.
-    const int previous = current_device();
-    set_device(device);
-    try {
-      nb::gil_scoped_release unlocked;
-      feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
-    } catch (...) {
-      set_device(previous);
-      throw;
-    }
-    set_device(previous);
+    // left as it was (GpuFeedOptions::device).
+    fo.device = device;
+    nb::gil_scoped_release unlocked;
+    feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
   }
   ~PyGpuFeed() { close(); }
 

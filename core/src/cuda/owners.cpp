@@ -1,6 +1,8 @@
 // The move-only CUDA owners of cuda.hpp, written once over the runtime seam (runtime.hpp): the
 // same code runs on the CUDA runtime, without CUDA, and on the emulated device.
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -17,6 +19,13 @@ std::string runtime::gib(std::size_t bytes) {
 
 namespace {
 
+// The first sticky error of the process: its code (0 while none) and cuda_check's message for it.
+std::atomic<int> g_lost_code{0};
+std::mutex g_lost_mutex;
+std::string g_lost_message;
+
+constexpr int kMemoryAllocation = 2;  // cudaErrorMemoryAllocation
+
 std::string bytes_text(std::size_t bytes) { return std::to_string(bytes) + " bytes (" + runtime::gib(bytes) + ")"; }
 
 void* pinned_or_throw(std::size_t bytes, const char* what) {
@@ -29,6 +38,86 @@ void* pinned_or_throw(std::size_t bytes, const char* what) {
 }
 
 }  // namespace
+
+// ---- errors and the current device ------------------------------------------------------------------
+
+bool is_sticky_cuda_error(int code) noexcept {
+  switch (code) {
+    case 214:  // cudaErrorECCUncorrectable
+    case 226:  // cudaErrorContained
+    case 700:  // cudaErrorIllegalAddress
+    case 702:  // cudaErrorLaunchTimeout
+    case 710:  // cudaErrorAssert
+    case 714:  // cudaErrorHardwareStackError
+    case 715:  // cudaErrorIllegalInstruction
+    case 716:  // cudaErrorMisalignedAddress
+    case 717:  // cudaErrorInvalidAddressSpace
+    case 718:  // cudaErrorInvalidPc
+    case 719:  // cudaErrorLaunchFailure
+    case 721:  // cudaErrorTensorMemoryLeak
+    case 911:  // cudaErrorExternalDevice
+      return true;
+    default: return false;
+  }
+}
+
+std::string cuda_context_lost_reason() {
+  if (g_lost_code.load() == 0) return "";
+  std::lock_guard lock(g_lost_mutex);
+  return g_lost_message;
+}
+
+void runtime::throw_failure(int code, const char* call, const char* file, int line) {
+  const std::string where = std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: ";
+  if (const int lost = g_lost_code.load(); lost != 0) {
+    // Whatever this call answered, the reason is the error that broke the context.
+    throw CudaError(where + "the CUDA context is unusable since " + cuda_context_lost_reason(), lost);
+  }
+  const std::string message = cuda_error_message(code, call, file, line);
+  if (is_sticky_cuda_error(code)) {
+    {
+      std::lock_guard lock(g_lost_mutex);
+      if (g_lost_code.load() == 0) {
+        g_lost_message = message;
+        g_lost_code.store(code);
+      }
+    }
+    throw CudaError(message +
+                        " (the CUDA context is now unusable: every later CUDA call of this process fails; start a "
+                        "new process to use the GPU again)",
+                    code);
+  }
+  if (code == kMemoryAllocation) throw BadAlloc(message);
+  throw CudaError(message, code);
+}
+
+void runtime::require_usable_context(const char* who) {
+  if (const int lost = g_lost_code.load(); lost != 0) {
+    throw CudaError(std::string(who) + ": the CUDA context is unusable since " + cuda_context_lost_reason() +
+                        "; start a new process to use the GPU again",
+                    lost);
+  }
+}
+
+void runtime::forget_lost_context() noexcept {
+  std::lock_guard lock(g_lost_mutex);
+  g_lost_message.clear();
+  g_lost_code.store(0);
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  if (device < 0) return;
+  const int previous = current_device();
+  if (previous != device) set_device(device);
+  previous_ = previous;
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ < 0) return;
+  try {
+    if (current_device() != previous_) set_device(previous_);
+  } catch (...) {  // never throws: the caller's next CUDA call reports a broken context
+  }
+}
 
 // ---- Stream / Event ------------------------------------------------------------------------------
 

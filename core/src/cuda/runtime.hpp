@@ -32,4 +32,13 @@ void pinned_free(void* p) noexcept;
 // "1.50 GiB", for messages (owners.cpp).
 std::string gib(std::size_t bytes);
 
+// What cuda_check of the CUDA and emulated runtimes throws for a failed call (owners.cpp): BadAlloc
+// for out of memory, else CudaError. The first sticky error is recorded; once one is, every
+// failure reports "the CUDA context is unusable since <that error>" with its code.
+[[noreturn]] void throw_failure(int code, const char* call, const char* file, int line);
+// Throws that CudaError for `who` when a sticky error has been recorded (require_cuda_device).
+void require_usable_context(const char* who);
+// Forgets the recorded sticky error (the emulated device's reset_after_fault; tests only).
+void forget_lost_context() noexcept;
+
 }  // namespace stoker::runtime

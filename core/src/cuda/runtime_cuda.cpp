@@ -46,11 +46,8 @@ std::string cuda_error_message(int code, const char* call, const char* file, int
 
 void cuda_check(int code, const char* call, const char* file, int line) {
   if (code == cudaSuccess) return;
-  cudaGetLastError();  // clear a sticky-free error so later calls are not blamed for it
-  if (code == cudaErrorMemoryAllocation) {
-    throw BadAlloc(cuda_error_message(code, call, file, line));
-  }
-  throw CudaError(cuda_error_message(code, call, file, line), code);
+  cudaGetLastError();  // clear a non-sticky error so that later calls are not blamed for it
+  runtime::throw_failure(code, call, file, line);
 }
 
 int cuda_device_count() noexcept {
@@ -63,6 +60,9 @@ int cuda_device_count() noexcept {
 }
 
 std::string cuda_unavailable_reason() {
+  if (const std::string lost = cuda_context_lost_reason(); !lost.empty()) {
+    return "the CUDA context is unusable since " + lost;
+  }
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -74,6 +74,7 @@ std::string cuda_unavailable_reason() {
 }
 
 void require_cuda_device(const char* who) {
+  runtime::require_usable_context(who);
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) {
     int n = 0;
@@ -133,7 +134,10 @@ StreamHandle runtime::create_stream() {
 void runtime::destroy_stream(StreamHandle stream) noexcept { cudaStreamDestroy(stream); }
 bool runtime::stream_idle(StreamHandle stream) {
   const cudaError_t e = cudaStreamQuery(stream);
-  if (e == cudaErrorNotReady) return false;
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // the answer may stay as the thread's last error: a launch check would report it
+    return false;
+  }
   STOKER_CUDA_CHECK(e);
   return true;
 }
@@ -149,7 +153,10 @@ void runtime::record_event(EventHandle event, StreamHandle stream) {
 }
 bool runtime::event_done(EventHandle event) {
   const cudaError_t e = cudaEventQuery(event);
-  if (e == cudaErrorNotReady) return false;
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // as in stream_idle
+    return false;
+  }
   STOKER_CUDA_CHECK(e);
   return true;
 }

@@ -91,6 +91,7 @@ void convert_batch(const ConvertSpec& spec, const SampleShape& in_shape, int bat
   convert::make_params(spec, in_shape);  // checks now, as the kernel's launch does
   if (batch <= 0) return;
   emulation::launch(stream, [=] { convert_batch_host(spec, in_shape, batch, in_device, out_device); });
+  STOKER_CUDA_CHECK_LAUNCH("convert_kernel");
 }
 #elif !defined(STOKER_HAVE_CUDA)
 void convert_batch(const ConvertSpec&, const SampleShape&, int, const std::uint8_t*, void*, StreamHandle) {

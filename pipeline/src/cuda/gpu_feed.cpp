@@ -47,9 +47,10 @@ struct FeedSlot {
   std::unique_ptr<DeviceStageSlot> stage;
   std::unique_ptr<Event> copy_start, copy_end;  // timing (GpuFeedOptions::record_copy_timing)
   // Last stream given to wait_on. A flag, not a null check: null is the legacy default stream, a
-  // valid consumer stream.
+  // valid consumer stream. The thread that gave it: a per-thread default stream is that thread's.
   StreamHandle consumer = nullptr;
   bool has_consumer = false;
+  std::thread::id reader;
   int size = 0;
   std::uint64_t epoch = 0;
   std::int64_t index = 0;
@@ -77,6 +78,9 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   void release(int slot, StreamHandle consumer, bool given) noexcept;
   void shutdown();
   bool idle() const { return copy_.idle() && stage_.idle(); }
+  // A default stream (null, per-thread) names the current device's: the feed's device is made
+  // current while it is used (DeviceGuard on this), and the caller's given back after.
+  int device_for(StreamHandle stream) const { return is_default_stream(stream) ? device_ : -1; }
 
   // First, so that no stream is created before the device is known to be usable.
   bool device_checked_ = (require_cuda_device("GpuFeed"), true);
@@ -460,14 +464,20 @@ void FeedCore::release(int si, StreamHandle consumer, bool given) noexcept {
   FeedSlot& s = *slots_[static_cast<std::size_t>(si)];
   // The slot's buffers are rewritten only after what the consumer enqueued so far. Without a
   // consumer stream, after the feed's own work on it.
-  const StreamHandle after = given ? consumer : (s.has_consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
+  StreamHandle after = given ? consumer : (s.has_consumer ? s.consumer : (s.stage ? stage_.get() : copy_.get()));
+  // Another thread's per-thread default stream cannot be named here; the legacy default stream
+  // follows every per-thread default stream's work queued before.
+  if (!given && s.has_consumer && after == per_thread_default_stream() && s.reader != std::this_thread::get_id())
+    after = legacy_default_stream();
   try {
+    const DeviceGuard on(device_for(after));
     s.reusable.record(after);
   } catch (...) {
     // Recording failed (a consumer stream on another device, a broken context): the host waits
     // for the consumer's stream and everything the feed queued instead; `reusable` keeps an older,
     // completed record.
     try {
+      const DeviceGuard on(device_for(after));
       stream_synchronize(after);
     } catch (...) {}
     try {
@@ -557,17 +567,31 @@ EventHandle DeviceBatch::copy_end_event() const noexcept {
 }
 void DeviceBatch::wait_on(StreamHandle consumer) const {
   auto& s = *core_->slots_[static_cast<std::size_t>(slot_)];
-  stream_wait(consumer, s.ready.get());
+  {
+    const DeviceGuard on(core_->device_for(consumer));
+    stream_wait(consumer, s.ready.get());
+  }
   s.consumer = consumer;
   s.has_consumer = true;
+  s.reader = std::this_thread::get_id();
 }
 
 // ---- GpuFeed -----------------------------------------------------------------------------------
 
-GpuFeed::GpuFeed(Dataset dataset, LoaderOptions loader, GpuFeedOptions options)
-    : core_(std::make_shared<detail::FeedCore>(std::move(dataset), std::move(loader), std::move(options))) {
-  core_->start();
+namespace {
+// The core is built with the feed's device current (its streams, events and memory go there),
+// and the caller's current device is given back.
+std::shared_ptr<detail::FeedCore> make_core(Dataset dataset, LoaderOptions loader, GpuFeedOptions options) {
+  require_cuda_device("GpuFeed");
+  const DeviceGuard on(options.device);
+  auto core = std::make_shared<detail::FeedCore>(std::move(dataset), std::move(loader), std::move(options));
+  core->start();
+  return core;
 }
+}  // namespace
+
+GpuFeed::GpuFeed(Dataset dataset, LoaderOptions loader, GpuFeedOptions options)
+    : core_(make_core(std::move(dataset), std::move(loader), std::move(options))) {}
 GpuFeed::~GpuFeed() {
   if (core_) {
     try {

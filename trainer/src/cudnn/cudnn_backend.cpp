@@ -40,27 +40,6 @@ using cudnn::OpType;
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Makes `device` current for a scope and restores the caller's device after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : previous_(current_device()) {
-    if (previous_ != device) set_device(device);
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) {
-      try {
-        set_device(previous_);
-      } catch (...) {  // never throw from a destructor; the caller's next CUDA call reports it
-      }
-    }
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_;
-};
-
 bool plain_relu(const ActivationSpec& a) {
   return a.kind == ActKind::ReLU && a.threshold == 0.0f && a.negative_slope == 0.0f && std::isinf(a.max_value) &&
          a.max_value > 0;
@@ -191,10 +170,8 @@ class CudnnBackendImpl final : public CudnnBackend {
     double handle_ms = 0, choice_ms = 0, construction_ms = 0;
   } cold_start_;
 
-  static int select_device(int device) {
-    if (device >= 0) set_device(device);
-    return current_device();
-  }
+  // Made under make_cudnn_backend's DeviceGuard: the current device is the backend's.
+  static int select_device(int) { return current_device(); }
 
   std::size_t input_values(int batch) const {
     return plan_.slot_size[static_cast<std::size_t>(plan_.input_slot)] * static_cast<std::size_t>(batch);
@@ -420,8 +397,11 @@ std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const Cudnn
   cudnn::Plan plan = cudnn::lower_graph(graph, po);  // unsupported layers fail here, GPU or not
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
   require_cuda_device("cudnn backend");
+  // Built on options.device; the caller's current device (which PyTorch shares) is given back.
+  const DeviceGuard on(options.device);
   return std::make_shared<CudnnBackendImpl>(std::move(plan), options);
 #elif defined(STOKER_CUDA_EMULATION)
+  const DeviceGuard on(options.device);  // as above
   return cudnn::make_emulated_backend(std::move(plan), options);
 #elif defined(STOKER_HAVE_CUDA)
   (void)plan;

@@ -29,25 +29,6 @@ namespace {
 
 constexpr DType kStorage = DType::BF16;
 
-// Makes the trainer's device current for a call and restores the caller's after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) : previous_(current_device()) {
-    if (previous_ != device) set_device(device);
-  }
-  ~DeviceScope() {
-    try {
-      if (previous_ >= 0 && previous_ != current_device()) set_device(previous_);
-    } catch (...) {  // the caller's next CUDA call reports it
-    }
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_;
-};
-
 std::size_t blocks_of(std::size_t rows) { return (rows + kSumRows - 1) / kSumRows; }
 
 class CudnnTrainExecutor final : public TrainExecutor {
@@ -63,7 +44,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
     // Every call waits for its work, but one that threw midway may have left kernels queued that
     // read the buffers freed below.
     try {
-      DeviceScope scope(device_);
+      const DeviceGuard on(device_);
       stream_.synchronize();
     } catch (...) {  // never throw from a destructor
     }
@@ -79,7 +60,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
   std::size_t device_bytes() const override { return bytes_; }
 
   void set_weights(const TrainPlan& plan) override {
-    DeviceScope scope(device_);
+    const DeviceGuard on(device_);
     const StreamHandle s = stream_.get();
     for (std::size_t k = 0; k < gops_.size(); ++k) {
       GpuOp& g = gops_[k];
@@ -103,7 +84,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
     if (batch < 1 || batch > opt_.max_batch)
       throw InvalidArgument("gpu fine-tuning: batch " + std::to_string(batch) + " is outside 1.." +
                             std::to_string(opt_.max_batch) + " (GpuTrainOptions::max_batch)");
-    DeviceScope scope(device_);
+    const DeviceGuard on(device_);
     nb_ = static_cast<std::size_t>(batch);
     const StreamHandle s = stream_.get();
     handle_->set_stream(s);
@@ -125,7 +106,7 @@ class CudnnTrainExecutor final : public TrainExecutor {
   }
 
   void backward(const float* doutput, std::vector<cpu::OpGradients>& gradients) override {
-    DeviceScope scope(device_);
+    const DeviceGuard on(device_);
     const StreamHandle s = stream_.get();
     for (std::size_t slot = 0; slot < grads_.size(); ++slot)
       if (grads_[slot].get()) memset_device_async(grads_[slot].get(), 0, total(static_cast<int>(slot)) * 4, s);
@@ -168,11 +149,8 @@ class CudnnTrainExecutor final : public TrainExecutor {
   };
 
   // The device is chosen (and made current, as make_cudnn_backend does) before the stream is made.
-  static int pick_device(int device) {
-    require_cuda_device("gpu fine-tuning");
-    if (device >= 0) set_device(device);
-    return current_device();
-  }
+  // Made under make_gpu_train_executor's DeviceGuard: the current device is the trainer's.
+  static int pick_device(int) { return current_device(); }
 
   static std::vector<std::uint16_t> to_bits(const std::vector<float>& v) {
     std::vector<std::uint16_t> bits(v.size());
@@ -428,9 +406,13 @@ std::unique_ptr<TrainExecutor> make_gpu_train_executor(const TrainPlan& plan, co
     throw InvalidArgument("gpu fine-tuning: max_batch must be at least 1, received " +
                           std::to_string(options.max_batch));
 #if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+  require_cuda_device("gpu fine-tuning");
+  // Built on options.device; the caller's current device is given back.
+  const DeviceGuard on(options.device);
   return std::make_unique<CudnnTrainExecutor>(plan, options);
 #elif defined(STOKER_CUDA_EMULATION)
-  set_device(options.device < 0 ? current_device() : options.device);  // the one emulated device, or an error
+  require_cuda_device("gpu fine-tuning");
+  { const DeviceGuard on(options.device); }  // a device that does not exist is an error
   return make_host_train_executor(plan, options.max_batch, DType::BF16);
 #else
   (void)plan;

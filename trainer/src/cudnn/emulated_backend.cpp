@@ -19,7 +19,6 @@ namespace {
 class EmulatedCudnnBackend final : public CudnnBackend {
  public:
   EmulatedCudnnBackend(Plan plan, const CudnnBackendOptions& options) : plan_(std::move(plan)), opt_(options) {
-    set_device(opt_.device < 0 ? current_device() : opt_.device);  // the one emulated device, or an error
     for (const auto& shape : plan_.output_shapes) {
       const std::size_t bytes = values(shape) * static_cast<std::size_t>(opt_.max_batch) * sizeof(float);
       outputs_.emplace_back(bytes, "the backbone's outputs");
@@ -67,6 +66,7 @@ class EmulatedCudnnBackend final : public CudnnBackend {
     std::vector<DeviceTensor> views = cudnn::output_views(plan_, outputs_, batch);
     if (batch == 0) return views;
     std::lock_guard<std::mutex> lock(mu_);
+    const DeviceGuard on(is_default_stream(stream) ? device_ : -1);  // a default stream is the backend's device's
     stream_wait(stream, done_.get());  // the previous call's work owns the outputs until then
     emulation::launch(stream, [this, device_input, dtype, batch] { run(device_input, dtype, batch); });
     done_.record(stream);
@@ -93,6 +93,7 @@ class EmulatedCudnnBackend final : public CudnnBackend {
 
   Plan plan_;
   CudnnBackendOptions opt_;
+  int device_ = current_device();      // made under make_cudnn_backend's DeviceGuard: the backend's device
   std::vector<DeviceBuffer> outputs_;  // float32, max_batch samples each
   std::size_t bytes_ = 0;
   mutable std::mutex mu_;

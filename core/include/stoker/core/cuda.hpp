@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,13 @@ namespace stoker {
 
 using StreamHandle = CUstream_st*;  // == cudaStream_t
 using EventHandle = CUevent_st*;    // == cudaEvent_t
+
+// The default streams of the current device: null or cudaStreamLegacy (1) is the legacy default
+// stream, cudaStreamPerThread (2) the calling thread's own default stream (DLPack's stream 1 and 2).
+inline StreamHandle legacy_default_stream() noexcept { return nullptr; }
+inline StreamHandle per_thread_default_stream() noexcept { return reinterpret_cast<StreamHandle>(std::uintptr_t{2}); }
+// True for the handles above: they name a stream of whichever device is current when they are used.
+inline bool is_default_stream(StreamHandle s) noexcept { return reinterpret_cast<std::uintptr_t>(s) <= 2; }
 
 // Throws CudaError when `code` (a cudaError_t) is not cudaSuccess: "<file>:<line>: <call> failed:
 // <cudaGetErrorName>: <cudaGetErrorString>", with an explanation for the errors users meet first
@@ -48,9 +56,32 @@ int cuda_device_count() noexcept;
 std::string cuda_unavailable_reason();
 // Throws CudaError with cuda_unavailable_reason() when no device can be used. `who` prefixes it.
 void require_cuda_device(const char* who);
-// The calling thread's current device (cudaGetDevice) and setting it (cudaSetDevice).
+// The calling thread's current device (cudaGetDevice) and setting it (cudaSetDevice). The
+// current device is per host thread and shared with every other CUDA user of the thread (PyTorch).
 int current_device();
 void set_device(int device);
+
+// Makes `device` current for a scope and gives the thread back its previous device after:
+//   { DeviceGuard on(1); Stream s; }  // s lives on device 1; the caller's device is unchanged
+// A negative `device` does nothing (no CUDA call). The destructor never throws.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to give back
+};
+
+// An error after which the CUDA context of the process is unusable and every later CUDA call
+// fails (a "sticky" error: illegal address, launch failure, illegal instruction, misaligned
+// address, hardware stack error, device assert, ...).
+bool is_sticky_cuda_error(int code) noexcept;
+// "" while the context is usable; after a sticky error, that first error's message. From then on
+// require_cuda_device() and every failing check report "the CUDA context is unusable since <it>".
+std::string cuda_context_lost_reason();
 // "NVIDIA H200, 139.8 GiB, sm_90, driver 13.0, runtime 13.0" for the current device.
 std::string cuda_device_description();
 
@@ -182,7 +213,10 @@ class PinnedHostAllocator final : public HostAllocator {
 void copy_to_device_async(void* dst, const void* src, std::size_t bytes, StreamHandle stream);
 void copy_to_host_async(void* dst, const void* src, std::size_t bytes, StreamHandle stream);
 void memset_device_async(void* dst, int value, std::size_t bytes, StreamHandle stream);
-// Checks for a kernel launch error (cudaGetLastError) and throws like STOKER_CUDA_CHECK.
+// Checks for a kernel launch error (cudaGetLastError, which also clears it) and throws like
+// STOKER_CUDA_CHECK, the message naming `kernel`. The last error is per host thread: a query that
+// answers cudaErrorNotReady (Stream::idle, Event::done) clears what it left there, so a launch
+// check never reports another call's answer.
 void check_launch(const char* kernel, const char* file, int line);
 #define STOKER_CUDA_CHECK_LAUNCH(name) ::stoker::check_launch(name, __FILE__, __LINE__)
 

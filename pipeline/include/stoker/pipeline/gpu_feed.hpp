@@ -31,6 +31,9 @@
 namespace stoker {
 
 struct GpuFeedOptions {
+  // The CUDA device of the feed's streams and memory; -1 = the calling thread's current device.
+  // The caller's current device is the same after construction as before.
+  int device = -1;
   int depth = 3;  // device slots in the ring (>= 1; 2+ lets copies overlap the consumer's work)
   // Device memory the feed may take (ring + stage workspaces), 0 = what the ring needs. A budget
   // smaller than one slot fails at construction with the numbers; a budget smaller than `depth`
@@ -89,12 +92,16 @@ class DeviceBatch {
   EventHandle copy_end_event() const noexcept;
   // Makes `consumer` wait for ready_event() (cudaStreamWaitEvent: the host never blocks) and
   // remembers it: release() records the slot's reuse event on the last stream given here. A null
-  // handle is the legacy default stream (stream 0), a consumer stream like any other.
+  // handle is the legacy default stream (stream 0), a consumer stream like any other; it and
+  // per_thread_default_stream() are the default streams of the feed's device, whatever device is
+  // current in the calling thread.
   void wait_on(StreamHandle consumer) const;
   // Gives the slot back: its buffers are overwritten only after the work enqueued so far on the
   // last stream given to wait_on (release()) or on `consumer` (release(consumer); null = the legacy
   // default stream) has completed. release() without any wait_on: after the feed's own work.
-  // Only the one stream is waited for: work on other streams must be ordered before it.
+  // Only the one stream is waited for: work on other streams must be ordered before it. Released
+  // from another thread than wait_on's, a per-thread default stream still means wait_on's thread's
+  // (the reuse event goes on the legacy default stream, which follows it).
   void release() noexcept;
   void release(StreamHandle consumer) noexcept;
 
