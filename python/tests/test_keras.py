@@ -693,6 +693,53 @@ def test_pipeline_bad_file(tmp_path):
     assert len(it[0][0]) == 2 and it.pipelined_batches == bad + 1  # a new epoch pipelines again
 
 
+@pytest.mark.parametrize("aug", [_SOLID_AUG, dict(rescale=1 / 255)], ids=["fused", "decode"])
+def test_pipeline_serves_fit_shuffled_order(solid_folder, aug):
+    """Keras' fit(shuffle=True) order (random.shuffle of the batch indices just before the pass) is
+    served by the pipeline, with the batches in-order access gives."""
+    import random
+    from stoker.keras.pipeline import _FitOrderPipeline
+    root, _ = solid_folder
+    kw = dict(target_size=(12, 14), batch_size=2, seed=3, class_mode="sparse")
+    ref = ImageDataGenerator(**aug).flow_from_directory(root, **kw)
+    it = ImageDataGenerator(**aug).flow_from_directory(root, **kw)
+    for epoch in range(2):
+        expected = [ref[i] for i in range(len(ref))]
+        assert ref.pipelined_batches == (epoch + 1) * len(ref)
+        served = it.pipelined_batches
+        order = list(range(len(it)))
+        random.shuffle(order)
+        got = {i: it[i] for i in order}
+        assert isinstance(it._pipe, _FitOrderPipeline)
+        assert it.pipelined_batches - served == len(it)
+        for i in range(len(it)):
+            assert np.array_equal(got[i][1], expected[i][1])
+            np.testing.assert_array_equal(got[i][0], expected[i][0])
+        ref.on_epoch_end()
+        it.on_epoch_end()
+    # requests that leave the order take the exact path (the same files and labels)
+    random.shuffle(order)
+    x, y = it[order[1]]
+    assert np.array_equal(y, it.classes[it.index_array[order[1] * 2:order[1] * 2 + 2]])
+    assert it.pipelined_batches == 2 * len(it)
+
+
+def test_model_fit_shuffled_uses_pipeline(folder):
+    tf_keras.utils.set_random_seed(0)
+    gen = ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, rotation_range=10)
+    train = gen.flow_from_directory(folder, target_size=(16, 16), batch_size=4, seed=0)
+    model = tf_keras.Sequential([
+        tf_keras.layers.Input((16, 16, 3)),
+        tf_keras.layers.Conv2D(4, 3, activation="relu"),
+        tf_keras.layers.GlobalAveragePooling2D(),
+        tf_keras.layers.Dense(3, activation="softmax"),
+    ])
+    model.compile(optimizer="adam", loss="categorical_crossentropy")
+    history = model.fit(train, epochs=3, verbose=0)  # fit's default shuffle=True
+    assert np.isfinite(history.history["loss"]).all()
+    assert train.pipelined_batches >= 3 * len(train)
+
+
 def test_model_fit_in_order_uses_pipeline(folder):
     tf_keras.utils.set_random_seed(0)
     gen = ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, rotation_range=10)

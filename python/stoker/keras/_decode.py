@@ -115,15 +115,15 @@ class _FileDecoder:
 
 
 def open_loader(paths, target_size, interpolation, keep_aspect_ratio, batch_size, prefetch, augment=None, seed=0,
-                copy=False):
+                copy=False, threads=None):
     """stoker's Loader over these files in this order, as every C++ decode of stoker.keras makes it:
     no labels, no shuffle, these exact files whatever RANK/WORLD_SIZE say (the iterator has chosen
-    them), a bad file fails its batch, all the cores this process may use. Without `augment` the
+    them), a bad file fails its batch, all the cores this process may use (or `threads`). Without `augment` the
     pixels are Keras' load_img's (full-size JPEG decode, Pillow's filters, uint8); with it (an
     AugmentSpec) decode, augmentation and standardisation are one pass, JPEGs DCT-scaled."""
     h, w = (int(v) for v in target_size)
     settings = dict(batch_size=int(batch_size), image_size=(h, w), interpolation=interpolation,
                     keep_aspect_ratio=bool(keep_aspect_ratio), label_mode="none", shuffle=False, seed=int(seed),
-                    drop_last=False, threads=_cpu_count(), prefetch=int(prefetch), on_bad_sample="fail",
+                    drop_last=False, threads=int(threads or _cpu_count()), prefetch=int(prefetch), on_bad_sample="fail",
                     rank=0, world_size=1, augment=augment, dct_scaling=augment is not None)
     return _stoker.Loader(_stoker.dataset_from_list(list(paths), [], []), settings, copy=copy)

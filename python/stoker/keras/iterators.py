@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import random
 import threading
 import warnings
 from typing import Optional
@@ -14,7 +15,7 @@ import numpy as np
 from ._common import _CHANNELS, _WHITE_LIST_FORMATS, _Base, _as_u8, _floatx, _image_data_format, _threads
 from ._decode import _FileDecoder
 from ._transform import _array_to_pil
-from .pipeline import _EpochPipeline
+from .pipeline import _EpochPipeline, _FitOrderPipeline
 
 # ---------------------------------------------------------------------------------------------
 # Iterators.
@@ -48,6 +49,12 @@ class Iterator(_Base):
         self._pipe_lock = threading.RLock()
         self._pipe_failed_epoch = None
         self._previous_request = None  # (epoch, batch index) of the last request
+        # Keras' fit(shuffle=True) draws its batch order with random.shuffle just before asking for
+        # the first batch of a pass: the state of Python's RNG seen at the previous call here
+        # replays that draw (see _watch_fit_order).
+        self._rng_state = random.getstate()
+        self._fit_order = None  # (epoch, batch order) of the pass Keras is asking for
+        self._fit_order_started = None  # the _fit_order whose pipeline has been started
 
     # ---- the order of an epoch
     def _set_index_array(self):
@@ -63,6 +70,24 @@ class Iterator(_Base):
         else:
             self.index_array = np.arange(self.n)
 
+    def _watch_fit_order(self):
+        """Keras' fit(shuffle=True) (tf_keras' KerasSequenceAdapter and OrderedEnqueuer, Keras 3's
+        PyDatasetAdapter) asks for a Sequence's batches in the order random.shuffle(list(range(len)))
+        gives with Python's global RNG. When that RNG has moved since the previous call, replay the
+        shuffle from its previous state: if it ends in the current state, that was the draw, and its
+        order is the one the coming requests follow (kept in _fit_order for the current epoch).
+        Anything else that moved the RNG does not end there and changes nothing."""
+        state = random.getstate()
+        before, self._rng_state = self._rng_state, state
+        if before == state or len(self) < 2:
+            return
+        replay = random.Random()
+        replay.setstate(before)
+        order = list(range(len(self)))
+        replay.shuffle(order)
+        if replay.getstate() == state:
+            self._fit_order = (self._epoch, order)
+
     def __getitem__(self, idx):
         if idx >= len(self) or idx < -len(self):
             raise ValueError(f"Asked to retrieve element {idx}, but the Sequence has length {len(self)}")
@@ -71,6 +96,7 @@ class Iterator(_Base):
         with self.lock:
             if self.index_array is None:
                 self._set_index_array()
+            self._watch_fit_order()
             self.total_batches_seen += 1
             index_array = self.index_array[self.batch_size * idx: self.batch_size * (idx + 1)]
             epoch = self._epoch
@@ -89,6 +115,7 @@ class Iterator(_Base):
     def on_epoch_end(self):
         with self.lock:
             self._set_index_array()
+            self._rng_state = random.getstate()
 
     def reset(self):
         self.batch_index = 0
@@ -207,6 +234,13 @@ class _FileIterator(Iterator):
             if pipe is not None and pipe.epoch != epoch:
                 self._end_pipeline(close=True)
                 pipe = None
+            fit = self._fit_order
+            if fit is not None and fit[0] == epoch and fit is not self._fit_order_started:
+                # Keras' fit is starting a pass over this epoch in a known order: a pipeline in that order.
+                self._fit_order_started = fit
+                if pipe is not None:
+                    self._end_pipeline(close=True)
+                pipe = self._open_pipeline(epoch, fit[1])
             if pipe is not None:
                 got = pipe.take(idx)
                 if got is not None:
@@ -214,31 +248,46 @@ class _FileIterator(Iterator):
                     return got
                 if not pipe.alive and pipe.failed:
                     return None
+                if isinstance(pipe, _FitOrderPipeline) and pipe.alive:
+                    return None  # a request out of fit's order: the exact path, the pipeline stays
             # A pipeline starts at batch 0 when it opens the epoch's requests (or follows its last
-            # batch: another pass); a 0 amid random access (Keras' fit(shuffle=True) order) does not
-            # start one, which would decode batches 1, 2, ... for nothing.
+            # batch: another pass); a 0 amid random access in an unknown order does not start one,
+            # which would decode batches 1, 2, ... for nothing.
             fresh = previous is None or previous[0] != epoch or previous[1] == len(self) - 1
-            if idx != 0 or not fresh or self._pipe_failed_epoch == epoch:
+            if idx != 0 or not fresh:
                 return None
-            mode = self._pipeline_mode()
-            if mode is None:
-                return None
-            with self.lock:
-                if self._epoch != epoch or self.index_array is None:
-                    return None
-                order = np.array(self.index_array, dtype=np.int64, copy=True)
             if pipe is not None:  # the epoch again from its start: the same draws
                 self._end_pipeline(close=True)
-            try:
-                pipe = _EpochPipeline(self, epoch, order, mode)
-            except Exception:  # settings the Loader rejects: the exact path serves this epoch
-                self._pipe_failed_epoch = epoch
+            pipe = self._open_pipeline(epoch, None)
+            if pipe is None:
                 return None
-            self._pipe = pipe
             got = pipe.take(idx)
             if got is not None:
                 self.pipelined_batches += 1
             return got
+
+    def _open_pipeline(self, epoch, batch_order):
+        """The epoch's pipeline (in order, or in batch_order), now self._pipe; None when the
+        settings take no pipeline or the Loader rejects them (the exact path serves the epoch)."""
+        if self._pipe_failed_epoch == epoch:
+            return None
+        mode = self._pipeline_mode()
+        if mode is None:
+            return None
+        with self.lock:
+            if self._epoch != epoch or self.index_array is None:
+                return None
+            order = np.array(self.index_array, dtype=np.int64, copy=True)
+        try:
+            if batch_order is None or list(batch_order) == list(range(len(self))):
+                pipe = _EpochPipeline(self, epoch, order, mode)
+            else:
+                pipe = _FitOrderPipeline(self, epoch, order, mode, batch_order)
+        except Exception:  # settings the Loader rejects: the exact path serves this epoch
+            self._pipe_failed_epoch = epoch
+            return None
+        self._pipe = pipe
+        return pipe
 
     def _get_batch(self, index_array, epoch, idx, following):
         index_array = np.asarray(index_array, dtype=np.int64)
