@@ -51,7 +51,13 @@ std::vector<LoaderSetting> make_settings() {
        .help = "labels per sample: the class index (sparse), one float 0/1 (binary, two classes), one-hot "
                "(categorical) or none",
        .choices = {"sparse", "categorical", "binary", "none"}},
-      {.name = "shuffle", .type = T::Boolean, .default_value = "true", .help = "a new order each epoch"},
+      {.name = "shuffle",
+       .type = T::Boolean,
+       .default_value = "true",
+       .help = "a new order each epoch",
+       .differences = {{kWhereTorch, "false",
+                        "PyTorch's DataLoader keeps the dataset's order unless asked (a validation loader "
+                        "must not shuffle)"}}},
       {.name = "seed",
        .type = T::Integer,
        .default_value = "0",

@@ -15,10 +15,13 @@
 #include <optional>
 #include <string>
 
+#include <oneapi/tbb/info.h>
 #include "arrays.hpp"
 #include "bindings.hpp"
+
 #include "loader_options.hpp"
 #include "stoker/augment/augmenter.hpp"
+#include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/loader.hpp"
 #include "stoker/pipeline/loader_settings.hpp"
@@ -93,10 +96,19 @@ struct HostBatch {
   std::shared_ptr<const Dataset> dataset;
 };
 
+// Page-locked batch buffers when asked for and possible: a build with CUDA (or the emulated
+// device) and a device to pin for. Otherwise null (pageable memory); the caller says so.
+std::shared_ptr<HostAllocator> pinned_allocator_if(bool pin_memory) {
+  if (!pin_memory || !built_with_cuda() || cuda_device_count() == 0) return nullptr;
+  return std::make_shared<PinnedHostAllocator>();
+}
+
 class PyLoader {
  public:
-  PyLoader(Dataset dataset, LoaderOptions options, bool copy)
+  PyLoader(Dataset dataset, LoaderOptions options, bool copy, bool pin_memory)
       : dataset_(std::make_shared<const Dataset>(dataset)), copy_(copy) {
+    options.allocator = pinned_allocator_if(pin_memory);
+    pinned_ = options.allocator != nullptr;
     nb::gil_scoped_release unlocked;  // allocates every batch buffer; may read a cache file
     loader_ = std::make_unique<Loader>(std::move(dataset), std::move(options));
   }
@@ -145,10 +157,12 @@ class PyLoader {
     return *loader_;
   }
   const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+  bool pinned() const noexcept { return pinned_; }
 
  private:
   std::shared_ptr<const Dataset> dataset_;
   bool copy_;
+  bool pinned_ = false;
   std::unique_ptr<Loader> loader_;
 };
 
@@ -211,6 +225,18 @@ void bind_loader(nb::module_& m) {
       "The loader's settings as one table describes them (stoker/pipeline/loader_settings.hpp): dicts of "
       "name, type, default (text; None: unset), help, choices, min, max, flag (the command's) and "
       "differences ({where: (default, why)}: the defaults that differ on purpose).");
+  m.def(
+      "resolve_sharding",
+      [](std::optional<int> rank, std::optional<int> world_size) {
+        const Sharding s = stoker::resolve_sharding(rank, world_size);
+        return nb::make_tuple(s.rank, s.world_size);
+      },
+      nb::arg("rank").none() = nb::none(), nb::arg("world_size").none() = nb::none(),
+      "(rank, world_size) as a loader resolves them: both given, or neither (then the launcher's "
+      "environment: RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, else 0 of 1).");
+  m.def(
+      "default_threads", [] { return tbb::info::default_concurrency(); },
+      "The decode threads of threads=0: the cores this process may use (affinity mask, cgroup quota).");
   nb::class_<HostBatch>(m, "Batch", "A batch in host memory; its arrays are views of the loader's buffer.")
       .def_ro("images", &HostBatch::images, "Pixels: (N, H, W, C) or (N, C, H, W), the augmentation's dtype.")
       .def_ro("labels", &HostBatch::labels,
@@ -238,10 +264,12 @@ void bind_loader(nb::module_& m) {
   loader
       .def(
           "__init__",
-          [](PyLoader* self, const Dataset& dataset, const nb::dict& settings, bool copy) {
-            new (self) PyLoader(dataset, loader_options(settings), copy);
+          [](PyLoader* self, const Dataset& dataset, const nb::dict& settings, bool copy, bool pin_memory) {
+            new (self) PyLoader(dataset, loader_options(settings), copy, pin_memory);
           },
-          nb::arg("dataset"), nb::arg("settings"), nb::arg("copy") = false)
+          nb::arg("dataset"), nb::arg("settings"), nb::arg("copy") = false, nb::arg("pin_memory") = false,
+          "pin_memory: batch buffers in page-locked memory when the build has CUDA and a device is "
+          "visible (see `pinned`), else pageable memory.")
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
       .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")
@@ -249,6 +277,7 @@ void bind_loader(nb::module_& m) {
       .def_prop_ro("dataset", [](const PyLoader& l) { return *l.dataset(); })
       .def_prop_ro("threads", [](PyLoader& l) { return l.live().threads(); })
       .def_prop_ro("buffer_bytes", [](PyLoader& l) { return l.live().buffer_bytes(); })
+      .def_prop_ro("pinned", &PyLoader::pinned, "True when the batch buffers are page-locked (pin_memory)")
       .def_prop_ro("sample_shape", [](PyLoader& l) { return batch_shape(1, l.live().sample_shape()); })
       .def_prop_ro("dtype", [](PyLoader& l) { return std::string(numpy_name(l.live().sample_shape().dtype)); })
       .def_prop_ro("label_width", [](PyLoader& l) { return l.live().label_width(); })

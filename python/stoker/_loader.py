@@ -201,8 +201,11 @@ def _cache_args(cache: Any, budget: str = _default("cache_budget"), file: Any = 
     return {"cache": cache, "cache_budget": str(budget), "cache_file": os.fspath(file or "")}
 
 
-def _device(device: str) -> Optional[int]:
-    """None for the CPU, else the CUDA device index."""
+def _device(device: Any) -> Optional[int]:
+    """None for the CPU, else the CUDA device index. `device` is 'cpu', 'cuda', 'cuda:N' or an object
+    whose str() is one of them (torch.device)."""
+    if device is not None and not isinstance(device, str) and hasattr(device, "type"):
+        device = str(device)  # torch.device('cuda', 1) -> 'cuda:1'
     if device in ("cpu", None):
         return None
     if device == "cuda":
@@ -210,6 +213,24 @@ def _device(device: str) -> Optional[int]:
     if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
         return int(device[5:])
     raise _stoker.InvalidArgument(f"device must be 'cpu', 'cuda' or 'cuda:N', received {device!r}")
+
+
+_PAGEABLE_NOTE = (
+    "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+    "won't be used (stoker: this build has no CUDA or no CUDA device is visible; the batches are in "
+    "pageable memory)")
+
+_noted: set = set()  # the notes already given in this process (each once)
+
+
+def _note_once(key: str, message: str) -> None:
+    """warnings.warn(message) the first time `key` comes up in this process."""
+    if key in _noted:
+        return
+    _noted.add(key)
+    import warnings
+
+    warnings.warn(message, UserWarning, stacklevel=4)
 
 
 class Loader:
@@ -234,6 +255,11 @@ class Loader:
     takes every world_size-th sample), equal counts by padding (batch.padding marks the repeats)
     or, with drop_remainder, by dropping the rest; shard_mode='fixed' keeps each rank on one part
     of the data across epochs. Not given: RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, else 0 of 1.
+
+    pin_memory: True puts the batch buffers in page-locked memory (`pinned` says whether they
+    are), so that a host-to-GPU copy from a batch is a true asynchronous DMA. It needs a build with
+    CUDA and a visible device; without them the loader warns once, as PyTorch does, and uses
+    pageable memory. (device='cuda:N' pins its buffers anyway.)
 
     Every loader setting (image_size, batch_size, shuffle, seed, threads, prefetch, drop_last,
     label_mode, on_bad_sample, interpolation, keep_aspect_ratio, dct_scaling, cache, cache_budget,
@@ -274,6 +300,7 @@ class Loader:
         drop_remainder: bool = _default("drop_remainder"),
         cache_budget: str = _default("cache_budget"),
         cache_file: str = _default("cache_file"),
+        pin_memory: bool = False,
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -313,8 +340,8 @@ class Loader:
             drop_remainder=drop_remainder,
             **_cache_args(cache, cache_budget, cache_file),
         )
-        self.device = device
         cuda = _device(device)
+        self.device = "cpu" if cuda is None else f"cuda:{cuda}"
         if cuda is None:
             if dtype not in (None, "uint8", "float32", "float16", "bfloat16"):
                 raise _stoker.InvalidArgument(
@@ -322,7 +349,9 @@ class Loader:
             if dtype in ("float16", "bfloat16") and augment is None:
                 raise _stoker.InvalidArgument(
                     f"dtype {dtype!r} on the CPU needs augment=stoker.Augment(...) (its output pass writes it)")
-            self._core = _stoker.Loader(self.dataset, args, copy=copy)
+            self._core = _stoker.Loader(self.dataset, args, copy=copy, pin_memory=bool(pin_memory))
+            if pin_memory and not self._core.pinned:
+                _note_once("pin_memory", _PAGEABLE_NOTE)
         else:
             self._core = _stoker.GpuFeed(self.dataset, args, device=cuda, depth=depth, dtype=dtype or "")
         self.batch_size = batch_size
@@ -363,6 +392,12 @@ class Loader:
             yield batch
             # Not held here while the next one is made: the consumer's reference is the only one.
             del batch
+
+    @property
+    def pinned(self) -> bool:
+        """True when the host batch buffers are page-locked (pin_memory=True on a CUDA build with a
+        device; always for device='cuda:N', whose feed pins them itself)."""
+        return bool(getattr(self._core, "pinned", _device(self.device) is not None))
 
     @property
     def sharding(self) -> tuple:

@@ -25,6 +25,19 @@ WHERE = {
 }
 
 
+# Defaults that differ on purpose in one adapter and that the C++ table cannot say, because they
+# are no value (the table's defaults are values the command could take): {name: {where: (Python
+# value, why)}}. default() and markdown() read them with the table's own differences.
+ADAPTER_DIFFERENCES = {
+    "seed": {
+        "torch": (None, "drawn from torch's RNG when the loader is made (generator= if given), so "
+                        "torch.manual_seed makes runs repeatable and different seeds differ, as PyTorch's "
+                        "DataLoader; 0 (DistributedSampler's) when the job has several ranks, which must "
+                        "agree on the order"),
+    },
+}
+
+
 def value(name: str, text: Any) -> Any:
     """A setting's text (the table's spelling) as the Python value the adapters take."""
     if text is None:
@@ -44,6 +57,8 @@ def default(name: str, where: str = "python") -> Any:
     'cache build'): its listed difference there, else the table's default (a subcommand: the
     command's)."""
     s = SETTINGS[name]
+    if where in ADAPTER_DIFFERENCES.get(name, {}):
+        return ADAPTER_DIFFERENCES[name][where][0]
     diff = s["differences"].get(where)
     if diff is None and where in ("train", "cache build"):
         diff = s["differences"].get("command")
@@ -83,7 +98,7 @@ def markdown() -> str:
         else:
             values = ""
         default_text = _shown(name, s["default"])
-        if s["differences"]:
+        if s["differences"] or name in ADAPTER_DIFFERENCES:
             default_text += " *"
         lines.append(f"| `{name}` | `{s['flag']}` | {s['type']} | {default_text} | {values} | {s['help']} |")
     lines += [
@@ -98,6 +113,8 @@ def markdown() -> str:
     for name, s in SETTINGS.items():
         for where, (text, why) in s["differences"].items():
             lines.append(f"| `{name}` | {WHERE.get(where, where)} | {_shown(name, text)} | {why} |")
+        for where, (python_value, why) in ADAPTER_DIFFERENCES.get(name, {}).items():
+            lines.append(f"| `{name}` | {WHERE.get(where, where)} | `{python_value!r}` | {why} |")
     lines += [
         "",
         "## Not in the table",
@@ -106,7 +123,9 @@ def markdown() -> str:
         "  `--label-field`, `--shard-index` on the command; `source` (a folder, a CSV file, a DataFrame,",
         "  tar shards or a list of paths) in Python, with `stoker.dataset()`'s arguments.",
         "- What an adapter hands over: `augment`, `device`, `copy`, `dtype`, `depth` (all three), `output`,",
-        "  `normalize` (torch, jax), `layout` (jax), `with_padding` (torch).",
+        "  `normalize` (torch, jax), `layout` (jax), `with_padding` (torch), `pin_memory` (`stoker.Loader`, torch).",
+        "- PyTorch's own names in `stoker.torch.DataLoader`: `num_workers` (threads), `prefetch_factor`",
+        "  (prefetch per thread), `generator` (seed) and the arguments threads make moot (docs/python.md).",
         "- `cache` in Python also takes `dict(kind=, budget=, file=)`, which sets the three cache settings.",
         "- `--shard-remainder pad|drop` is the command's older spelling of `--drop-remainder`.",
         "- `stoker.keras.ImageDataGenerator` keeps tf_keras' own arguments and defaults (Keras' API).",

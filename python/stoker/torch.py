@@ -22,6 +22,25 @@ loader raises stoker.Error saying that every buffer is held (it never hangs). In
 `images` write into the buffer, which is yours until you drop the tensor. Labels are converted to
 int64 (a small copy), so they never hold a buffer.
 
+PyTorch's own arguments keep their meaning where stoker has one: num_workers (decode threads),
+prefetch_factor (batches ahead per thread), generator (the seed), pin_memory (page-locked batch
+buffers), shuffle (False unless asked), drop_last; with neither seed nor generator the seed is
+drawn from torch's RNG, so torch.manual_seed makes runs repeatable. persistent_workers, timeout
+and multiprocessing_context are accepted (threads make them moot: a note says so once); sampler,
+batch_sampler, collate_fn and worker_init_fn are refused with stoker's way of doing the same.
+
+    loader = stoker.torch.DataLoader("data/train", 224, batch_size=64, shuffle=True,
+                                     num_workers=8, pin_memory=True, normalize="imagenet")
+    for images, labels in loader:
+        images = images.to("cuda", non_blocking=True)   # a true async copy from pinned memory
+
+Pinned batches and non_blocking copies: a batch's buffer goes back to the pool only after the
+copies queued from it could have completed. When the loop asks for the next batch, the loader
+records a CUDA event on torch's current stream and keeps the previous batch's buffer until that
+event has passed; rebinding `images` to its GPU copy, as above, is therefore safe. Copies queued on
+another stream (a `with torch.cuda.stream(s):` inside the loop) are not covered: keep the host
+tensor until that stream has passed the copy, or synchronize it.
+
 On the GPU (device='cuda:N') stoker's GPU feed decodes on the host, augments with CUDA kernels
 and hands the batch over through DLPack on the current PyTorch stream (no host synchronisation);
 the slot is reused after the work queued on that stream is done.
@@ -31,7 +50,9 @@ Importing this module imports torch; without PyTorch it raises ImportError with 
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+import collections
+import inspect
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 try:
     import torch as _torch
@@ -51,20 +72,123 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def _torch_device(device: str) -> _torch.device:
+def _torch_device(device: Union[str, _torch.device]) -> _torch.device:
     cuda = _loader._device(device)
     return _torch.device("cpu") if cuda is None else _torch.device("cuda", cuda)
+
+
+# PyTorch's DataLoader arguments that worker processes need and stoker's threads make moot:
+# accepted, with a note (once) when given a value other than PyTorch's default.
+_MOOT = {
+    "persistent_workers": (False, "stoker's decode threads live as long as the loader; there are no worker "
+                                  "processes to keep"),
+    "timeout": (0, "stoker's threads hand batches over in memory; a batch that cannot be made raises "
+                   "its error (never a hang), so there is no worker to time out"),
+    "multiprocessing_context": (None, "stoker decodes on threads in this process; there are no worker "
+                                      "processes to start"),
+}
+
+# PyTorch's DataLoader arguments stoker does not take, and what does the same.
+_REFUSED = {
+    "sampler": "stoker orders the samples itself: shuffle= and seed=/generator= for the order, "
+               "rank=/world_size= for DistributedSampler's shares, set_epoch(); for a subset, pass the "
+               "paths (a list, a CSV file or stoker.dataset(...)) as the source",
+    "batch_sampler": "stoker makes the batches itself: batch_size= and drop_last= (with rank=/world_size= "
+                     "and drop_remainder= across ranks)",
+    "collate_fn": "stoker assembles whole batches in C++: output=, normalize=, dtype= and label_mode= "
+                  "set the tensors' form, augment=stoker.Augment(...) the transforms; anything else can "
+                  "be done on the (images, labels) the loop receives",
+    "worker_init_fn": "there are no worker processes to initialise: stoker's threads need no set-up, and "
+                      "seed=/generator= key every random draw (the order and the augmentation)",
+}
+
+
+def _threads_and_prefetch(threads: Optional[int], prefetch: Optional[int], num_workers: Optional[int],
+                          prefetch_factor: Optional[int]) -> Tuple[int, int]:
+    """threads and prefetch from PyTorch's num_workers and prefetch_factor when they are given."""
+    threads = 0 if threads is None else int(threads)
+    prefetch = _default("prefetch", "torch") if prefetch is None else int(prefetch)
+    if num_workers is not None:
+        if threads != _default("threads", "torch"):
+            raise TypeError("stoker.torch.DataLoader: give threads or num_workers (PyTorch's name for them), not both")
+        if int(num_workers) < 0:
+            raise _stoker.InvalidArgument(f"num_workers must be >= 0, received {num_workers!r}")
+        threads = max(1, int(num_workers))  # 0: one decode thread (stoker never decodes in the caller's)
+    if prefetch_factor is not None:
+        if prefetch != _default("prefetch", "torch"):
+            raise TypeError("stoker.torch.DataLoader: give prefetch (batches ahead in all) or prefetch_factor "
+                            "(batches ahead per thread), not both")
+        if int(prefetch_factor) < 1:
+            raise _stoker.InvalidArgument(f"prefetch_factor must be >= 1, received {prefetch_factor!r}")
+        prefetch = int(prefetch_factor) * (threads or _stoker.default_threads())
+    return threads, prefetch
+
+
+def _draw_seed(generator: Optional[_torch.Generator]) -> int:
+    """A seed from torch's RNG (or `generator`), drawn as PyTorch's RandomSampler draws its own."""
+    return int(_torch.empty((), dtype=_torch.int64).random_(generator=generator).item())
+
+
+class _HeldUntilCopied:
+    """Keeps host batches alive until the copies queued from them could have completed.
+
+    add(tensor) is called for each batch as the loop asks for the next one: it records an event on
+    torch's current stream (every copy the loop queued from that batch is before it) and holds the
+    tensor until the event has passed. At most `limit` are held: beyond it the host waits for the
+    oldest event, so the loader always has a free buffer."""
+
+    def __init__(self, limit: int, make_event: Callable[[], Any]):
+        self.limit = max(1, limit)
+        self.make_event = make_event
+        self.held: collections.deque = collections.deque()
+
+    def add(self, tensor: Any) -> None:
+        event = self.make_event()
+        event.record()
+        self.held.append((event, tensor))
+        while self.held and self.held[0][0].query():
+            self.held.popleft()
+        while len(self.held) > self.limit:
+            self.held.popleft()[0].synchronize()
+
+    def clear(self) -> None:
+        for event, _ in self.held:
+            event.synchronize()
+        self.held.clear()
 
 
 class DataLoader(_loader.FrameworkLoader):
     """An iterable of (images, labels) torch tensors, one epoch per iteration.
 
-    source, image_size, batch_size, shuffle, seed, cache, cache_budget, cache_file, threads,
-    prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling: as stoker.Loader, with the
-    defaults of docs/loader-settings.md (threads=0: all cores; stoker's threads do the work, there
-    are no worker processes).
+    source, image_size, batch_size, cache, cache_budget, cache_file, threads, prefetch, drop_last,
+    on_bad_sample, keep_aspect_ratio, dct_scaling: as stoker.Loader, with the defaults of
+    docs/loader-settings.md (threads=0: all cores; stoker's threads do the work, there are no
+    worker processes).
     interpolation: 'bilinear' by default here, on purpose: torchvision's Resize resizes bilinearly
       and PyTorch users expect it (stoker.Loader and the command default to Keras' 'nearest').
+    shuffle: False by default here, as PyTorch's DataLoader (stoker.Loader shuffles by default).
+    seed: None by default here: drawn from torch's RNG when the loader is made (one draw, as
+      PyTorch's RandomSampler seeds itself), so torch.manual_seed(s) before it makes runs
+      repeatable and different seeds give different orders and augmentations. In a job of several
+      ranks (world_size > 1) it is 0 instead, DistributedSampler's default, because every rank
+      must compute the same order. Give seed= (or generator=) to choose it, and to resume from a
+      state_dict() in another process. `loader.seed` is the seed in use.
+
+    PyTorch's DataLoader arguments (keyword only):
+    num_workers: decode threads (threads=). stoker decodes on threads of this process, never in
+      the calling thread: num_workers=0 (PyTorch's "load in the main process") gives one decode
+      thread, which still works ahead of the loop. Not given: threads= (0: all cores).
+    prefetch_factor: batches decoded ahead per thread, as PyTorch's (batches ahead in all:
+      prefetch_factor x threads; threads=0 counts the cores). Not given: prefetch=.
+    generator: a torch.Generator; the seed is drawn from it (not with seed=).
+    pin_memory: True puts the host batches in page-locked memory, so `.to('cuda',
+      non_blocking=True)` is an asynchronous DMA (see the module docstring for how long a batch
+      is kept). Without CUDA in this build or a visible device it warns once, as PyTorch does,
+      and the batches stay in pageable memory; `loader.pinned` says which.
+    persistent_workers, timeout, multiprocessing_context: accepted; threads make them moot (a note
+      says so once when given something other than PyTorch's default).
+    sampler, batch_sampler, collate_fn, worker_init_fn: refused (TypeError) with what does the
+      same in stoker. Any other unknown argument is a TypeError naming it and the accepted ones.
 
     augment: stoker.Augment(...) (or a dict of its settings): the random transforms, e.g.
       torchvision's RandomResizedCrop + RandomHorizontalFlip is
@@ -76,7 +200,7 @@ class DataLoader(_loader.FrameworkLoader):
       (mean, std) per channel on the 0..1 scale, as transforms.Normalize takes them.
     label_mode: 'sparse' (int64 class indices, default), 'binary' (float32 (N,)),
       'categorical' (float32 (N, K)) or None (labels is None).
-    device: 'cpu' or 'cuda:N' (GPU augmentation, tensors on that device; dtype may then be
+    device: 'cpu', 'cuda', 'cuda:N' or a torch.device (GPU augmentation, tensors on that device; dtype may then be
       'float16' or 'bfloat16').
     copy: True makes every batch an independent tensor (no pooled buffer is held).
     rank, world_size, shard_mode, drop_remainder: this process's share of each epoch, with
@@ -94,7 +218,7 @@ class DataLoader(_loader.FrameworkLoader):
         image_size: Union[int, Sequence[int]] = _default("image_size", "torch"),
         batch_size: int = _default("batch_size", "torch"),
         shuffle: bool = _default("shuffle", "torch"),
-        seed: int = _default("seed", "torch"),
+        seed: Optional[int] = _default("seed", "torch"),
         augment: Any = None,
         output: str = "float",
         normalize: Any = None,
@@ -104,7 +228,7 @@ class DataLoader(_loader.FrameworkLoader):
         prefetch: int = _default("prefetch", "torch"),
         drop_last: bool = _default("drop_last", "torch"),
         on_bad_sample: str = _default("on_bad_sample", "torch"),
-        device: str = "cpu",
+        device: Union[str, _torch.device] = "cpu",
         copy: bool = False,
         interpolation: str = _default("interpolation", "torch"),
         keep_aspect_ratio: bool = _default("keep_aspect_ratio", "torch"),
@@ -119,7 +243,46 @@ class DataLoader(_loader.FrameworkLoader):
         dct_scaling: bool = _default("dct_scaling", "torch"),
         cache_budget: str = _default("cache_budget", "torch"),
         cache_file: str = _default("cache_file", "torch"),
+        *,
+        num_workers: Optional[int] = None,
+        prefetch_factor: Optional[int] = None,
+        generator: Optional[_torch.Generator] = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        timeout: float = 0,
+        multiprocessing_context: Any = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        collate_fn: Any = None,
+        worker_init_fn: Any = None,
+        **unknown: Any,
     ):
+        if unknown:
+            accepted = [p for p in inspect.signature(DataLoader.__init__).parameters if p not in ("self", "unknown")]
+            raise TypeError(f"stoker.torch.DataLoader() got an unexpected keyword argument {sorted(unknown)[0]!r}; "
+                            f"it takes {', '.join(accepted)}")
+        given = dict(sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
+                     worker_init_fn=worker_init_fn)
+        for name, value in given.items():
+            if value is not None:
+                raise TypeError(f"stoker.torch.DataLoader does not take {name}: {_REFUSED[name]}")
+        moot = dict(persistent_workers=persistent_workers, timeout=timeout,
+                    multiprocessing_context=multiprocessing_context)
+        for name, value in moot.items():
+            if value != _MOOT[name][0]:
+                _loader._note_once(f"torch.{name}", f"stoker.torch.DataLoader: {name} has no effect: {_MOOT[name][1]}")
+        threads, prefetch = _threads_and_prefetch(threads, prefetch, num_workers, prefetch_factor)
+        if generator is not None:
+            if seed is not None:
+                raise TypeError("stoker.torch.DataLoader: give seed or generator, not both")
+            seed = _draw_seed(generator)
+        elif seed is None:
+            if rank is None and world_size is None and _torch.distributed.is_available() \
+                    and _torch.distributed.is_initialized():
+                ranks = _torch.distributed.get_world_size()
+            else:
+                ranks = _stoker.resolve_sharding(rank, world_size)[1]
+            seed = 0 if ranks > 1 else _draw_seed(None)
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
         spec = _loader.output_spec(augment, output, normalize, "nchw" if output == "float" else "nhwc")
@@ -147,8 +310,9 @@ class DataLoader(_loader.FrameworkLoader):
             drop_last=drop_last,
             label_mode="none" if label_mode is None else label_mode,
             on_bad_sample=on_bad_sample,
-            device=device,
+            device=str(self.device),
             copy=copy and not cuda,
+            pin_memory=pin_memory and not cuda,
             interpolation=interpolation,
             keep_aspect_ratio=keep_aspect_ratio,
             dtype=dtype if cuda else None,
@@ -162,16 +326,34 @@ class DataLoader(_loader.FrameworkLoader):
             cache_file=cache_file,
         )
         self.batch_size = batch_size
+        self.seed = seed
+        self._prefetch = prefetch if prefetch > 0 else 2 * (threads or _stoker.default_threads())
+
+    @property
+    def pinned(self) -> bool:
+        """True when host batches are in page-locked memory (pin_memory=True with CUDA and a device)."""
+        return self.loader.pinned
 
     # ---- iteration
     def __iter__(self) -> Iterator[Tuple[_torch.Tensor, Optional[_torch.Tensor]]]:
         convert = self._device_batch if self.device.type == "cuda" else self._host_batch
-        for batch in self.loader:
-            out = convert(batch)
-            if self.with_padding:
-                out = (*out, _torch.from_numpy(batch.padding.copy()))
-            del batch  # only the tensors hold the buffer: dropping them frees it
-            yield out
+        # Pinned host batches may be read by a non_blocking copy after the loop moved on.
+        guard = None
+        if self.device.type == "cpu" and self.loader.pinned and _torch.cuda.is_available():
+            guard = _HeldUntilCopied(self._prefetch - 1, _torch.cuda.Event)
+        try:
+            for batch in self.loader:
+                out = convert(batch)
+                if self.with_padding:
+                    out = (*out, _torch.from_numpy(batch.padding.copy()))
+                del batch  # only the tensors hold the buffer: dropping them frees it
+                yield out
+                if guard is not None:
+                    guard.add(out[0])
+                del out
+        finally:
+            if guard is not None:
+                guard.clear()
 
     def _host_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
         # torch.from_dlpack over the NumPy view: the tensor holds the view, the view the slot.

@@ -29,7 +29,7 @@ def main(folder, report):
                             world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=240))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    dl = stoker.torch.DataLoader(folder, 16, batch_size=4, seed=3, threads=1, normalize="imagenet")
+    dl = stoker.torch.DataLoader(folder, 16, batch_size=4, shuffle=True, seed=3, threads=1, normalize="imagenet")
     model = torch.nn.parallel.DistributedDataParallel(
         torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                             torch.nn.Linear(4, 2)))

@@ -47,15 +47,37 @@ def test_every_adapter_takes_every_setting_with_the_tables_default(where):
             assert repr(_settings.default(s["name"], where)) in inspect.getdoc(cls), (where, s["name"])
 
 
+# The defaults an adapter changes on purpose (the table's `differences`, or _settings'
+# ADAPTER_DIFFERENCES for those that are no value), each with its reason there; a difference not
+# listed here fails, so a new one is a decision.
+INTENTIONAL = {
+    ("interpolation", "train"),  # Keras' image_dataset_from_directory resizes bilinearly
+    ("interpolation", "torch"),  # torchvision's Resize is bilinear
+    ("interpolation", "jax"),  # jax.image.resize / tf.image.resize have no nearest default
+    ("prefetch", "command"), ("prefetch", "train"), ("prefetch", "cache build"),  # sized to the threads
+    ("cache", "cache build"),  # it builds a cache file
+    ("shuffle", "torch"),  # PyTorch's DataLoader does not shuffle unless asked
+    ("seed", "torch"),  # None: drawn from torch's RNG (torch.manual_seed), 0 with several ranks
+}
+
+
 def test_one_default_everywhere_but_the_listed_differences():
+    found = set()
     for s in _stoker.loader_settings():
         values = {where: _settings.default(s["name"], where) for where in _settings.WHERE}
         differing = {w for w, v in values.items() if v != _settings.value(s["name"], s["default"])}
-        listed = set(s["differences"]) | ({"train", "cache build"} if "command" in s["differences"] else set())
+        listed = set(s["differences"]) | set(_settings.ADAPTER_DIFFERENCES.get(s["name"], {}))
+        listed |= {"train", "cache build"} if "command" in s["differences"] else set()
         assert differing <= listed, (s["name"], differing)
+        found |= {(s["name"], w) for w in differing}
+        for where, (_, why) in _settings.ADAPTER_DIFFERENCES.get(s["name"], {}).items():
+            assert where in _settings.WHERE and why, (s["name"], where)
+    assert found == INTENTIONAL
     assert _settings.default("interpolation", "torch") == "bilinear"
     assert _settings.default("interpolation") == "nearest"
     assert _settings.default("label_mode") == "sparse"
+    assert _settings.default("shuffle", "torch") is False and _settings.default("shuffle") is True
+    assert _settings.default("seed", "torch") is None and _settings.default("seed", "jax") == 0
 
 
 def test_values_are_checked_by_the_table(folder):

@@ -36,7 +36,7 @@ def test_float_output_is_nchw_normalised_in_cpp_as_torchvision_would(folder):
 def test_a_plain_training_loop_learns_the_colour(folder):
     torch.manual_seed(0)
     loader = stoker.torch.DataLoader(
-        folder, 16, batch_size=8, seed=1, normalize="imagenet",
+        folder, 16, batch_size=8, shuffle=True, seed=1, normalize="imagenet",
         augment=stoker.Augment(horizontal_flip=True, rotation_range=10))
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
