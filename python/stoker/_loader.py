@@ -223,14 +223,15 @@ _PAGEABLE_NOTE = (
 _noted: set = set()  # the notes already given in this process (each once)
 
 
-def _note_once(key: str, message: str) -> None:
-    """warnings.warn(message) the first time `key` comes up in this process."""
+def _note_once(key: str, message: str, stacklevel: int = 4) -> None:
+    """warnings.warn(message) the first time `key` comes up in this process; `stacklevel` counts
+    from this function (4: the caller of an adapter that built a Loader)."""
     if key in _noted:
         return
     _noted.add(key)
     import warnings
 
-    warnings.warn(message, UserWarning, stacklevel=4)
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)
 
 
 class Loader:

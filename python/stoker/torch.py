@@ -270,7 +270,8 @@ class DataLoader(_loader.FrameworkLoader):
                     multiprocessing_context=multiprocessing_context)
         for name, value in moot.items():
             if value != _MOOT[name][0]:
-                _loader._note_once(f"torch.{name}", f"stoker.torch.DataLoader: {name} has no effect: {_MOOT[name][1]}")
+                _loader._note_once(f"torch.{name}", f"stoker.torch.DataLoader: {name} has no effect: {_MOOT[name][1]}",
+                                   stacklevel=3)
         threads, prefetch = _threads_and_prefetch(threads, prefetch, num_workers, prefetch_factor)
         if generator is not None:
             if seed is not None:
