@@ -24,6 +24,10 @@ keras: the seed's ImageDataGenerator (rotation 30, shifts 0.4, shear 0.4, zoom 0
        224 + Dense(1, sigmoid)) on each, with fit's default shuffle=True (Keras asks a Sequence's
        batches in a random order) and with shuffle=False (in order). Needs tf_keras; each figure in
        its own child process.
+keras-fit: model.fit epoch time of a tiny model (Conv2D(8, 3, stride 2) + pooling + Dense(1)) at
+       --image-size on the seed's generator, tf_keras' and stoker.keras', with fit's default
+       shuffle=True and with shuffle=False: what the loader costs a step when the model costs
+       almost nothing (stoker.keras pipelines both orders). Each figure in its own child process.
 
 Each measurement: one warm-up epoch (worker start-up, page cache, stoker's pools, the decoded
 cache's fill) that is not timed, then --epochs timed epochs; img/s = images delivered / seconds.
@@ -172,11 +176,19 @@ def keras_measure(args):
         print(json.dumps({"img_per_s": n / (time.perf_counter() - t0)}))
         return
     import tf_keras
-    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "models")
-    full = tf_keras.models.load_model(os.path.join(shared, "mobilenet_v2_0.35_224_3class.h5"), compile=False)
-    backbone = full.layers[0]  # MobileNetV2 cut at out_relu + GlobalAveragePooling2D
-    backbone.trainable = False
-    model = tf_keras.Sequential([backbone, tf_keras.layers.Dense(1, activation="sigmoid")])
+    if args.measure.startswith("tiny"):
+        model = tf_keras.Sequential([
+            tf_keras.layers.Input((args.image_size, args.image_size, 3)),
+            tf_keras.layers.Conv2D(8, 3, strides=2, activation="relu"),
+            tf_keras.layers.GlobalAveragePooling2D(),
+            tf_keras.layers.Dense(1, activation="sigmoid"),
+        ])
+    else:
+        shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "models")
+        full = tf_keras.models.load_model(os.path.join(shared, "mobilenet_v2_0.35_224_3class.h5"), compile=False)
+        backbone = full.layers[0]  # MobileNetV2 cut at out_relu + GlobalAveragePooling2D
+        backbone.trainable = False
+        model = tf_keras.Sequential([backbone, tf_keras.layers.Dense(1, activation="sigmoid")])
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
 
     class EpochTimes(tf_keras.callbacks.Callback):
@@ -191,14 +203,16 @@ def keras_measure(args):
     # random access); fit_in_order: shuffle=False (the iterator still shuffles its files each
     # epoch), the order stoker.keras pipelines.
     model.fit(it, epochs=1 + args.epochs, steps_per_epoch=len(it), verbose=0, callbacks=[EpochTimes()],
-              shuffle=args.measure != "fit_in_order")
-    print(json.dumps({"epoch_seconds": statistics.median(times[1:]), "images": it.samples}))
+              shuffle=not args.measure.endswith("in_order"))
+    print(json.dumps({"epoch_seconds": statistics.median(times[1:]), "images": it.samples,
+                      "pipelined_batches": getattr(it, "pipelined_batches", None)}))
 
 
 def _child(args, which, measure, batch, cpus):
     import subprocess
     cmd = [sys.executable, os.path.abspath(__file__), "--suite", "keras-measure", "--which", which, "--measure",
-           measure, "--data", args.data, "--image-size", str(args.image_size if measure == "generator" else 224),
+           measure, "--data", args.data,
+           "--image-size", str(args.image_size if measure == "generator" or measure.startswith("tiny") else 224),
            "--batch-size", str(batch), "--epochs", str(args.epochs)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     pre = (lambda: os.sched_setaffinity(0, set(range(cpus)))) if cpus else None
@@ -251,7 +265,40 @@ def keras_suite(args):
     return result
 
 
-SUITES = {"torch": torch_suite, "keras": keras_suite, "keras-measure": keras_measure}
+def keras_fit_suite(args):
+    """model.fit epoch time of a tiny model on the seed's generator (tf_keras' and stoker.keras'),
+    with fit's default shuffle=True and with shuffle=False, batch --batch-size, all cores; each
+    figure in its own child process, in turns, --repeat rounds, medians printed."""
+    try:
+        import tf_keras  # noqa: F401
+        import stoker.keras  # noqa: F401
+    except ImportError as e:
+        print(f"keras-fit suite: skipped ({e})", file=sys.stderr)
+        return None
+    cores = len(os.sched_getaffinity(0))
+    result = {"machine": platform.processor() or platform.machine(), "cores": cores, "image_size": args.image_size,
+              "batch": args.batch_size, "load_before": os.getloadavg()[0]}
+    print(f"keras-fit suite: {args.data}, {args.image_size}x{args.image_size}, batch {args.batch_size}, tiny model, "
+          f"{cores} cores, load average {os.getloadavg()[0]:.2f}")
+    for measure, note in (("tiny", "fit(shuffle=True), Keras' default"), ("tiny_in_order", "fit(shuffle=False)")):
+        runs = {"keras": [], "stoker": []}
+        served = None
+        for _ in range(args.repeat):
+            for which in ("keras", "stoker"):
+                out = _child(args, which, measure, args.batch_size, None)
+                runs[which].append(out["epoch_seconds"])
+                if which == "stoker":
+                    served = out["pipelined_batches"]
+        k, st = statistics.median(runs["keras"]), statistics.median(runs["stoker"])
+        print(f"{note:<36} epoch: tf_keras generator {k:.2f} s, stoker.keras {st:.2f} s ({k / st:.2f}x; "
+              f"stoker's pipeline served {served} batches)")
+        result[measure] = {"tf_keras_epoch_seconds": k, "stoker_keras_epoch_seconds": st, "runs": runs,
+                           "stoker_pipelined_batches": served}
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return result
+
+
+SUITES = {"torch": torch_suite, "keras": keras_suite, "keras-fit": keras_fit_suite, "keras-measure": keras_measure}
 
 
 def main(argv=None):
@@ -265,7 +312,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the numbers to this file")
     ap.add_argument("--which", choices=["keras", "stoker"], help=argparse.SUPPRESS)  # keras-measure (a child)
-    ap.add_argument("--measure", choices=["generator", "fit", "fit_in_order"], help=argparse.SUPPRESS)
+    ap.add_argument("--measure", choices=["generator", "fit", "fit_in_order", "tiny", "tiny_in_order"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.suite == "keras-measure":
         keras_measure(args)
