@@ -76,10 +76,70 @@ def test_signatures_match_keras():
         assert list(ours)[: len(theirs) - ("kwargs" in theirs)] == [n for n in theirs if n != "kwargs"][: len(ours)], name
 
 
-def test_zca_whitening_not_implemented():
-    with pytest.raises(NotImplementedError, match="zca_whitening"):
-        ImageDataGenerator(zca_whitening=True)
-    ImageDataGenerator(zca_whitening=False, zca_epsilon=1e-3)  # the default is fine
+@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("kind", ["uint8", "float"])
+def test_zca_whitening_as_keras(data_format, kind):
+    """fit computes Keras' principal components; standardize and the batches apply them (float32)."""
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (40, 5, 6, 3)).astype(np.float32)
+    if kind == "float":
+        x = x / 7.0
+    if data_format == "channels_first":
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    kw = dict(zca_whitening=True, zca_epsilon=1e-2, rescale=1 / 255, data_format=data_format)
+    with pytest.warns(UserWarning, match="zca_whitening"):
+        s = ImageDataGenerator(**kw)
+    k = KerasGen(**kw)
+    assert s.featurewise_center and not s.featurewise_std_normalization
+    s.fit(x)
+    k.fit(x)
+    np.testing.assert_allclose(s.mean, k.mean, rtol=1e-5, atol=1e-6)
+    scale = np.abs(k.zca_whitening_matrix).max()
+    np.testing.assert_allclose(s.zca_whitening_matrix, k.zca_whitening_matrix, atol=2e-4 * scale)
+    img = x[3].copy()
+    ref = k.standardize(img.copy())
+    np.testing.assert_allclose(s.standardize(img.copy()), ref, atol=2e-3 * np.abs(ref).max())
+    batch = s.flow(x, batch_size=8, shuffle=False)[0]
+    ref = np.stack([k.standardize(v.copy()) for v in x[:8]])
+    assert batch.dtype == np.float32 and batch.shape == ref.shape
+    np.testing.assert_allclose(batch, ref, atol=2e-3 * np.abs(ref).max())
+    with pytest.warns(UserWarning, match="hasn't been fit"):
+        ImageDataGenerator(zca_whitening=True, featurewise_center=True).flow(x[:, :, :, :3], batch_size=2)[0]
+
+
+def test_numpy_fallbacks_on_files_and_fit(folder):
+    """Files: the pipeline decodes, the NumPy path augments; fit(augment=True) on float data."""
+    for kw in (dict(rotation_range=10, interpolation_order=3), dict(zca_whitening=True, horizontal_flip=True)):
+        gen = ImageDataGenerator(rescale=1 / 255, **kw)
+        if gen.zca_whitening:
+            gen.fit(np.random.default_rng(1).integers(0, 256, (12, 6, 5, 3)))
+        it = gen.flow_from_directory(folder, target_size=(6, 5), batch_size=4, seed=1)
+        assert it._pipeline_mode() == "decode"
+        batches = [it[i][0] for i in range(len(it))]
+        assert it.pipelined_batches == len(it) and all(np.isfinite(b).all() for b in batches)
+    x = np.random.default_rng(0).random((6, 8, 8, 3)).astype(np.float32) * 300
+    s = ImageDataGenerator(featurewise_center=True, featurewise_std_normalization=True, rotation_range=20)
+    with pytest.warns(UserWarning, match="not 8-bit"):
+        s.fit(x, augment=True, rounds=2, seed=3)
+    assert s.mean.shape == (1, 1, 3) and s.std.shape == (1, 1, 3) and np.isfinite(s.std).all()
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_interpolation_order_numpy_fallback(order):
+    """An interpolation_order stoker's warp lacks: Keras' apply_transform in NumPy/SciPy with the
+    parameters stoker draws, one warning per generator."""
+    img = _smooth(12, 16, np.random.default_rng(4))
+    args = dict(rotation_range=30, zoom_range=0.2, interpolation_order=order, rescale=1 / 255)
+    s, k = ImageDataGenerator(**args), KerasGen(**args)
+    with pytest.warns(UserWarning, match=f"interpolation_order={order}"):
+        batch = s.flow(img[None].repeat(3, 0), batch_size=3, shuffle=False, seed=5)[0]
+    for i in range(3):
+        params = s._draw(img.shape, s.flow(img[None], seed=5)._aug_seed, 0, i)
+        ref = k.standardize(k.apply_transform(img.astype(np.float32), params))
+        np.testing.assert_allclose(batch[i], ref, atol=1e-5)
+    params = s._draw(img.shape, 1, 0, 0)
+    np.testing.assert_allclose(s.apply_transform(img.astype(np.float32), params),
+                               k.apply_transform(img.astype(np.float32), params), atol=1e-4)
 
 
 def test_invalid_arguments_as_keras():
@@ -91,8 +151,6 @@ def test_invalid_arguments_as_keras():
         ImageDataGenerator(brightness_range=0.5)
     with pytest.raises(ValueError):
         ImageDataGenerator(data_format="nhwc")
-    with pytest.raises(NotImplementedError, match="interpolation_order"):
-        ImageDataGenerator(interpolation_order=3)
 
 
 @pytest.mark.parametrize("split", [None, 0.1, 0.25, 0.33, 0.5])

@@ -26,8 +26,6 @@ class ImageDataGenerator:
                  zoom_range=0.0, channel_shift_range=0.0, fill_mode="nearest", cval=0.0, horizontal_flip=False,
                  vertical_flip=False, rescale=None, preprocessing_function=None, data_format=None,
                  validation_split=0.0, interpolation_order=1, dtype=None):
-        if zca_whitening:
-            raise NotImplementedError("zca_whitening=True is not implemented by stoker.keras")
         data_format = data_format or _image_data_format()
         dtype = dtype or _floatx()
         self.featurewise_center = featurewise_center
@@ -69,7 +67,16 @@ class ImageDataGenerator:
             self.zoom_range = [zoom_range[0], zoom_range[1]]
         else:
             raise ValueError(f"`zoom_range` should be a float or a tuple or list of two floats. Received: {zoom_range}")
-        if featurewise_std_normalization and not featurewise_center:
+        if zca_whitening:
+            if not featurewise_center:
+                self.featurewise_center = True
+                warnings.warn("This ImageDataGenerator specifies `zca_whitening`, which overrides setting of "
+                              "`featurewise_center`.")
+            if featurewise_std_normalization:
+                self.featurewise_std_normalization = False
+                warnings.warn("This ImageDataGenerator specifies `zca_whitening` which overrides setting of"
+                              "`featurewise_std_normalization`.")
+        elif featurewise_std_normalization and not featurewise_center:
             self.featurewise_center = True
             warnings.warn("This ImageDataGenerator specifies `featurewise_std_normalization`, which overrides "
                           "setting of `featurewise_center`.")
@@ -82,6 +89,7 @@ class ImageDataGenerator:
                 raise ValueError(f"`brightness_range should be tuple or list of two floats. Received: {brightness_range}")
         self.brightness_range = brightness_range
         self._augmenters: dict = {}
+        self._warned: set = set()
         self._check_spec()
 
     # ---- iterators
@@ -154,14 +162,41 @@ class ImageDataGenerator:
                     horizontal_flip=bool(self.horizontal_flip), vertical_flip=bool(self.vertical_flip),
                     brightness_range=None if self.brightness_range is None else tuple(map(float, self.brightness_range)),
                     channel_shift_range=float(self.channel_shift_range or 0), fill_mode=str(self.fill_mode),
-                    cval=float(self.cval), interpolation_order=int(self.interpolation_order))
+                    cval=float(self.cval),
+                    # stoker's warp has orders 0 and 1; other orders warp in NumPy/SciPy (_numpy_warp)
+                    interpolation_order=int(self.interpolation_order) if self.interpolation_order in (0, 1) else 1)
 
     def _check_spec(self) -> None:
         """Fails now (naming the argument) on settings stoker's augmenter rejects."""
-        if self.interpolation_order not in (0, 1):
-            raise NotImplementedError(f"interpolation_order={self.interpolation_order!r}: stoker implements 0 "
-                                      "(nearest) and 1 (bilinear)")
         self._spec(8, 8, 3, standardise=False)
+
+    def _warn_once(self, what: str) -> None:
+        """One warning per generator and kind: a setting stoker's C++ path cannot take, computed
+        with Keras' math in NumPy/SciPy instead (correct, slower)."""
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(f"stoker.keras: {what} runs Keras' math in NumPy/SciPy, image by image (correct, "
+                          "slower than stoker's C++ path)", stacklevel=3)
+
+    def _numpy_warp(self) -> bool:
+        """Whether random transforms warp in NumPy/SciPy (an interpolation_order stoker's warp lacks)."""
+        return self.interpolation_order not in (0, 1) and self._has_random_transform()
+
+    def _cpp_pipeline_ok(self) -> bool:
+        """Whether the whole of a batch's augmentation and standardisation can run in stoker's
+        Loader (the fused pipeline)."""
+        return not self._numpy_warp() and not self.zca_whitening
+
+    def _zca(self, batch):
+        """Keras' ZCA whitening of a batch in data_format (each image flattened as Keras does), in
+        float32."""
+        if self.zca_whitening_matrix is None:
+            warnings.warn("This ImageDataGenerator specifies `zca_whitening`, but it hasn't been fit on any "
+                          "training data. Fit it first by calling `.fit(numpy_data)`.")
+            return batch
+        flat = np.asarray(batch, dtype=np.float32).reshape(len(batch), -1)
+        white = flat @ np.asarray(self.zca_whitening_matrix, dtype=np.float32)
+        return white.reshape(np.shape(batch)).astype(batch.dtype, copy=False)
 
     def _feature_channels(self, c: int):
         """(mean, std) per channel for the spec, or None when the statistics are not per channel."""
@@ -227,11 +262,28 @@ class ImageDataGenerator:
         n, h, w, c = images.shape
         ids = [int(j) for j in sample_ids]
         featurewise = self._feature_channels(c)
-        if self.preprocessing_function is None and featurewise is not None:
+        if self._numpy_warp():
+            self._warn_once(f"interpolation_order={self.interpolation_order!r}")
+            random = self._has_random_transform()
+            out = None
+            for i in range(n):
+                x = images[i].astype(dtype)
+                if random:
+                    params = self._draw((h, w, c), seed, epoch, ids[i], "channels_last")
+                    x = _apply_transform_numpy(x, params, self.fill_mode, self.cval, self.interpolation_order)
+                if data_format == "channels_first":
+                    x = np.ascontiguousarray(x.transpose(2, 0, 1))
+                x = self.standardize(x)
+                if out is None:
+                    out = np.empty((n,) + x.shape, dtype=dtype)
+                out[i] = x
+        elif self.preprocessing_function is None and featurewise is not None:
             self._warn_unfitted()
             out = self._augmenter(h, w, c, True, data_format, featurewise).apply_batch(
                 images, seed=seed, epoch=epoch, sample_ids=ids)
             out = np.asarray(out)
+            if self.zca_whitening:
+                out = self._zca(out)
         else:
             raw = np.asarray(self._augmenter(h, w, c, False, data_format).apply_batch(
                 images, seed=seed, epoch=epoch, sample_ids=ids))
@@ -266,6 +318,14 @@ class ImageDataGenerator:
             else:
                 warnings.warn("This ImageDataGenerator specifies `featurewise_std_normalization`, but it hasn't "
                               "been fit on any training data. Fit it first by calling `.fit(numpy_data)`.")
+        if self.zca_whitening:
+            if self.zca_whitening_matrix is not None:
+                flat_x = x.reshape(-1, np.prod(x.shape[-3:]))
+                white_x = flat_x @ self.zca_whitening_matrix
+                x = np.reshape(white_x, x.shape)
+            else:
+                warnings.warn("This ImageDataGenerator specifies `zca_whitening`, but it hasn't been fit on any "
+                              "training data. Fit it first by calling `.fit(numpy_data)`.")
         return x
 
     def _hw(self, img_shape):
@@ -278,9 +338,13 @@ class ImageDataGenerator:
             seed = int(np.random.randint(0, 2**31 - 1))
         return self._draw(img_shape, int(seed), 0, 0)
 
-    def _draw(self, img_shape, seed, epoch, sample_id):
-        """The parameters stoker's augmenter draws for (seed, epoch, sample_id), with Keras' keys."""
-        h, w = self._hw(img_shape)
+    def _draw(self, img_shape, seed, epoch, sample_id, data_format=None):
+        """The parameters stoker's augmenter draws for (seed, epoch, sample_id), with Keras' keys
+        (img_shape in data_format, the generator's by default)."""
+        if (data_format or self.data_format) == "channels_last":
+            h, w = int(img_shape[0]), int(img_shape[1])
+        else:
+            h, w = int(img_shape[1]), int(img_shape[2])
         spec = self._spec(h, w, 3, standardise=False)
         spec.training = True
         p = _stoker.Augmenter(spec).params(int(seed), int(epoch), int(sample_id), h, w)
@@ -300,7 +364,8 @@ class ImageDataGenerator:
             raise ValueError("Input arrays must be multi-channel 2D images.")
         hwc = x if self.data_format == "channels_last" else x.transpose(1, 2, 0)
         dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(self.dtype)
-        u8 = _as_u8(hwc) if hwc.shape[2] in (1, 3, 4) and _apply_with_works() else None
+        u8 = (_as_u8(hwc) if hwc.shape[2] in (1, 3, 4) and _apply_with_works() and self.interpolation_order in (0, 1)
+              else None)
         if u8 is None:
             out = _apply_transform_numpy(hwc.astype(dtype), transform_parameters, self.fill_mode, self.cval,
                                          self.interpolation_order)
@@ -320,9 +385,8 @@ class ImageDataGenerator:
         return self.apply_transform(x, self.get_random_transform(np.shape(x), seed))
 
     def fit(self, x, augment=False, rounds=1, seed=None):
-        """Keras' fit: featurewise mean/std per channel on rescaled (optionally augmented) images."""
-        if self.zca_whitening:
-            raise NotImplementedError("zca_whitening=True is not implemented by stoker.keras")
+        """Keras' fit: featurewise mean/std per channel on rescaled (optionally augmented) images, and
+        the ZCA whitening matrix (Keras' SVD, in NumPy)."""
         x = np.asarray(x)
         if x.ndim != 4:
             raise ValueError(f"Input to `.fit()` should have rank 4. Got array with shape: {x.shape}")
@@ -332,13 +396,13 @@ class ImageDataGenerator:
                           f'"{self.data_format}" (channels on axis {self.channel_axis}), i.e. expected either 1, 3 '
                           f"or 4 channels on axis {self.channel_axis}. However, it was passed an array with shape "
                           f"{x.shape} ({c} channels).")
-        if not (self.featurewise_center or self.featurewise_std_normalization):
+        if not (self.featurewise_center or self.featurewise_std_normalization or self.zca_whitening):
             return
         nhwc = x if self.data_format == "channels_last" else x.transpose(0, 2, 3, 1)
         u8 = _as_u8(nhwc) if c in (1, 3, 4) else None
         shape = [1, 1, 1]
         shape[self.channel_axis - 1] = c
-        if u8 is not None and not augment:
+        if u8 is not None and not augment and not self.zca_whitening:
             # stoker's C++ statistics (double accumulation) on the rescaled values.
             spec = self._spec(u8.shape[1], u8.shape[2], c, standardise=False)
             spec.training = False
@@ -347,23 +411,39 @@ class ImageDataGenerator:
             mean = np.asarray(mean[:c], dtype=self.dtype)
             std = np.asarray(std[:c], dtype=self.dtype)
         else:
-            if augment:
-                if u8 is None:
-                    raise NotImplementedError(
-                        "fit(augment=True) on images whose values are not integers in 0..255: stoker's augmenter "
-                        "takes 8-bit images")
-                if seed is None:
-                    seed = int(np.random.randint(0, 2**31 - 1))
+            if seed is None:
+                seed = int(np.random.randint(0, 2**31 - 1))
+            if augment and u8 is not None and self.interpolation_order in (0, 1):
                 aug = self._augmenter(u8.shape[1], u8.shape[2], c, False, "channels_last")
                 data = np.concatenate([np.asarray(aug.apply_batch(np.ascontiguousarray(u8), seed=int(seed), epoch=r))
                                        for r in range(int(rounds))]).astype(self.dtype)
+                if self.rescale:
+                    data *= self.rescale
             else:
                 data = np.array(nhwc, dtype=self.dtype)
-            if self.rescale:
-                data *= self.rescale
+                if self.rescale:
+                    data *= self.rescale
+                if augment:  # Keras' order: rescale, then the random transform of each image
+                    self._warn_once("fit(augment=True) on images that are not 8-bit" if u8 is None
+                                    else f"fit(augment=True) with interpolation_order={self.interpolation_order!r}")
+                    data = np.concatenate([
+                        np.stack([_apply_transform_numpy(data[i], self._draw(data.shape[1:], int(seed), r, i,
+                                                                             "channels_last"),
+                                                         self.fill_mode, self.cval, self.interpolation_order)
+                                  for i in range(len(data))]).astype(self.dtype)
+                        for r in range(int(rounds))])
             mean = np.mean(data, axis=(0, 1, 2))
             data -= mean
             std = np.std(data, axis=(0, 1, 2))
+            if self.zca_whitening:
+                # Keras' matrix: the centred (and, when set, normalised) images flattened in data_format.
+                if self.featurewise_std_normalization:
+                    data /= std + 1e-6
+                flat = data if self.data_format == "channels_last" else data.transpose(0, 3, 1, 2)
+                flat = flat.reshape(len(flat), -1)
+                u, s, _ = np.linalg.svd(flat.T, full_matrices=False)
+                s_inv = np.sqrt(len(flat)) / (s + self.zca_epsilon)
+                self.zca_whitening_matrix = (u * s_inv).dot(u.T)
         if self.featurewise_center:
             self.mean = np.reshape(np.asarray(mean, dtype=self.dtype), shape)
         if self.featurewise_std_normalization:

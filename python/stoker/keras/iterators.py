@@ -208,7 +208,7 @@ class _FileIterator(Iterator):
         if not self.pipelined or self._decode.decoder != "stoker" or self.n == 0:
             return None
         gen = self.image_data_generator
-        if (self.pipelined != "decode" and gen and gen._has_random_transform()
+        if (self.pipelined != "decode" and gen and gen._has_random_transform() and gen._cpp_pipeline_ok()
                 and gen.preprocessing_function is None and gen._feature_channels(3) is not None):
             return "fused"
         return "decode"
