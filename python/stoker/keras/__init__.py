@@ -69,9 +69,17 @@ How a batch is made
      ranges but not the same pixels. JPEGs are decoded DCT-scaled where that stays above the target
      (the decoder uses only TurboJPEG's fast 1/2, 1/4 and 1/8 scales). Draws are keyed by (seed,
      epoch, position in the epoch): reproducible for a given seed.
-   Keras' model.fit asks a Sequence's batches in a random order by default (shuffle=True in
-   fit): pass shuffle=False to fit (the iterator shuffles its files each epoch anyway) to get the
-   pipelined path.
+5. Keras' fit order -- model.fit(it) asks a Sequence's batches in a random order by default
+   (fit's shuffle=True: tf_keras' KerasSequenceAdapter and OrderedEnqueuer, Keras 3's
+   PyDatasetAdapter draw it with random.shuffle(list(range(len(it)))) from Python's global RNG
+   just before the pass). The iterator keeps the state of that RNG seen at its previous call
+   (construction, each request, on_epoch_end); when the state has moved, it replays the shuffle
+   from the kept state, and if that ends in the current state it knows the order the coming
+   requests follow. That pass is then pipelined too: the same Loader over the epoch's files as in
+   4., started at each batch with resume() (two Loaders taking turns, each decoding only the batch
+   it is given, one ahead), so batch k holds the same pixels, draws and labels as in order.
+   Requests that leave the order take the exact path of 3. `it.pipelined_batches` counts these
+   batches too.
 
 Random transforms are drawn from stoker's Philox RNG keyed by (seed, epoch, sample index) (the
 pipelined fused path: position in the epoch), not from NumPy's global RNG: the same
@@ -82,14 +90,18 @@ global RNG when the iterator is made.
 
 Data that stoker's C++ augmenter cannot take (float arrays whose values are not integers in
 0..255, or a channel count other than 1, 3, 4) follows Keras' per-image path in NumPy/SciPy
-(parameters still drawn from stoker's RNG). apply_transform uses the binding's
+(parameters still drawn from stoker's RNG). So do settings its C++ path lacks, with one warning
+per generator: interpolation_order other than 0/1 (Keras' scipy.ndimage warp of each image, the
+parameters stoker draws for the sample; file iterators still pipeline the decode), and
+fit(augment=True) on data that is not 8-bit (Keras' order: rescale, then the transform).
+zca_whitening=True: fit computes Keras' matrix (NumPy's SVD of the centred, flattened images,
+sqrt(n) / (s + zca_epsilon)), standardize applies it as Keras does, and batches apply it after
+stoker's C++ standardisation as one float32 matrix product (file iterators pipeline the decode). apply_transform uses the binding's
 Augmenter.apply_with when it accepts (H, W, C) images (the current binding rejects them), else the
 same NumPy/SciPy path, which is Keras' math.
 
-Not implemented (NotImplementedError naming the argument): zca_whitening=True;
-interpolation_order other than 0/1; decoder='stoker' with color_mode other than 'rgb';
-color_mode='grayscale' on 16/32-bit images (PIL
-modes 'I;16'/'I'). Unlike Keras, unknown keyword arguments of flow_from_dataframe raise
+Not implemented (NotImplementedError naming the argument): decoder='stoker' with color_mode other
+than 'rgb'; color_mode='grayscale' on 16/32-bit images (PIL modes 'I;16'/'I'). Unlike Keras, unknown keyword arguments of flow_from_dataframe raise
 TypeError instead of being ignored.
 
 Measured against tf_keras 2.x (python/tests/test_keras.py): file lists, classes, splits and
