@@ -1,5 +1,5 @@
 // `stoker train`: transfer learning from the command line. The training itself is
-// stoker::training::train (trainer/training); this file turns flags into its options and its
+// stoker::training::train (training/); this file turns flags into its options and its
 // callbacks into progress bars, per-epoch lines, history.json and the plots.
 #include <algorithm>
 #include <chrono>

@@ -12,9 +12,9 @@ import pathlib
 import re
 import sys
 
-FOLDERS = {  # stage -> folder (trainer/training is its own stage inside trainer/)
+FOLDERS = {  # stage -> folder
     "core": "core", "cache": "cache", "pipeline": "pipeline", "augment": "augment",
-    "trainer": "trainer", "training": "trainer/training",
+    "trainer": "trainer", "training": "training",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
@@ -63,10 +63,8 @@ def reachable(deps, stage):
 
 
 def stage_files(source, stage):
-    root = source / FOLDERS[stage]
-    nested = [source / f for s, f in FOLDERS.items() if s != stage and f.startswith(FOLDERS[stage] + "/")]
-    for p in sorted(root.rglob("*")):
-        if p.suffix in {".hpp", ".cpp", ".cu", ".cuh", ".h"} and not any(n in p.parents for n in nested):
+    for p in sorted((source / FOLDERS[stage]).rglob("*")):
+        if p.suffix in {".hpp", ".cpp", ".cu", ".cuh", ".h"}:
             yield p
 
 

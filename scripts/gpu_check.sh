@@ -48,7 +48,7 @@ prepare() {
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
     "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/bench/fine_tune_bench" "$build/apps/stoker" \
     "$build/tests/apps/stoker_apps_tests" "$build/tests/training/stoker_training_tests" \
-    "$build"/{core,cache,pipeline,augment,trainer,trainer/training}/libstoker_*.so.0 \
+    "$build"/{core,cache,pipeline,augment,trainer,training}/libstoker_*.so.0 \
     "$carry/bin/"
   # Shared libraries to carry (resolved here), minus what the GPU machine must supply itself.
   ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
