@@ -4,8 +4,10 @@
 #   nested ones included (the wheel pip builds, the package test's vendored build): CMake takes
 #   CMAKE_<LANG>_COMPILER_LAUNCHER from the environment. Those builds compile the same sources with
 #   the same flags as the Release tree, so they reuse its objects instead of compiling them again.
-#   The cache lives outside the checkout (ccache's default, ~/.cache/ccache), so a second build of
-#   the same code, in any clone, is mostly cache hits.
+#   Paths stay absolute (no CCACHE_BASEDIR): relative ones would differ between trees at
+#   different depths, and so would their preprocessed output. The cache lives outside the checkout
+#   (ccache's default, ~/.cache/ccache), so building the same code again in the same place, a
+#   fresh clone included, is mostly cache hits.
 # - Ninja, when installed, generates the trees the scripts create (an existing tree keeps the
 #   generator it was made with).
 # - stage NAME CMD...: runs CMD and appends "NAME SECONDS" to $STOKER_STAGE_TIMES (when set), so that
@@ -13,8 +15,7 @@
 
 if command -v ccache >/dev/null 2>&1; then
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
-  # Hits across build trees and clones: paths under the checkout are hashed relative to it.
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+  # The build directory is not hashed, even with debug information (the sanitizer build).
   export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
   export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 fi
