@@ -51,7 +51,7 @@ struct FineTuneProgress {
 };
 
 struct Checkpoint {
-  std::string settings;    // JSON text of what the results depend on (train.cpp compares it key by key)
+  std::string settings;    // JSON text of what the results depend on (run_settings.cpp compares it key by key)
   int epoch = 0;           // the epoch to run next (in progress when loader.next_batch > 0)
   LoaderState loader;      // the training batches' position in `epoch`
   EpochProgress progress;  // of `epoch`, when it is in progress

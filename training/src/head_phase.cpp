@@ -1,0 +1,40 @@
+#include "head_phase.hpp"
+
+namespace stoker::training {
+
+void HeadPhase::values_computed(const Features& values) {
+  save_features(run_.options.out / kCheckpointFeaturesFile, values);
+  run_.features_saved = true;
+}
+
+trainer::StepResult HeadPhase::step(const float* x, const int* y, int n) {
+  run_.before_step(run_.head);
+  return run_.head.train_step(x, y, n, run_.options.loss);
+}
+
+trainer::EpochStats HeadPhase::train_on_values(const Features& values, int epoch) {
+  const TrainOptions& o = run_.options;
+  return run_.head.train_epoch(values.x.data(), values.y.data(), values.n, o.loader.batch_size,
+                               static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
+                               [this](trainer::Head& h) { run_.before_step(h); });
+}
+
+void HeadPhase::complete(EpochReport& e) {
+  if (e.features_cached) e.times.compute_seconds = e.seconds;  // the head alone
+}
+
+trainer::EpochStats HeadPhase::validate() {
+  return run_.head.evaluate(validation.x.data(), validation.y.data(), validation.n,
+                            {run_.options.loss.label_smoothing, {}});
+}
+
+void HeadPhase::after_epoch(double monitored) {
+  trainer::Head& head = run_.head;
+  head.set_learning_rate(run_.reduce_lr_on_plateau.on_epoch_end(monitored, head.adam().learning_rate));
+}
+
+void HeadPhase::checkpoint(int, int epoch, const EpochProgress* progress) {
+  run_.save(epoch, checkpoint_position(source_, epoch, progress), progress ? *progress : EpochProgress{});
+}
+
+}  // namespace stoker::training

@@ -1,0 +1,150 @@
+#include "phase.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "sources.hpp"
+#include "stoker/core/error.hpp"
+#include "stoker/training/schedules.hpp"
+
+namespace stoker::training {
+namespace {
+
+// One epoch that augments: decode, augment and run the backbone (in the second phase its frozen
+// part) again, `step` training on each batch. Every `checkpoint_every` batches (0: never) but the
+// last, `checkpoint` saves the run with the epoch's sums so far. A resumed epoch starts at
+// `resume`'s next batch with the sums the checkpoint kept.
+EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_every, TrainObserver& observer,
+                            const LoaderState* resume, EpochProgress sums,
+                            const std::function<trainer::StepResult(const float*, const int*, int)>& step,
+                            const std::function<void(const EpochProgress&)>& checkpoint) {
+  EpochReport e;
+  e.epoch = epoch;
+  const std::size_t total = source.batches_per_epoch();
+  const std::size_t images_before = sums.images;  // trained on by the process that was stopped
+  const auto t0 = Clock::now();
+  // The unreadable samples of the whole epoch: those the stopped process met, then this one's.
+  auto skipped_so_far = [&] {
+    std::vector<SkippedSample> all = sums.skipped;
+    for (SkippedSample& s : source.skipped()) all.push_back(std::move(s));
+    return all;
+  };
+  e.times = source.run_epoch(
+      static_cast<std::uint64_t>(epoch),
+      [&](const float* x, const int* y, const std::int64_t*, int n, int) {
+        const trainer::StepResult r = step(x, y, n);
+        sums.loss_sum += r.loss * r.samples;
+        sums.correct += r.correct;
+        sums.images += static_cast<std::size_t>(n);
+        ++sums.batches;
+        observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
+                                sums.correct / static_cast<double>(sums.images));
+        if (checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0 &&
+            sums.batches < total) {
+          EpochProgress progress = sums;
+          progress.skipped = skipped_so_far();
+          checkpoint(progress);
+        }
+      },
+      resume);
+  e.seconds = since(t0);
+  e.skipped = skipped_so_far();
+  const double seen = std::max<double>(1, static_cast<double>(sums.images));
+  e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+  e.images_per_second = static_cast<double>(sums.images - images_before) / std::max(1e-9, e.seconds);
+  return e;
+}
+
+// One epoch on the values held in memory (computed in the phase's first epoch).
+EpochReport values_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
+  const auto t0 = Clock::now();
+  EpochReport e;
+  e.epoch = epoch;
+  e.features_cached = phase.values.has_value();
+  if (!phase.values) {
+    phase.values = extract(loop.source, phase.values_name(), loop.observer);
+    if (phase.values->n == 0)
+      throw DatasetError("none of the " + std::to_string(loop.train_images) + " training images could be read");
+    e.times = phase.values->times;
+    phase.values_computed(*phase.values);
+  }
+  e.train = phase.train_on_values(*phase.values, epoch);
+  e.skipped = phase.values->skipped;
+  e.seconds = since(t0);
+  e.images_per_second = phase.values->n / std::max(1e-9, e.seconds);
+  return e;
+}
+
+// After an epoch's training: validation, the best epoch, and Keras' callbacks on the monitored
+// value (lower is better, as BestEpoch).
+void end_epoch(Phase& phase, EpochReport& e, trainer::Monitor monitor) {
+  phase.complete(e);
+  e.validation = phase.validate();
+  e.improved = phase.best().offer(e.epoch, e.validation, phase.head());
+  if (e.improved) phase.improved();
+  e.learning_rate = phase.learning_rate();
+  const double monitored = monitor == trainer::Monitor::ValLoss ? e.validation.loss : -e.validation.accuracy;
+  phase.after_epoch(monitored);
+  e.stopped_early = phase.early_stopping().on_epoch_end(e.epoch, monitored);
+}
+
+}  // namespace
+
+void RunState::before_step(trainer::Head& h) const {
+  if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
+}
+
+void RunState::save(int epoch, const LoaderState& loader, const EpochProgress& progress,
+                    const FineTuneProgress* fine_tune, const trainer::BestEpoch* phase_best) const {
+  const trainer::BestEpoch& b = phase_best ? *phase_best : best;
+  Checkpoint c;
+  c.settings = settings;
+  c.epoch = epoch;
+  c.loader = loader;
+  c.progress = progress;
+  c.history = history;
+  c.best_epoch = b.epoch();
+  c.best_value = b.value();
+  c.head = head;
+  if (b.head()) c.best_head = *b.head();
+  if (fine_tune) c.fine_tune = *fine_tune;
+  c.has_features = features_saved;
+  c.early_stopping = early_stopping;
+  c.reduce_lr_on_plateau = reduce_lr_on_plateau;
+  save_checkpoint(options.out / kCheckpointFile, c);
+}
+
+LoaderState checkpoint_position(FeatureSource& source, int epoch, const EpochProgress* progress) {
+  LoaderState loader = source.state();
+  if (!progress) {
+    loader.epoch = static_cast<std::uint64_t>(epoch);
+    loader.next_batch = 0;
+  }
+  return loader;
+}
+
+void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const Checkpoint* resumed) {
+  const TrainOptions& o = loop.options;
+  for (int k = done; k < epochs && !phase.early_stopping().stopped; ++k) {
+    const int epoch = static_cast<int>(loop.history.size());
+    const bool counted = o.augmentation || phase.reports_value_batches();
+    loop.observer.on_epoch_begin(epoch, counted ? loop.source.batches_per_epoch() : 0);
+    EpochReport e;
+    if (o.augmentation) {
+      const bool mid_epoch = resumed && k == done && resumed->loader.next_batch > 0;
+      e = augmented_epoch(
+          epoch, loop.source, o.checkpoint_every_batches, loop.observer, mid_epoch ? &resumed->loader : nullptr,
+          mid_epoch ? resumed->progress : EpochProgress{},
+          [&phase](const float* x, const int* y, int n) { return phase.step(x, y, n); },
+          [&](const EpochProgress& progress) { phase.checkpoint(k, epoch, &progress); });
+    } else {
+      e = values_epoch(phase, loop, epoch);
+    }
+    end_epoch(phase, e, o.monitor);
+    loop.history.push_back(e);
+    phase.checkpoint(k + 1, epoch + 1, nullptr);
+    loop.observer.on_epoch_end(e);
+  }
+}
+
+}  // namespace stoker::training

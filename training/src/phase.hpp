@@ -1,0 +1,94 @@
+// The epoch loop of train(), one for both phases (the head on the frozen backbone's features, then
+// fine-tuning): run_phase() trains, validates, keeps the best epoch, stops early and checkpoints;
+// a Phase says what trains, on what values, and how it is saved.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/trainer/head.hpp"
+#include "stoker/training/checkpoint.hpp"
+#include "stoker/training/train.hpp"
+
+namespace stoker::training {
+
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Where train() stands, for checkpoints: the head, the best epoch, the history, and (for runs
+// without augmentation) whether the training features are saved.
+struct RunState {
+  const TrainOptions& options;
+  std::string settings;
+  trainer::Head& head;
+  trainer::BestEpoch& best;
+  std::vector<EpochReport>& history;
+  EarlyStopping early_stopping;
+  ReduceLrOnPlateau reduce_lr_on_plateau;
+  std::int64_t decay_steps = 0;  // of the cosine schedule; 0 without it
+  bool features_saved = false;
+
+  // Before each optimizer step: the cosine schedule's rate for it.
+  void before_step(trainer::Head& h) const;
+
+  // In the fine-tuning phase `fine_tune` is where it stands and `phase_best` its best epoch (that
+  // phase's BestEpoch, whose head refers to the fine-tuned backbone).
+  void save(int epoch, const LoaderState& loader, const EpochProgress& progress = {},
+            const FineTuneProgress* fine_tune = nullptr, const trainer::BestEpoch* phase_best = nullptr) const;
+};
+
+// The training source's position for a checkpoint: where it stands inside an epoch (`progress`
+// set), or at the start of `epoch`.
+LoaderState checkpoint_position(FeatureSource& source, int epoch, const EpochProgress* progress);
+
+// One phase of a run, as run_phase() drives it.
+class Phase {
+ public:
+  virtual ~Phase() = default;
+
+  // Without augmentation: the values the phase trains on, computed in its first epoch (or restored).
+  std::optional<Features> values;
+  // The validation set's values where the phase's trainable part starts, computed once.
+  Features validation;
+
+  // The values' name for the observer, and whether an epoch on them reports its batches.
+  virtual std::string values_name() const = 0;
+  virtual bool reports_value_batches() const = 0;
+  // Once the values are computed (the first phase saves them for a resume).
+  virtual void values_computed(const Features&) {}
+  // One optimizer step on a batch of an augmenting epoch; an epoch over `values`.
+  virtual trainer::StepResult step(const float* x, const int* y, int n) = 0;
+  virtual trainer::EpochStats train_on_values(const Features& values, int epoch) = 0;
+  // The phase's part of the epoch's report (timings, the phase), before validation.
+  virtual void complete(EpochReport& e) = 0;
+  virtual trainer::EpochStats validate() = 0;  // on `validation`
+  virtual trainer::BestEpoch& best() = 0;
+  virtual const trainer::Head& head() const = 0;
+  virtual void improved() {}  // the epoch is the best so far (its head is saved)
+  virtual double learning_rate() const = 0;
+  virtual void after_epoch(double /*monitored*/) {}  // the plateau reduction, where the phase has it
+  virtual EarlyStopping& early_stopping() = 0;
+  // Saves the run after `done` of the phase's epochs: inside epoch `epoch` after `progress`'s
+  // batches, or (progress null) at an epoch's end, the run then resuming with `epoch`.
+  virtual void checkpoint(int done, int epoch, const EpochProgress* progress) = 0;
+};
+
+// What the phases share: the options, the training source, the observer and the history (which
+// spans both phases and numbers their epochs).
+struct PhaseLoop {
+  const TrainOptions& options;
+  std::size_t train_images;  // listed, for the error when none could be read
+  FeatureSource& source;
+  TrainObserver& observer;
+  std::vector<EpochReport>& history;
+};
+
+// The phase's epochs from `done` (those a resumed run had finished) to `epochs`, or until early
+// stopping. `resumed`: the checkpoint when the run resumed inside this phase, whose epoch in
+// progress continues at its next batch with its running sums; else null. Each epoch ends with a
+// checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches.
+void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const Checkpoint* resumed);
+
+}  // namespace stoker::training
