@@ -170,7 +170,10 @@ void write_model_info(const fs::path& dir, const ModelInfo& info) {
   write_file_atomically(dir / "stoker_model.json", j.dump(2) + "\n");
 }
 
-TrainedModel load_trained_model(const fs::path& dir) {
+namespace {
+
+// The folder's stoker_model.json: IoError naming it when it is missing or malformed.
+ModelInfo read_model_info(const fs::path& dir) {
   const fs::path file = dir / "stoker_model.json";
   std::ifstream in(file);
   if (!in)
@@ -181,9 +184,7 @@ TrainedModel load_trained_model(const fs::path& dir) {
   } catch (const std::exception& e) {
     throw IoError(file.string() + ": not valid JSON (" + e.what() + ")");
   }
-  TrainedModel m;
-  m.dir = dir;
-  ModelInfo& info = m.info;
+  ModelInfo info;
   try {
     info.backbone.model = j.at("backbone").at("model").get<std::string>();
     info.backbone.cut_at = j.at("backbone").at("cut_at").get<std::string>();
@@ -211,6 +212,16 @@ TrainedModel load_trained_model(const fs::path& dir) {
     throw IoError(file.string() + ": " + e.what());
   }
   info.backbone.preprocess = info.prepare.preprocess;
+  return info;
+}
+
+}  // namespace
+
+TrainedModel load_trained_model(const fs::path& dir) {
+  TrainedModel m;
+  m.dir = dir;
+  m.info = read_model_info(dir);
+  const ModelInfo& info = m.info;
   const fs::path head_file = dir / "head.stkh";
   if (!fs::exists(head_file)) {
     if (fs::exists(dir / kCheckpointFile))
