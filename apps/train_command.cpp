@@ -403,9 +403,7 @@ TrainConfig resumed_config(const TrainConfig& given, const CLI::App& cmd) {
     const std::string flag = opt->get_lnames().front();
     if (!resumable_override(flag)) {
       throw InvalidArgument("--resume continues " + given.resume + " with its recorded settings (" + kRunSettingsFile +
-                            "); --" + flag +
-                            " cannot change (--epochs, --threads, --prefetch, --device, --cache, "
-                            "--cache-budget, --cache-file, --checkpoint-every, --cpu-budget and --ram-budget can)");
+                            "); --" + flag + " cannot change (" + resumable_flags() + " can)");
     }
     apply_override(c, given, flag);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -282,11 +283,26 @@ TrainConfig load_run_settings(const std::string& out) {
   }
 }
 
+namespace {
+// The flags a resume may change besides --resume itself.
+constexpr const char* kResumableFlags[] = {"epochs",     "threads",      "prefetch",        "device",
+                                           "cache",      "cache-budget", "cache-file",      "checkpoint-every",
+                                           "cpu-budget", "ram-budget",   "fine-tune-epochs"};
+}  // namespace
+
 bool resumable_override(const std::string& flag) {
-  for (const char* f : {"resume", "epochs", "threads", "prefetch", "device", "cache", "cache-budget", "cache-file",
-                        "checkpoint-every", "cpu-budget", "ram-budget", "fine-tune-epochs"})
+  if (flag == "resume") return true;
+  for (const char* f : kResumableFlags)
     if (flag == f) return true;
   return false;
+}
+
+std::string resumable_flags() {
+  std::string list;
+  const std::size_t n = std::size(kResumableFlags);
+  for (std::size_t i = 0; i < n; ++i)
+    list += (i == 0 ? "--" : i + 1 == n ? " and --" : ", --") + std::string(kResumableFlags[i]);
+  return list;
 }
 
 void apply_override(TrainConfig& saved, const TrainConfig& given, const std::string& flag) {

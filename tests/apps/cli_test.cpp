@@ -580,6 +580,7 @@ TEST_F(Cli, TrainKilledMidEpochResumesToTheSameHead) {
   const CommandResult changed = stoker("train --resume " + out.string() + " --learning-rate 0.1");
   EXPECT_NE(changed.exit_code, 0);
   EXPECT_NE(changed.out.find("--learning-rate cannot change"), std::string::npos) << changed.out;
+  EXPECT_NE(changed.out.find("--ram-budget and --fine-tune-epochs can)"), std::string::npos) << changed.out;
   const CommandResult nothing = stoker("train --resume " + (dir / "data").string());
   EXPECT_NE(nothing.exit_code, 0);
   EXPECT_NE(nothing.out.find("train_settings.json"), std::string::npos) << nothing.out;
