@@ -1,6 +1,7 @@
 // HDF5's C API for the Keras file formats: RAII handles and the readers the .h5 and .keras loaders share.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,21 @@ class QuietHdf5 {
 // A string attribute (scalar or list, fixed or variable length); empty when absent. IoError naming
 // `where` when it cannot be read.
 std::vector<std::string> read_string_attribute(hid_t obj, const char* name, const std::string& where);
-// A numeric dataset as float32 with its shape.
-RawWeight read_dataset(hid_t group, const std::string& name, const std::string& where);
+
+// What the weights of one file may declare in all: a dataset stored as it is (Keras' way) holds
+// its bytes in the file, a compressed one at most kMaxCompression times its share of it. Each
+// dataset read takes its share, so a file cannot list one dataset over and over either.
+struct WeightBudget {
+  static constexpr std::uint64_t kMaxCompression = 1100;  // deflate's limit is 1032:1
+  explicit WeightBudget(std::uint64_t file_bytes) : file_bytes(file_bytes), left(file_bytes) {}
+  std::uint64_t file_bytes;
+  std::uint64_t left;
+};
+
+// A numeric dataset as float32 with its shape. Its declared shape is checked (every dimension an
+// int, the element count at most kMaxElements), its storage (contiguous, chunked or compact in
+// this file; no external files, no virtual datasets) and its bytes against what the file stores
+// and `budget` before anything is allocated. IoError naming `where` and the dataset otherwise.
+RawWeight read_dataset(hid_t group, const std::string& name, const std::string& where, WeightBudget& budget);
 
 }  // namespace stoker::trainer::detail

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,22 @@ class WeightStore {
 
 // "a/b/conv/kernel:0" -> "conv/kernel"
 std::string weight_key(const std::string& full_name);
+
+// Model JSON nests a few levels per nested model; deeper JSON is refused while parsing, so that
+// the recursive walks over it (and nlohmann's own recursive dump and copy) stay within the stack.
+inline constexpr int kMaxJsonDepth = 256;
+// Models nested inside models (Sequential in Functional in ...): real models use two or three.
+inline constexpr int kMaxModelDepth = 32;
+
+// `text` (the JSON of a model file: model_config, config.json, model.json) parsed with its nesting
+// bounded. InvalidArgument "<where>: <what> is not valid JSON: ..." or "... is nested deeper than ...".
+nlohmann::json parse_model_json(std::string_view text, const std::string& where, const std::string& what);
+
+// Called from a model loader's catch (...): rethrows the exception in flight as a stoker::Error
+// naming `where` (a stoker::Error as it is; a JSON type error, a failed allocation, any other
+// std::exception as IoError, InvalidArgument or BadAlloc), so that no file can make a loader throw
+// anything else.
+[[noreturn]] void rethrow_as_load_error(const std::string& where);
 
 // Parses a Keras model config ({"class_name": "Sequential" | "Functional" | "Model", "config": ...}),
 // flattening nested models. Nodes get parameters and inputs; shapes and weights come in finalize().

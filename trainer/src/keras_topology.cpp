@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,10 +21,18 @@ using nlohmann::json;
 bool is_model_class(const std::string& c) { return c == "Sequential" || c == "Functional" || c == "Model"; }
 
 std::string layer_name_of(const json& layer) {
-  if (layer.contains("name") && layer["name"].is_string()) return layer["name"].get<std::string>();
-  if (layer.contains("config") && layer["config"].is_object() && layer["config"].contains("name"))
+  if (layer.is_object() && layer.contains("name") && layer["name"].is_string()) return layer["name"].get<std::string>();
+  if (layer.is_object() && layer.contains("config") && layer["config"].is_object() &&
+      layer["config"].contains("name") && layer["config"]["name"].is_string())
     return layer["config"]["name"].get<std::string>();
   return {};
+}
+
+// A layer's name for messages: its name, else its position in its model.
+std::string layer_label(const json& layer, std::size_t index, const std::string& model) {
+  const std::string name = layer_name_of(layer);
+  if (!name.empty()) return name;
+  return "#" + std::to_string(index) + (model.empty() ? "" : " of model '" + model + "'");
 }
 
 [[noreturn]] void fail(const std::string& layer, const std::string& what) {
@@ -491,7 +501,11 @@ class Flattener {
     const std::string cls = model.at("class_name").get<std::string>();
     const json& cfg = model.at("config");
     const std::string name = layer_name_of(model);
+    if (depth_ >= kMaxModelDepth)
+      fail(name, "models are nested more than " + std::to_string(kMaxModelDepth) + " levels deep");
+    ++depth_;
     std::vector<int> outs = cls == "Sequential" ? add_sequential(cfg, name, inputs) : add_functional(cfg, name, inputs);
+    --depth_;
     if (outs.size() == 1 && !name.empty()) g_.model_outputs[name] = outs[0];
     return outs;
   }
@@ -500,6 +514,18 @@ class Flattener {
   Graph& g_;
   const LoadOptions& options_;
   std::set<std::string> names_;
+  int depth_ = 0;  // models being added, one inside the other
+
+  // A JSON type or key error inside one layer, named by the layer (the message of a nested
+  // model's layer is kept as it is).
+  template <typename F>
+  auto in_layer(const json& layer, std::size_t index, const std::string& model, F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const json::exception& e) {
+      fail(layer_label(layer, index, model), std::string("malformed layer: ") + e.what());
+    }
+  }
 
   int add_node(LayerNode node) {
     if (!names_.insert(node.name).second)
@@ -540,27 +566,32 @@ class Flattener {
   std::vector<int> add_sequential(const json& cfg, const std::string& name, const std::vector<int>& inputs) {
     const json& layers = cfg.is_array() ? cfg : cfg.at("layers");
     std::vector<int> current = inputs;
+    std::size_t index = 0;
     for (const auto& layer : layers) {
-      const std::string cls = layer.at("class_name").get<std::string>();
-      const std::string lname = layer_name_of(layer);
-      if (cls == "InputLayer") {
-        if (current.empty()) current = {add_input(layer.at("config"), lname)};
-        continue;  // nested: the InputLayer stands for what feeds the Sequential
-      }
-      if (current.empty()) {
-        const json& lc = layer.at("config");
-        if (lc.is_object() && (lc.contains("batch_input_shape") || lc.contains("batch_shape"))) {
-          current = {add_input(lc, (name.empty() ? lname : name) + "_input")};
-        } else if (is_model_class(cls)) {
-          current = {};  // a nested model brings its own InputLayer
-        } else {
-          fail(lname, "the Sequential model '" + name + "' has no input shape");
-        }
-      }
-      if (current.size() > 1) fail(lname, "a Sequential layer receives " + std::to_string(current.size()) + " tensors");
-      current = add_layer(layer, current);
+      in_layer(layer, index++, name, [&] { add_sequential_layer(layer, name, current); });
     }
     return current;
+  }
+
+  void add_sequential_layer(const json& layer, const std::string& name, std::vector<int>& current) {
+    const std::string cls = layer.at("class_name").get<std::string>();
+    const std::string lname = layer_name_of(layer);
+    if (cls == "InputLayer") {
+      if (current.empty()) current = {add_input(layer.at("config"), lname)};
+      return;  // nested: the InputLayer stands for what feeds the Sequential
+    }
+    if (current.empty()) {
+      const json& lc = layer.at("config");
+      if (lc.is_object() && (lc.contains("batch_input_shape") || lc.contains("batch_shape"))) {
+        current = {add_input(lc, (name.empty() ? lname : name) + "_input")};
+      } else if (is_model_class(cls)) {
+        current = {};  // a nested model brings its own InputLayer
+      } else {
+        fail(lname, "the Sequential model '" + name + "' has no input shape");
+      }
+    }
+    if (current.size() > 1) fail(lname, "a Sequential layer receives " + std::to_string(current.size()) + " tensors");
+    current = add_layer(layer, current);
   }
 
   std::vector<int> add_functional(const json& cfg, const std::string& name, const std::vector<int>& inputs) {
@@ -593,43 +624,13 @@ class Flattener {
       bool progress = false;
       for (std::size_t i = 0; i < layers.size(); ++i) {
         if (done[i]) continue;
-        const json& layer = layers[i];
-        const std::string cls = layer.at("class_name").get<std::string>();
-        const std::string lname = layer_name_of(layer);
-        if (cls == "InputLayer") {
-          auto it = std::find_if(in_refs.begin(), in_refs.end(), [&](const Ref& r) { return r.layer == lname; });
-          if (!inputs.empty() && it != in_refs.end())
-            produced[lname] = {inputs[static_cast<std::size_t>(it - in_refs.begin())]};
-          else produced[lname] = {add_input(layer.at("config"), lname)};
+        if (in_layer(layers[i], i, name,
+                     [&] { return add_functional_layer(layers[i], name, inputs, in_refs, produced); }))
           done[i] = true, --remaining, progress = true;
-          continue;
-        }
-        const json& nodes = layer.contains("inbound_nodes") ? layer["inbound_nodes"] : json::array();
-        if (nodes.size() != 1)
-          fail(lname, nodes.empty() ? "the layer has no inbound node (not connected)"
-                                    : "the layer is called " + std::to_string(nodes.size()) +
-                                          " times (shared layers are not supported)");
-        auto refs = parse_inbound_node(nodes[0]);
-        const json kwargs = call_kwargs(nodes[0]);
-        if (cls == "TFOpLambda" && kwargs.is_object() && kwargs.contains("y") && is_tensor_ref(kwargs["y"]))
-          refs.push_back({kwargs["y"][0].get<std::string>(), to_int(kwargs["y"][1], lname, "y node index"),
-                          to_int(kwargs["y"][2], lname, "y tensor index")});
-        bool ready = true;
-        for (const auto& r : refs) ready = ready && produced.count(r.layer) > 0;
-        if (!ready) continue;
-        std::vector<int> ins;
-        for (const auto& r : refs) {
-          const auto& outs = produced[r.layer];
-          if (r.tensor < 0 || static_cast<std::size_t>(r.tensor) >= outs.size())
-            fail(lname, "input '" + r.layer + "' has no output tensor " + std::to_string(r.tensor));
-          ins.push_back(outs[static_cast<std::size_t>(r.tensor)]);
-        }
-        produced[lname] = add_layer(layer, ins, kwargs);
-        done[i] = true, --remaining, progress = true;
       }
       if (!progress) {
         for (std::size_t i = 0; i < layers.size(); ++i)
-          if (!done[i]) fail(layer_name_of(layers[i]), "its inputs are never produced in model '" + name + "'");
+          if (!done[i]) fail(layer_label(layers[i], i, name), "its inputs are never produced in model '" + name + "'");
       }
     }
     std::vector<int> outs;
@@ -641,9 +642,76 @@ class Flattener {
     }
     return outs;
   }
+
+  // One layer of a Functional model, added when its inputs are produced: false when they are not yet.
+  bool add_functional_layer(const json& layer, const std::string& name, const std::vector<int>& inputs,
+                            const std::vector<Ref>& in_refs, std::map<std::string, std::vector<int>>& produced) {
+    const std::string cls = layer.at("class_name").get<std::string>();
+    const std::string lname = layer_name_of(layer);
+    if (cls == "InputLayer") {
+      auto it = std::find_if(in_refs.begin(), in_refs.end(), [&](const Ref& r) { return r.layer == lname; });
+      if (!inputs.empty() && it != in_refs.end())
+        produced[lname] = {inputs[static_cast<std::size_t>(it - in_refs.begin())]};
+      else produced[lname] = {add_input(layer.at("config"), lname)};
+      return true;
+    }
+    const json& nodes = layer.contains("inbound_nodes") ? layer["inbound_nodes"] : json::array();
+    if (nodes.size() != 1)
+      fail(lname, nodes.empty() ? "the layer has no inbound node (not connected)"
+                                : "the layer is called " + std::to_string(nodes.size()) +
+                                      " times (shared layers are not supported)");
+    auto refs = parse_inbound_node(nodes[0]);
+    const json kwargs = call_kwargs(nodes[0]);
+    if (cls == "TFOpLambda" && kwargs.is_object() && kwargs.contains("y") && is_tensor_ref(kwargs["y"]))
+      refs.push_back({kwargs["y"][0].get<std::string>(), to_int(kwargs["y"][1], lname, "y node index"),
+                      to_int(kwargs["y"][2], lname, "y tensor index")});
+    bool ready = true;
+    for (const auto& r : refs) ready = ready && produced.count(r.layer) > 0;
+    if (!ready) return false;
+    std::vector<int> ins;
+    for (const auto& r : refs) {
+      const auto& outs = produced[r.layer];
+      if (r.tensor < 0 || static_cast<std::size_t>(r.tensor) >= outs.size())
+        fail(lname, "input '" + r.layer + "' has no output tensor " + std::to_string(r.tensor));
+      ins.push_back(outs[static_cast<std::size_t>(r.tensor)]);
+    }
+    produced[lname] = add_layer(layer, ins, kwargs);
+    return true;
+  }
 };
 
 }  // namespace
+
+json parse_model_json(std::string_view text, const std::string& where, const std::string& what) {
+  const json::parser_callback_t bounded = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw InvalidArgument(where + ": " + what + " is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels (no model is)");
+    return true;
+  };
+  try {
+    return json::parse(text, bounded);
+  } catch (const json::exception& e) {
+    throw InvalidArgument(where + ": " + what + " is not valid JSON: " + e.what());
+  }
+}
+
+void rethrow_as_load_error(const std::string& where) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(where + ": malformed model file: " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw BadAlloc(where + ": out of memory while loading the model");
+  } catch (const std::length_error& e) {
+    throw IoError(where + ": a size in the file is too large (" + e.what() + ")");
+  } catch (const std::exception& e) {
+    throw IoError(where + ": cannot load the model: " + e.what());
+  }
+}
 
 Graph parse_keras_topology(const json& model_config, const LoadOptions& options) {
   if (!model_config.is_object() || !model_config.contains("class_name") || !model_config.contains("config"))

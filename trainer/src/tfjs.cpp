@@ -20,13 +20,27 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "TF.js shards are little-endian; add byte swapping");
 
-std::vector<char> read_file(const std::filesystem::path& p) {
-  // A regular file only: a manifest naming a device (/dev/zero) or a FIFO must not hang the import.
+// What a TF.js model may hold: model.json, and all of its weight shards together (TF.js models
+// are made for browsers; the largest are a few hundred megabytes).
+constexpr std::uintmax_t kMaxModelJsonBytes = std::uintmax_t{64} << 20;
+constexpr std::uintmax_t kMaxShardBytes = std::uintmax_t{4} << 30;
+
+// A regular file of at most `cap` bytes, whole; `what` names it in errors. A manifest naming a
+// device (/dev/zero) or a FIFO must not hang the import, nor a huge file fill memory.
+std::vector<char> read_file(const std::filesystem::path& p, std::uintmax_t cap, const char* what) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(p, ec)) throw IoError(p.string() + ": weight shard is not a regular file");
+  if (!std::filesystem::is_regular_file(p, ec)) throw IoError(p.string() + ": " + what + " is not a regular file");
+  const std::uintmax_t size = std::filesystem::file_size(p, ec);
+  if (ec) throw IoError(p.string() + ": cannot read the size of the " + what + ": " + ec.message());
+  if (size > cap)
+    throw IoError(p.string() + ": the " + what + " is " + std::to_string(size) + " bytes, over the " +
+                  std::to_string(cap) + " a TF.js model may hold");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw IoError(p.string() + ": cannot open");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::vector<char> bytes(static_cast<std::size_t>(size));
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uintmax_t>(in.gcount()) != size) throw IoError(p.string() + ": cannot read the " + what);
+  return bytes;
 }
 
 // A shard path from the manifest: relative to model.json's folder, as TF.js resolves it against
@@ -58,18 +72,10 @@ std::size_t dtype_bytes(const std::string& dtype, const std::string& where) {
 
 }  // namespace
 
-Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& options) {
+Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& options) try {
   const std::string where = model_json.string();
-  nlohmann::json doc;
-  {
-    std::ifstream in(model_json);
-    if (!in) throw IoError(where + ": cannot open");
-    try {
-      doc = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InvalidArgument(where + ": not valid JSON: " + e.what());
-    }
-  }
+  const std::vector<char> text = read_file(model_json, kMaxModelJsonBytes, "model.json");
+  const nlohmann::json doc = detail::parse_model_json(std::string_view(text.data(), text.size()), where, "model.json");
   if (!doc.is_object() || !doc.contains("modelTopology"))
     throw InvalidArgument(where + ": no 'modelTopology' (not a TF.js layers model)");
   if (doc.contains("format") && doc["format"] == "graph-model")
@@ -79,11 +85,13 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
 
   detail::WeightStore store;
   const auto dir = model_json.parent_path();
+  std::uintmax_t shard_bytes_left = kMaxShardBytes;
   try {
     for (const auto& group : doc.value("weightsManifest", nlohmann::json::array())) {
       std::vector<char> bytes;
       for (const auto& shard : group.at("paths")) {
-        auto b = read_file(shard_path(dir, shard.get<std::string>(), where));
+        auto b = read_file(shard_path(dir, shard.get<std::string>(), where), shard_bytes_left, "weight shard");
+        shard_bytes_left -= b.size();
         bytes.insert(bytes.end(), b.begin(), b.end());
       }
       std::size_t offset = 0;
@@ -150,6 +158,8 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
   }
 
   return detail::build_model(model_config, store, options, where);
+} catch (...) {
+  detail::rethrow_as_load_error(model_json.string());
 }
 
 }  // namespace stoker::trainer
