@@ -86,25 +86,53 @@ std::vector<std::string> expand_range(const std::string& body, const std::string
   return out;
 }
 
-std::vector<std::string> expand(const std::string& s, const std::string& pattern) {
+// What one brace pattern may stand for: names, their characters, and brace groups (each group
+// nested in another or following one is a level of recursion).
+constexpr std::size_t kMaxBraceNames = 10'000'000;
+constexpr std::size_t kMaxBraceBytes = std::size_t{256} << 20;
+constexpr int kMaxBraceDepth = 32;
+
+std::string too_many_names(const std::string& pattern) {
+  return "brace pattern '" + pattern.substr(0, 200) + "': expands to over " + std::to_string(kMaxBraceNames) +
+         " names or " + std::to_string(kMaxBraceBytes >> 20) + " MiB of them";
+}
+
+std::size_t total_size(const std::vector<std::string>& v) {
+  std::size_t n = 0;
+  for (const auto& e : v) n += e.size();
+  return n;
+}
+
+std::vector<std::string> expand(const std::string& s, const std::string& pattern, int depth) {
+  if (depth > kMaxBraceDepth)
+    throw InvalidArgument("brace pattern '" + pattern.substr(0, 200) + "': more than " +
+                          std::to_string(kMaxBraceDepth) + " brace groups, nested or one after another");
   const std::size_t open = s.find('{');
   if (s.find('}') < open) throw InvalidArgument("brace pattern '" + pattern + "': a '}' without its '{'");
   if (open == std::string::npos) return {s};
   const std::size_t close = matching_brace(s, open);
   if (close == std::string::npos) throw InvalidArgument("brace pattern '" + pattern + "': a '{' without its '}'");
   const std::string prefix = s.substr(0, open), body = s.substr(open + 1, close - open - 1);
-  const std::vector<std::string> rest = expand(s.substr(close + 1), pattern);
+  const std::vector<std::string> rest = expand(s.substr(close + 1), pattern, depth + 1);
   std::vector<std::string> alternatives;
   const auto parts = split_top_level(body);
   if (parts.size() > 1) {
     for (const auto& p : parts) {
-      for (auto& e : expand(p, pattern)) alternatives.push_back(std::move(e));
+      for (auto& e : expand(p, pattern, depth + 1)) alternatives.push_back(std::move(e));
+      if (alternatives.size() > kMaxBraceNames) throw InvalidArgument(too_many_names(pattern));
     }
   } else if (body.find("..") != std::string::npos && body.find('{') == std::string::npos) {
     alternatives = expand_range(body, pattern);
   } else {
-    for (auto& e : expand(body, pattern)) alternatives.push_back("{" + e + "}");
+    for (auto& e : expand(body, pattern, depth + 1)) alternatives.push_back("{" + e + "}");
   }
+  // The product is checked before it is made: every alternative followed by every rest.
+  const double names = static_cast<double>(alternatives.size()) * static_cast<double>(rest.size());
+  const double bytes = names * static_cast<double>(prefix.size()) +
+                       static_cast<double>(rest.size()) * static_cast<double>(total_size(alternatives)) +
+                       static_cast<double>(alternatives.size()) * static_cast<double>(total_size(rest));
+  if (names > static_cast<double>(kMaxBraceNames) || bytes > static_cast<double>(kMaxBraceBytes))
+    throw InvalidArgument(too_many_names(pattern));
   std::vector<std::string> out;
   out.reserve(alternatives.size() * rest.size());
   for (const auto& a : alternatives) {
@@ -169,7 +197,7 @@ struct Group {
 
 }  // namespace
 
-std::vector<std::string> expand_braces(const std::string& pattern) { return expand(pattern, pattern); }
+std::vector<std::string> expand_braces(const std::string& pattern) { return expand(pattern, pattern, 0); }
 
 bool is_shard_spec(const std::string& spec) {
   return ends_with(spec, ".tar") || ends_with(spec, ".txt") || spec.find('{') != std::string::npos;
@@ -203,6 +231,10 @@ bool split_member_name(const std::string& name, std::string& key, std::string& e
 }
 
 namespace {
+
+// Without classes.txt the class names are "0".."K-1", K = the largest label + 1: a label is
+// bounded so that one number in a shard cannot make billions of names.
+constexpr std::int64_t kMaxUnnamedClasses = std::int64_t{1} << 20;
 
 // One shard's part of the dataset: its samples (labels checked against the class names when
 // there are names), what was skipped, and its member count.
@@ -280,12 +312,14 @@ ShardSamples scan_shard(const std::string& shard, const WebDatasetOptions& optio
     } else if (options.require_labels) {
       return bad(g.key, "no label (no .json member)");
     }
-    if (label < -1 || label > INT32_MAX - 1 ||
+    if (label < -1 || (!named_classes && label >= kMaxUnnamedClasses) ||
         (named_classes && label >= static_cast<std::int64_t>(class_names.size()))) {
       return bad(g.key, "label " + std::to_string(label) +
                             (named_classes ? " is not below the " + std::to_string(class_names.size()) +
                                                  " classes of " + classes_file.string()
-                                           : " is out of range"));
+                             : label < 0 ? " is out of range"
+                                         : " is not below " + std::to_string(kMaxUnnamedClasses) +
+                                               ", the most classes without a classes.txt naming them"));
     }
     if (label < 0 && options.require_labels) return bad(g.key, "label " + std::to_string(label) + " is negative");
     out.max_label = std::max(out.max_label, label);
@@ -352,7 +386,15 @@ using ShardIndex = std::unordered_map<std::string, IndexedShard>;
 
 // The shards the file holds for these options; empty when it is missing, foreign, for other
 // options or damaged (the index is then rebuilt: it only ever saves time).
-ShardIndex read_shard_index(const fs::path& file, const std::string& identity) {
+ShardIndex read_shard_index(const fs::path& file, const std::string& identity, const WebDatasetOptions& options,
+                            std::size_t class_count) {
+  // A label the scan could have given these options, and a range inside the shard: anything else
+  // means a damaged or foreign index, which is rebuilt.
+  const std::int64_t label_bound = class_count > 0 ? static_cast<std::int64_t>(class_count) : kMaxUnnamedClasses;
+  const auto plausible = [&](const Sample& s, const ByteRange& r, const ShardStamp& stamp) {
+    return s.label >= (options.require_labels ? 0 : -1) && s.label < label_bound && r.offset <= stamp.size &&
+           r.size <= stamp.size - r.offset;
+  };
   ShardIndex index;
   std::ifstream in(file, std::ios::binary);
   if (!in) return index;
@@ -388,6 +430,7 @@ ShardIndex read_shard_index(const fs::path& file, const std::string& identity) {
           return {};
         s.member.assign(bytes.data() + pos, name_len);
         pos += name_len;
+        if (!plausible(s, r, shard.stamp)) return {};
         s.path = path;
         s.range = r;
         shard.samples.max_label = std::max<std::int64_t>(shard.samples.max_label, s.label);
@@ -461,7 +504,9 @@ Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const We
     refuse_foreign_file(options.index_file, std::string_view(kIndexMagic, 8), "shard index");
   const std::string identity =
       options.index_file.empty() ? std::string() : options_identity(options, dataset.class_names);
-  ShardIndex index = options.index_file.empty() ? ShardIndex{} : read_shard_index(options.index_file, identity);
+  ShardIndex index = options.index_file.empty()
+                         ? ShardIndex{}
+                         : read_shard_index(options.index_file, identity, options, dataset.class_names.size());
   bool index_changed = index.size() != shards.size();
   std::int64_t max_label = -1;
   for (const auto& shard : shards) {

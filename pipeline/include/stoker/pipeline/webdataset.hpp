@@ -37,7 +37,8 @@ struct WebDatasetOptions {
   // Image members, by extension (lower case); when a sample has several, the first in this list wins.
   std::vector<std::string> image_extensions = {"jpg", "jpeg", "png", "webp", "ppm", "bmp", "tif", "tiff"};
   // Class names, one per line (line i = label i). Empty: "classes.txt" in the first shard's
-  // folder when it exists; otherwise the names are "0".."K-1", K = the largest label + 1.
+  // folder when it exists; otherwise the names are "0".."K-1", K = the largest label + 1 (a label
+  // of 2^20 or more is then a bad sample: name the classes to have more).
   std::filesystem::path classes_file;
   bool require_labels = true;  // false: a sample without a label gets -1
   // A sample without an image or label, or the damaged tail of a shard (a truncated archive, a bad
