@@ -18,8 +18,17 @@ namespace {
 }  // namespace
 
 void DeviceChoice::fall_back_to_cpu(const std::string& reason) {
+  refuse_cpu_after_gpu_fault();
   // The reason itself is in fallback_reason (a command prints it as a warning), not repeated here.
   *this = {false, 0, true, "cpu (auto: the GPU failed its setup or check, see the warning)", reason};
+}
+
+void refuse_cpu_after_gpu_fault() {
+  if (cuda_context_lost_reason().empty()) return;
+  // Every GPU object of the process now fails (the feed, the backend, their destructors): going
+  // on without a word on the CPU would hide the fault behind later, unrelated errors. Throws
+  // CudaError with the original error and its code.
+  require_cuda_device("the GPU cannot be used, and --device auto does not go on with the CPU");
 }
 
 std::string disagreement(const std::string& what, double error, double limit) {
@@ -31,6 +40,7 @@ std::string disagreement(const std::string& what, double error, double limit) {
 DeviceChoice choose_device(const std::string& request) {
   if (request == "cpu") return {false, 0, false, "cpu"};
   if (request == "auto") {
+    refuse_cpu_after_gpu_fault();
     if (cuda_device_count() == 0) return {false, 0, true, "cpu (auto: " + cuda_unavailable_reason() + ")"};
     if (!trainer::built_with_cudnn()) return {false, 0, true, "cpu (auto: this stoker was built without cuDNN)"};
     set_device(0);

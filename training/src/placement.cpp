@@ -53,6 +53,7 @@ std::string place_fine_tuning(trainer::TrainableTop& top, const trainer::Model& 
     return "on the GPU: " + top.executor() + (below_gpu ? "; the frozen part on " + below_gpu->name() : "");
   } catch (const Error& e) {
     if (!device.automatic) throw;
+    refuse_cpu_after_gpu_fault();  // after a sticky CUDA error: the original error, not the CPU
     top.run_on_cpu();
     below_gpu.reset();
     const std::string why = std::string("fine-tuning: ") + e.what();

@@ -18,9 +18,15 @@ struct DeviceChoice {
   // Set when an "auto" choice fell back from the GPU to the CPU: why (for a warning).
   std::string fallback_reason;
 
-  // The CPU, after `reason` ruled out the GPU of an "auto" choice.
+  // The CPU, after `reason` ruled out the GPU of an "auto" choice. After a sticky CUDA error
+  // (cuda_context_lost_reason()) it throws instead: refuse_cpu_after_gpu_fault().
   void fall_back_to_cpu(const std::string& reason);
 };
+
+// Throws CudaError with the original error when a sticky CUDA error has made the process's CUDA
+// context unusable: the GPU objects already made would fail at every later call, so an "auto"
+// choice stops there rather than go on with the CPU. Every fallback to the CPU calls it first.
+void refuse_cpu_after_gpu_fault();
 
 // "auto" | "cpu" | "cuda" | "cuda:N". "auto" takes GPU 0 when there is one and this build has the
 // cuDNN backend, else the CPU (the description says why). Throws InvalidArgument with a one-line
