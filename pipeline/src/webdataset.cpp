@@ -60,11 +60,16 @@ std::vector<std::string> split_top_level(const std::string& body) {
   return parts;
 }
 
-std::vector<std::string> expand_range(const std::string& body, const std::string& pattern) {
+// A range group {from..to}: its bounds, how many names, and the width of zero-padded names.
+struct BraceRange {
+  long long from = 0, to = 0, count = 0;
+  std::size_t width = 0;
+};
+BraceRange parse_range(const std::string& body, const std::string& pattern) {
   const std::size_t dots = body.find("..");
   const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
-  long long from = 0, to = 0;
-  if (!parse_int(a, from) || !parse_int(b, to) || a.find_first_of(" +") != std::string::npos ||
+  BraceRange r;
+  if (!parse_int(a, r.from) || !parse_int(b, r.to) || a.find_first_of(" +") != std::string::npos ||
       b.find_first_of(" +") != std::string::npos) {
     throw InvalidArgument("brace pattern '" + pattern + "': the range {" + body + "} needs integer bounds");
   }
@@ -72,10 +77,17 @@ std::vector<std::string> expand_range(const std::string& body, const std::string
     const std::size_t d = n[0] == '-' ? 1 : 0;
     return n.size() > d + 1 && n[d] == '0';
   };
-  const std::size_t width = leading_zero(a) || leading_zero(b) ? std::max(a.size(), b.size()) : 0;
-  const long long count = (to >= from ? to - from : from - to) + 1;
-  if (count > 10'000'000)
+  r.width = leading_zero(a) || leading_zero(b) ? std::max(a.size(), b.size()) : 0;
+  r.count = (r.to >= r.from ? r.to - r.from : r.from - r.to) + 1;
+  if (r.count > 10'000'000)
     throw InvalidArgument("brace pattern '" + pattern + "': {" + body + "} is over 10 million names");
+  return r;
+}
+
+std::vector<std::string> expand_range(const std::string& body, const std::string& pattern) {
+  const BraceRange r = parse_range(body, pattern);
+  const long long from = r.from, to = r.to, count = r.count;
+  const std::size_t width = r.width;
   std::vector<std::string> out;
   out.reserve(static_cast<std::size_t>(count));
   for (long long i = 0, v = from; i < count; ++i, v += to >= from ? 1 : -1) {
@@ -101,6 +113,29 @@ std::size_t total_size(const std::vector<std::string>& v) {
   std::size_t n = 0;
   for (const auto& e : v) n += e.size();
   return n;
+}
+
+// How many names `s` expands to (saturating at infinity), without making them: a pattern is
+// refused before any name is built, whichever of its parts holds the product.
+double count_names(const std::string& s, const std::string& pattern, int depth) {
+  if (depth > kMaxBraceDepth)
+    throw InvalidArgument("brace pattern '" + pattern.substr(0, 200) + "': more than " +
+                          std::to_string(kMaxBraceDepth) + " brace groups, nested or one after another");
+  const std::size_t open = s.find('{');
+  if (open == std::string::npos) return 1.0;
+  const std::size_t close = matching_brace(s, open);
+  if (close == std::string::npos) return 1.0;  // expand() names the error
+  const std::string body = s.substr(open + 1, close - open - 1);
+  double alternatives = 0.0;
+  const auto parts = split_top_level(body);
+  if (parts.size() > 1) {
+    for (const auto& p : parts) alternatives += count_names(p, pattern, depth + 1);
+  } else if (body.find("..") != std::string::npos && body.find('{') == std::string::npos) {
+    alternatives = static_cast<double>(parse_range(body, pattern).count);
+  } else {
+    alternatives = count_names(body, pattern, depth + 1);
+  }
+  return alternatives * count_names(s.substr(close + 1), pattern, depth + 1);
 }
 
 std::vector<std::string> expand(const std::string& s, const std::string& pattern, int depth) {
@@ -197,7 +232,11 @@ struct Group {
 
 }  // namespace
 
-std::vector<std::string> expand_braces(const std::string& pattern) { return expand(pattern, pattern, 0); }
+std::vector<std::string> expand_braces(const std::string& pattern) {
+  if (count_names(pattern, pattern, 0) > static_cast<double>(kMaxBraceNames))
+    throw InvalidArgument(too_many_names(pattern));
+  return expand(pattern, pattern, 0);
+}
 
 bool is_shard_spec(const std::string& spec) {
   return ends_with(spec, ".tar") || ends_with(spec, ".txt") || spec.find('{') != std::string::npos;
