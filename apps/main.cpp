@@ -1,6 +1,7 @@
 // The stoker command: one subcommand per use (see commands.hpp).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "commands.hpp"
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const stoker::Error& e) {
     std::fprintf(stderr, "stoker: error: %s\n", e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path of the user's, not a bug of stoker's
+    const std::string path = e.path1().empty() ? std::string() : e.path1().string() + ": ";
+    std::fprintf(stderr, "stoker: error: %s%s\n", path.c_str(), e.code().message().c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stoker: internal error: %s\n", e.what());
