@@ -31,7 +31,8 @@ struct BenchArgs {
 std::string find_peers_script() {
   for (const std::string& candidate :
        {std::string(STOKER_SOURCE_DIR) + "/bench/loader_peers.py", std::string("bench/loader_peers.py")}) {
-    if (std::filesystem::exists(candidate)) return candidate;
+    std::error_code ec;
+    if (std::filesystem::exists(candidate, ec)) return candidate;
   }
   return "bench/loader_peers.py";
 }
@@ -51,7 +52,9 @@ void run_autotune(const BenchArgs& args, const Dataset& ds) {
 // The report and the chart replace only an earlier report and a PNG: checked before the bench
 // runs, so that a mistyped path costs nothing.
 void refuse_foreign_outputs(const BenchArgs& args) {
-  if (!args.json.empty() && std::filesystem::exists(args.json) && std::filesystem::file_size(args.json) > 0) {
+  std::error_code ec;
+  const auto size = args.json.empty() ? 0 : std::filesystem::file_size(args.json, ec);
+  if (!ec && size > 0) {
     std::ifstream in(args.json);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("machine") || !j.contains("rows"))

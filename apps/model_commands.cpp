@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "progress.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/dataset.hpp"
 #include "stoker/trainer/model.hpp"
 #include "stoker/training/device.hpp"
 #include "stoker/training/model_folder.hpp"
@@ -85,27 +86,28 @@ void run_evaluate(const UseArgs& a) {
   }
 }
 
-// The images named: files as given, folders as every image file below them (sorted).
+// The images named: files as given, folders as every image file below them (sorted), links to
+// folders followed but no folder listed twice: a link that leads back (a loop) is named on stderr.
 std::vector<std::string> image_paths(const std::vector<std::string>& args) {
   namespace fs = std::filesystem;
   const DirectoryOptions images;  // its extensions: those a folder dataset takes
   std::vector<std::string> paths;
   for (const std::string& a : args) {
-    if (!fs::is_directory(a)) {
+    std::error_code ec;
+    if (!fs::is_directory(a, ec)) {
       paths.push_back(a);
       continue;
     }
-    std::vector<std::string> found;
-    for (const auto& e : fs::recursive_directory_iterator(a, fs::directory_options::follow_directory_symlink)) {
-      std::string ext = e.path().extension().string();
-      for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (e.is_regular_file() && !ext.empty() &&
-          std::find(images.extensions.begin(), images.extensions.end(), ext.substr(1)) != images.extensions.end())
-        found.push_back(e.path().string());
-    }
-    if (found.empty()) throw DatasetError(a + ": holds no images");
-    std::sort(found.begin(), found.end());
-    paths.insert(paths.end(), found.begin(), found.end());
+    ImageFiles found = find_image_files(a, images.extensions, /*follow_links=*/true);
+    for (const std::string& link : found.repeated_folders)
+      std::fprintf(stderr, "stoker: note: %s: leads to a folder already listed (a link loop?); skipped\n",
+                   link.c_str());
+    if (found.repeated_folders.size() > 1)
+      std::fprintf(stderr, "stoker: note: %zu folder links under %s skipped; each folder was read once\n",
+                   found.repeated_folders.size(), a.c_str());
+    if (found.files.empty()) throw DatasetError(a + ": holds no images");
+    std::sort(found.files.begin(), found.files.end());
+    paths.insert(paths.end(), found.files.begin(), found.files.end());
   }
   return paths;
 }

@@ -16,7 +16,8 @@ void TrainConfig::add_to(CLI::App& cmd) {
   loader.add_to(cmd);
   cmd.add_option("--val", val, "separate validation set: a folder with one sub-folder per class, or tar shards")
       ->check([](const std::string& v) {
-        if (std::filesystem::is_directory(v) || is_shard_spec(v)) return std::string();
+        std::error_code ec;
+        if (std::filesystem::is_directory(v, ec) || is_shard_spec(v)) return std::string();
         return "Directory does not exist: " + v + " (nor is it tar shards)";
       });
   cmd.add_option("--validation-split", validation_split, "fraction of each class held out for validation")
@@ -269,7 +270,8 @@ void save_run_settings(const TrainConfig& config) {
 
 TrainConfig load_run_settings(const std::string& out) {
   const std::filesystem::path file = std::filesystem::path(out) / kRunSettingsFile;
-  if (!std::filesystem::exists(file))
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
     throw IoError(file.string() + ": not found: --resume takes the --out folder of an earlier stoker train run");
   try {
     const nlohmann::json j = nlohmann::json::parse(read_whole_file(file));

@@ -1,10 +1,13 @@
 #include "stoker/pipeline/dataset.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
+
+#include <sys/stat.h>
 
 #include "stoker/core/error.hpp"
 
@@ -34,29 +37,65 @@ bool has_extension(const fs::path& file, const std::vector<std::string>& extensi
   return std::find(extensions.begin(), extensions.end(), ext) != extensions.end();
 }
 
-// Files under `dir`, recursively, in Keras' order: the folders os.walk visits sorted by their path,
-// and inside each folder its files sorted by name (so a folder's own files come before those of
-// its sub-folders, which sorting whole paths would not give).
-std::vector<std::string> list_images(const fs::path& dir, const DirectoryOptions& options) {
-  std::vector<std::string> files;
-  auto dir_options = fs::directory_options::skip_permission_denied;
-  if (options.follow_links) dir_options |= fs::directory_options::follow_directory_symlink;
-  for (auto it = fs::recursive_directory_iterator(dir, dir_options); it != fs::recursive_directory_iterator(); ++it) {
-    std::error_code ec;
-    if (it->is_directory(ec)) continue;
-    if (!options.follow_links && it->is_symlink(ec) && !fs::is_regular_file(it->path(), ec)) continue;
-    if (has_extension(it->path(), options.extensions)) files.push_back(it->path().string());
+// A folder's identity, whatever path reaches it: its device and inode.
+struct FolderId {
+  dev_t device;
+  ino_t inode;
+  auto operator<=>(const FolderId&) const = default;
+};
+
+FolderId folder_id(const fs::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    throw DatasetError(dir.string() +
+                       ": cannot read the folder: " + std::error_code(errno, std::generic_category()).message());
   }
+  return {st.st_dev, st.st_ino};
+}
+
+struct Walk {
+  const std::vector<std::string>& extensions;
+  bool follow_links;
+  std::set<FolderId> visited;
+  ImageFiles found;
+
+  void folder(const fs::path& dir) {
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const fs::directory_entry& e = *it;
+      std::error_code entry_ec;
+      const bool link = e.is_symlink(entry_ec);
+      if (e.is_directory(entry_ec)) {  // through a link too
+        if (link && !follow_links) continue;
+        if (!visited.insert(folder_id(e.path())).second) {
+          found.repeated_folders.push_back(e.path().string());
+          continue;
+        }
+        folder(e.path());
+      } else if (e.is_regular_file(entry_ec) && has_extension(e.path(), extensions)) {
+        found.files.push_back(e.path().string());
+      }
+    }
+    if (ec) throw DatasetError(dir.string() + ": cannot list the folder: " + ec.message());
+  }
+};
+
+}  // namespace
+
+ImageFiles find_image_files(const fs::path& dir, const std::vector<std::string>& extensions, bool follow_links) {
+  Walk walk{extensions, follow_links, {}, {}};
+  walk.visited.insert(folder_id(dir));
+  walk.folder(dir);
+  std::vector<std::string>& files = walk.found.files;
   std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
     const fs::path pa(a), pb(b);
     const std::string da = pa.parent_path().string(), db = pb.parent_path().string();
     if (da != db) return da < db;
     return pa.filename().string() < pb.filename().string();
   });
-  return files;
+  return std::move(walk.found);
 }
-
-}  // namespace
 
 Dataset apply_split(const Dataset& dataset, const Split& split) {
   check_split(split);
@@ -86,9 +125,12 @@ Dataset dataset_from_directory(const fs::path& root, const DirectoryOptions& opt
   }
   std::vector<std::string> classes = options.classes;
   if (classes.empty()) {
-    for (const auto& entry : fs::directory_iterator(root)) {
-      if (entry.is_directory()) classes.push_back(entry.path().filename().string());
+    fs::directory_iterator it(root, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code entry_ec;
+      if (it->is_directory(entry_ec)) classes.push_back(it->path().filename().string());
     }
+    if (ec) throw DatasetError(root.string() + ": cannot list the folder: " + ec.message());
     std::sort(classes.begin(), classes.end());
   }
   if (classes.empty()) {
@@ -100,7 +142,7 @@ Dataset dataset_from_directory(const fs::path& root, const DirectoryOptions& opt
   for (std::size_t c = 0; c < classes.size(); ++c) {
     const fs::path dir = root / classes[c];
     if (!fs::is_directory(dir, ec)) throw DatasetError(dir.string() + ": class folder does not exist");
-    const auto files = list_images(dir, options);
+    const auto files = find_image_files(dir, options.extensions, options.follow_links).files;
     if (files.empty()) {
       throw DatasetError(dir.string() + ": class folder '" + classes[c] + "' holds no images (" +
                          std::to_string(options.extensions.size()) + " accepted extensions)");

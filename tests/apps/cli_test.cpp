@@ -589,6 +589,26 @@ TEST_F(Cli, TrainKilledMidEpochResumesToTheSameHead) {
   EXPECT_NE(no_data.out.find("--data is required"), std::string::npos) << no_data.out;
 }
 
+// predict on a folder follows links to folders, but a loop (a link to the folder itself, one to an
+// ancestor) is listed once and named: not "internal error".
+TEST_F(Cli, PredictOnAFolderWithALinkLoop) {
+  const fs::path photos = dir / "photos";
+  fs::create_directories(photos / "sub");
+  fs::copy_file(dir / "data" / "cat" / "img0.jpg", photos / "a.jpg");
+  fs::copy_file(dir / "data" / "dog" / "img1.jpg", photos / "sub" / "b.jpg");
+  fs::create_directory_symlink(".", photos / "self");
+  fs::create_directory_symlink("..", photos / "sub" / "up");
+  const CommandResult r = stoker("predict --json --device cpu --model " + kModel + " " + photos.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stoker: note: " + (photos / "self").string() + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stoker: note: " + (photos / "sub" / "up").string() + ": "), std::string::npos) << r.out;
+  const auto rows = nlohmann::json::parse(r.out.substr(r.out.find('['), r.out.rfind(']') - r.out.find('[') + 1));
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[0]["path"], (photos / "a.jpg").string());
+  EXPECT_EQ(rows[1]["path"], (photos / "sub" / "b.jpg").string());
+}
+
 // predict --model takes any whole classifier: the shared Darknet-tiny ImageNet model (TF.js, logits
 // out: softmax applied) with its labels, on a folder, gives the reference classes and probabilities.
 TEST_F(Cli, PredictWithAnyClassifierOnAFolder) {

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <fstream>
 
 #include "stoker/core/error.hpp"
@@ -105,6 +108,55 @@ TEST(DatasetFromDirectory, ClearErrors) {
   DirectoryOptions bad;
   bad.split = {1.5, Subset::Training};
   EXPECT_THROW(dataset_from_directory(dir.path(), bad), InvalidArgument);
+}
+
+// Following links, a loop (a link to the folder itself, one to an ancestor) would never end: each
+// folder is listed once, and the links that lead back are named.
+TEST(DatasetFromDirectory, FollowingLinksListsEachFolderOnceThroughLoops) {
+  TempDir dir;
+  const fs::path data = dir / "data";
+  touch(data / "cats/a.jpg");
+  touch(data / "cats/sub/b.jpg");
+  fs::create_directory_symlink(".", data / "cats/self");
+  fs::create_directory_symlink("..", data / "cats/sub/up");
+  touch(data / "dogs/c.jpg");
+  touch(dir / "more/d.jpg");
+  fs::create_directory_symlink("../../more", data / "dogs/linked");  // no loop: followed
+  DirectoryOptions follow;
+  follow.follow_links = true;
+  auto relative = [&](const std::vector<std::string>& paths) {
+    std::vector<std::string> rel;
+    for (const auto& p : paths) rel.push_back(fs::path(p).lexically_relative(data).generic_string());
+    return rel;
+  };
+  std::vector<std::string> paths;
+  for (const auto& s : dataset_from_directory(data, follow).samples) paths.push_back(s.path);
+  EXPECT_EQ(relative(paths),
+            (std::vector<std::string>{"cats/a.jpg", "cats/sub/b.jpg", "dogs/c.jpg", "dogs/linked/d.jpg"}));
+
+  const ImageFiles cats = find_image_files(data / "cats", follow.extensions, true);
+  EXPECT_EQ(relative(cats.files), (std::vector<std::string>{"cats/a.jpg", "cats/sub/b.jpg"}));
+  std::vector<std::string> repeated = relative(cats.repeated_folders);
+  std::sort(repeated.begin(), repeated.end());
+  EXPECT_EQ(repeated, (std::vector<std::string>{"cats/self", "cats/sub/up"}));
+
+  EXPECT_EQ(dataset_from_directory(data).size(), 3u) << "links to folders are not followed by default";
+}
+
+// A sub-folder that cannot be read stops the listing with its name, not a partial dataset.
+TEST(DatasetFromDirectory, AnUnreadableSubFolderIsNamed) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads every folder";
+  TempDir dir;
+  touch(dir / "cats/a.jpg");
+  touch(dir / "cats/locked/b.jpg");
+  fs::permissions(dir / "cats/locked", fs::perms::none);
+  try {
+    dataset_from_directory(dir.path());
+    ADD_FAILURE() << "no error";
+  } catch (const DatasetError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "cats/locked").string()), std::string::npos) << e.what();
+  }
+  fs::permissions(dir / "cats/locked", fs::perms::owner_all);
 }
 
 TEST(DatasetFromCsv, ReadsPathAndLabelColumnsRelativeToTheBaseDirectory) {

@@ -58,9 +58,23 @@ struct DirectoryOptions {
   bool follow_links = false;
 };
 
+// The image files below a folder, found recursively: those with one of `extensions`, in Keras'
+// order (the folders sorted by path, in each its files sorted by name). With `follow_links`,
+// links to folders are followed, but no folder is entered twice (as `find -L` does): a link back
+// to a folder being walked (a loop) or to one already listed is left out and named in
+// `repeated_folders`. Throws DatasetError naming a folder that cannot be listed (e.g. no
+// permission).
+struct ImageFiles {
+  std::vector<std::string> files;
+  std::vector<std::string> repeated_folders;  // the links left out, as found under the folder
+};
+ImageFiles find_image_files(const std::filesystem::path& dir, const std::vector<std::string>& extensions,
+                            bool follow_links);
+
 // One sub-folder per class; class indices follow the sorted folder names; files inside a class
-// folder are found recursively and sorted, as Keras does. Throws DatasetError when the folder is
-// missing, has no class folders, or a class folder holds no images.
+// folder are found recursively and sorted, as Keras does (find_image_files: with `follow_links` a
+// folder reached twice, as through a link loop, is listed once). Throws DatasetError when the
+// folder is missing or cannot be listed, has no class folders, or a class folder holds no images.
 Dataset dataset_from_directory(const std::filesystem::path& root, const DirectoryOptions& options = {});
 
 struct CsvOptions {
