@@ -19,6 +19,7 @@
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/run_folder.hpp"
 #include "stoker/training/train.hpp"
+#include "stop_signals.hpp"
 #include "train_config.hpp"
 #include "utilisation.hpp"
 
@@ -347,6 +348,8 @@ class TrainLog final : public training::TrainObserver {
     log_.push_back(e);
     write_reports(c_, log_, skipped_, throughput_);  // after every epoch: a killed run leaves its history
   }
+  // The run stopped on a signal inside an epoch: its bar ends where it stood.
+  void on_stopped() { finish_progress(); }
 
  private:
   void finish_progress() {
@@ -516,6 +519,9 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
       save_run_settings(c);
     });
   }
+  // Ctrl-C or SIGTERM: the run stops after its batch, with a checkpoint there (a second one kills).
+  const StopSignals signals;
+  options.should_stop = [] { return StopSignals::received() != 0; };
   training::TrainResult result;
   try {
     result = training::train(data, options, &observer);
@@ -526,6 +532,15 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     if (started && log.empty()) discard_unstarted_run(c.out, new_folder);
     else if (!started && c.resume.empty() && new_folder) discard_unstarted_run(c.out, true);  // the folder train() made
     throw;
+  }
+  if (result.stopped) {
+    observer.on_stopped();
+    const training::StopPoint& at = *result.stopped;
+    if (at.batch > 0) std::printf("stopped at epoch %d, batch %zu", at.epoch + 1, at.batch);
+    else std::printf("stopped after epoch %d", at.epoch);
+    std::printf(": continue with stoker train --resume %s\n", c.out.c_str());
+    std::fflush(stdout);
+    throw CLI::RuntimeError(StopSignals::exit_status());  // CLI11 exits with the code, printing nothing
   }
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,

@@ -13,8 +13,10 @@ namespace {
 // One epoch that augments: decode, augment and run the backbone (in the second phase its frozen
 // part) again, `step` training on each batch. Every `checkpoint_every` batches (0: never) but the
 // last, `checkpoint` saves the run with the epoch's sums so far. A resumed epoch starts at
-// `resume`'s next batch with the sums the checkpoint kept.
-EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_every, TrainObserver& observer,
+// `resume`'s next batch with the sums the checkpoint kept. When `should_stop` asks after a batch
+// but the last, the run is saved there and StopRequested thrown.
+EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_every,
+                            const std::function<bool()>& should_stop, TrainObserver& observer,
                             const LoaderState* resume, EpochProgress sums,
                             const std::function<trainer::StepResult(const float*, const int*, int)>& step,
                             const std::function<void(const EpochProgress&)>& checkpoint) {
@@ -39,12 +41,15 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_eve
         ++sums.batches;
         observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
                                 sums.correct / static_cast<double>(sums.images));
-        if (checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0 &&
-            sums.batches < total) {
+        if (sums.batches >= total) return;  // the epoch's end saves the run
+        const bool due = checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0;
+        const bool stop = should_stop && should_stop();
+        if (due || stop) {
           EpochProgress progress = sums;
           progress.skipped = skipped_so_far();
           checkpoint(progress);
         }
+        if (stop) throw StopRequested{{epoch, sums.batches}};
       },
       resume);
   e.seconds = since(t0);
@@ -133,8 +138,8 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     if (o.augmentation) {
       const bool mid_epoch = resumed && k == done && resumed->loader.next_batch > 0;
       e = augmented_epoch(
-          epoch, loop.source, o.checkpoint_every_batches, loop.observer, mid_epoch ? &resumed->loader : nullptr,
-          mid_epoch ? resumed->progress : EpochProgress{},
+          epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,
+          mid_epoch ? &resumed->loader : nullptr, mid_epoch ? resumed->progress : EpochProgress{},
           [&phase](const float* x, const int* y, int n) { return phase.step(x, y, n); },
           [&](const EpochProgress& progress) { phase.checkpoint(k, epoch, &progress); });
     } else {
@@ -144,6 +149,8 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     loop.history.push_back(e);
     phase.checkpoint(k + 1, epoch + 1, nullptr);
     loop.observer.on_epoch_end(e);
+    if (k + 1 < epochs && !phase.early_stopping().stopped && o.should_stop && o.should_stop())
+      throw StopRequested{{epoch + 1, 0}};
   }
 }
 

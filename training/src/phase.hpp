@@ -43,6 +43,12 @@ struct RunState {
 // set), or at the start of `epoch`.
 LoaderState checkpoint_position(FeatureSource& source, int epoch, const EpochProgress* progress);
 
+// Thrown by run_phase() once TrainOptions::should_stop said so and the checkpoint where the run
+// stands is saved; train() returns with it as TrainResult::stopped.
+struct StopRequested {
+  StopPoint at;
+};
+
 // One phase of a run, as run_phase() drives it.
 class Phase {
  public:
@@ -88,7 +94,9 @@ struct PhaseLoop {
 // The phase's epochs from `done` (those a resumed run had finished) to `epochs`, or until early
 // stopping. `resumed`: the checkpoint when the run resumed inside this phase, whose epoch in
 // progress continues at its next batch with its running sums; else null. Each epoch ends with a
-// checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches.
+// checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches. Throws
+// StopRequested when TrainOptions::should_stop asks, after a batch or an epoch's end (not after
+// the phase's last epoch), its checkpoint saved.
 void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const Checkpoint* resumed);
 
 }  // namespace stoker::training

@@ -189,13 +189,19 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     run.save(0, sources.train().state());  // a run stopped before its first checkpoint resumes from the start
   }
   const Checkpoint* in_fine_tuning = resumed && resumed->fine_tune ? &*resumed : nullptr;
-  run_phase(first, {o, data.train.size(), sources.train(), observer, result.history}, o.epochs,
-            resumed ? resumed->epoch : 0, resumed && !in_fine_tuning ? &*resumed : nullptr);
-  // The second phase's best head refers to the fine-tuned backbone it writes into the folder.
   std::optional<trainer::Graph> tuned;
-  if (top)
-    tuned =
-        fine_tune_phase({data, sources, backbone, *top, ref, gpu ? &device : nullptr}, run, in_fine_tuning, observer);
+  try {
+    run_phase(first, {o, data.train.size(), sources.train(), observer, result.history}, o.epochs,
+              resumed ? resumed->epoch : 0, resumed && !in_fine_tuning ? &*resumed : nullptr);
+    // The second phase's best head refers to the fine-tuned backbone it writes into the folder.
+    if (top)
+      tuned =
+          fine_tune_phase({data, sources, backbone, *top, ref, gpu ? &device : nullptr}, run, in_fine_tuning, observer);
+  } catch (const StopRequested& stop) {  // its checkpoint is saved
+    result.stopped = stop.at;
+    result.best_epoch = best.epoch();
+    return result;
+  }
   write_classifier(o, tuned ? *tuned : backbone.graph(), best, result);
   return result;
 }

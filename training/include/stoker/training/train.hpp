@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -108,6 +109,11 @@ struct TrainOptions {
   // setting the results depend on differs (threads, prefetch, cache and device may change).
   bool resume = false;
   FineTuneOptions fine_tune;
+  // Asked after each training batch and at each epoch's end (a command sets it from SIGINT): when
+  // it returns true, the run saves a checkpoint where it stands, as checkpoint_every_batches
+  // would, and returns with TrainResult::stopped set; `resume` continues it. An epoch without
+  // augmentation (the head on computed values) stops at its end. Empty: never asked.
+  std::function<bool()> should_stop;
 };
 
 // What the run is about to do, for the log.
@@ -180,8 +186,18 @@ class TrainObserver {
 // count), from the samples listed per class. DatasetError naming a class without samples.
 std::vector<double> balanced_class_weight(const Dataset& train);
 
+// Where a run asked to stop (TrainOptions::should_stop) stopped: after `batch` training batches of
+// epoch `epoch` (from 0), or with batch 0 before epoch `epoch`, the previous one done.
+struct StopPoint {
+  int epoch = 0;
+  std::size_t batch = 0;
+};
+
 struct TrainResult {
   std::vector<EpochReport> history;
+  // Set when the run stopped on request: its checkpoint is in the folder, the classifier is not
+  // written (best_epoch is the best so far).
+  std::optional<StopPoint> stopped;
   int best_epoch = -1;
   DeviceChoice device;          // where the backbone ran in the end
   std::string classifier_note;  // why model.h5 was not written, when it was not
