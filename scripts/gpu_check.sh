@@ -50,8 +50,11 @@ prepare() {
     "$build/tests/apps/stoker_apps_tests" "$build/tests/training/stoker_training_tests" \
     "$build"/{core,cache,pipeline,augment,trainer,training}/libstoker_*.so.0 \
     "$carry/bin/"
-  # Shared libraries to carry (resolved here), minus what the GPU machine must supply itself.
-  ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
+  gdal_stand_in "$carry/bin"
+  # Shared libraries to carry (resolved here, the stand-in first), minus what the GPU machine must
+  # supply itself.
+  LD_LIBRARY_PATH="$carry/bin" ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
+    grep -vF "$carry/bin/" |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker_[a-z]*\.so' |
     grep -vE "/($ubuntu_has)\.so" >"$carry/libs.txt.new"
   if [[ -f $carry/libs.tar.xz ]] && cmp -s "$carry/libs.txt.new" "$carry/libs.txt"; then
@@ -76,6 +79,29 @@ prepare() {
   fi
   echo "bundle: ${carry#"$root"/} ($(du -sh "$carry" | cut -f1)); the steps and their time limits:"
   plan
+}
+
+# OpenCV's image codecs link GDAL, and through it ICU, PROJ, Poppler, SpatiaLite and more: about
+# half of the libraries to bundle, for formats stoker never reads. A stand-in library with GDAL's
+# soname defines the functions OpenCV imports from it, each stopping the process with a message if
+# it is ever called; the real GDAL and its dependencies stay behind.
+gdal_stand_in() {
+  local dir=$1 imgcodecs gdal soname
+  imgcodecs=$(ldd "$dir/stoker" | awk '/libopencv_imgcodecs/ {print $3}')
+  gdal=$(ldd "$imgcodecs" 2>/dev/null | awk '/libgdal\.so/ {print $3}')
+  [[ -n $gdal ]] || return 0
+  soname=$(objdump -p "$gdal" | awk '/SONAME/ {print $2}')
+  comm -12 <(nm -D --undefined-only "$imgcodecs" | awk '{print $2}' | sort -u) \
+    <(nm -D --defined-only "$gdal" | awk '{print $3}' | sort -u) |
+    awk 'BEGIN {
+           print "#include <stdio.h>\n#include <stdlib.h>"
+           print "static void absent(const char* f) { fprintf(stderr, \"%s: GDAL is not bundled\\n\", f); abort(); }"
+         }
+         {printf "void stand_in_%d(void) __asm__(\"%s\");\nvoid stand_in_%d(void) { absent(\"%s\"); }\n", NR, $1, NR, $1}' \
+      >"$dir/../gdal_stand_in.c"
+  cc -shared -fPIC -o "$dir/$soname" -Wl,-soname,"$soname" "$dir/../gdal_stand_in.c"
+  rm -f "$dir/../gdal_stand_in.c"
+  echo "GDAL replaced by a stand-in ($soname, $(nm -D --defined-only "$dir/$soname" | grep -c ' T ') functions)"
 }
 
 # The Python extension for the GPU machine's Python 3.12 (built with a Python 3.12 here), linked
