@@ -7,6 +7,7 @@
 #include "loader_flags.hpp"
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/core/error.hpp"
+#include "stop_signals.hpp"
 
 namespace stoker::app {
 namespace {
@@ -18,9 +19,17 @@ void run_build(const LoaderFlags& flags) {
   o.shuffle = false;
   Loader loader(flags.dataset(), o);
   std::printf("%s\n", loader.cache_status().c_str());
+  // Ctrl-C or SIGTERM: stop after the batch; the file is written only after a whole pass.
+  const StopSignals signals;
   loader.begin_epoch(0);
   std::size_t n = 0;
-  while (auto b = loader.next()) n += static_cast<std::size_t>(b->size());
+  while (auto b = loader.next()) {
+    n += static_cast<std::size_t>(b->size());
+    if (StopSignals::received() == 0) continue;
+    std::printf("stopped after %zu samples: %s not written (run cache build again)\n", n, o.cache.file.c_str());
+    std::fflush(stdout);
+    throw CLI::RuntimeError(StopSignals::exit_status());
+  }
   const CacheStats cs = *loader.cache_stats();
   std::printf("%zu samples: %llu newly cached, %llu already in the file, %llu over the budget; %.1f MiB in RAM\n", n,
               static_cast<unsigned long long>(cs.admitted), static_cast<unsigned long long>(cs.file_entries),

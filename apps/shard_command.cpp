@@ -8,6 +8,7 @@
 #include "stoker/cache/sample_cache.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/webdataset.hpp"
+#include "stop_signals.hpp"
 
 namespace stoker::app {
 namespace {
@@ -30,8 +31,16 @@ void run_shard(const ShardArgs& args) {
   o.shuffle = args.shuffle;
   o.seed = args.seed;
   o.overwrite = args.overwrite;
+  // Ctrl-C or SIGTERM: the writer stops before its next sample and removes what it wrote.
+  const StopSignals signals;
+  o.should_stop = [] { return StopSignals::received() != 0; };
   const ShardWriteResult r = write_webdataset_shards(ds, o);
   if (r.replaced > 0) std::printf("removed %zu earlier shards of the pattern (--overwrite)\n", r.replaced);
+  if (r.stopped) {
+    std::printf("stopped: no shard written (those completed and the one being written are removed)\n");
+    std::fflush(stdout);
+    throw CLI::RuntimeError(StopSignals::exit_status());
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& shard : r.shards) std::printf("%s\n", shard.c_str());
   std::printf("%zu samples in %zu classes -> %zu shards, %.1f MiB, in %.2f s%s%s\n", r.samples, ds.class_names.size(),

@@ -12,19 +12,18 @@ static_assert(std::atomic<int>::is_always_lock_free, "the handler stores into it
 struct sigaction g_previous_int {};
 struct sigaction g_previous_term {};
 
-void set_default(int sig) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ::sigaction(sig, &dfl, nullptr);
-}
-
 // Async-signal-safe: an atomic store and sigaction.
 extern "C" void on_stop_signal(int sig) {
   int none = 0;
   g_received.compare_exchange_strong(none, sig);
-  set_default(SIGINT);
-  set_default(SIGTERM);
+  ::sigaction(SIGINT, &g_previous_int, nullptr);
+  ::sigaction(SIGTERM, &g_previous_term, nullptr);
+}
+
+// A signal the parent ignored (SIGINT for a background job of a shell) stays ignored.
+void catch_unless_ignored(int sig, const struct sigaction& handler, struct sigaction& previous) {
+  ::sigaction(sig, &handler, &previous);
+  if (previous.sa_handler == SIG_IGN) ::sigaction(sig, &previous, nullptr);
 }
 
 }  // namespace
@@ -37,8 +36,8 @@ StopSignals::StopSignals() {
   sigaddset(&sa.sa_mask, SIGINT);
   sigaddset(&sa.sa_mask, SIGTERM);
   sa.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &sa, &g_previous_int);
-  ::sigaction(SIGTERM, &sa, &g_previous_term);
+  catch_unless_ignored(SIGINT, sa, g_previous_int);
+  catch_unless_ignored(SIGTERM, sa, g_previous_term);
 }
 
 StopSignals::~StopSignals() {

@@ -1,13 +1,14 @@
 // Ctrl-C for long commands: the first SIGINT or SIGTERM asks the command to stop where it can be
-// continued (the flag it polls); the default disposition of both is back at once, so a second
-// signal ends the process as usual.
+// continued (the flag it polls); the earlier (default) disposition of both is back at once, so a
+// second signal ends the process as usual. A signal the process started with ignored (SIGINT in
+// a shell's background job) stays ignored.
 #pragma once
 
 namespace stoker::app {
 
 class StopSignals {
  public:
-  StopSignals();   // catches SIGINT and SIGTERM (sigaction)
+  StopSignals();   // catches SIGINT and SIGTERM (sigaction), unless ignored
   ~StopSignals();  // their earlier dispositions back
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -201,6 +201,14 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
   };
   std::vector<std::uint8_t> bytes;
   for (const std::uint32_t index : order) {
+    if (options.should_stop && options.should_stop()) {
+      writer.reset();  // its temporary goes
+      for (const auto& shard : result.shards) fs::remove(shard);
+      ShardWriteResult stopped;
+      stopped.stopped = true;
+      stopped.replaced = result.replaced;
+      return stopped;
+    }
     const Sample& s = dataset.samples[index];
     const SourceStamp stamp =
         s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);

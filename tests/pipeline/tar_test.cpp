@@ -342,6 +342,29 @@ TEST(WebDataset, ShuffledShardsHoldEverySampleOnce) {
   EXPECT_THROW(write_webdataset_shards(f.folder, {.pattern = "x-%d-%d.tar"}), InvalidArgument);
 }
 
+// Stopped (should_stop) in the middle of its third shard: no shard, temporary or classes.txt is
+// left, and the folder takes a new write of the same pattern.
+TEST(WebDataset, StoppedShardWriteLeavesNothing) {
+  ShardFixture f;
+  ASSERT_GE(f.written.shards.size(), 4u);
+  ShardWriteOptions o;
+  o.pattern = (f.dir / "stopped" / "s-%03d.tar").string();
+  o.max_bytes = 20000;
+  int asked = 0;
+  const std::size_t stop_at = f.folder.size() / 2;  // past two closed shards
+  o.should_stop = [&] { return static_cast<std::size_t>(++asked) > stop_at; };
+  const auto w = write_webdataset_shards(f.folder, o);
+  EXPECT_TRUE(w.stopped);
+  EXPECT_TRUE(w.shards.empty());
+  EXPECT_EQ(static_cast<std::size_t>(asked), stop_at + 1);
+  EXPECT_TRUE(fs::is_empty(f.dir / "stopped"));
+  o.should_stop = {};
+  const auto again = write_webdataset_shards(f.folder, o);  // nothing refused
+  EXPECT_FALSE(again.stopped);
+  EXPECT_EQ(again.shards.size(), f.written.shards.size());
+  EXPECT_EQ(again.samples, f.folder.size());
+}
+
 TEST(WebDataset, RanksShareTarSamplesWithoutOverlap) {
   ShardFixture f;
   const Dataset tar = dataset_from_webdataset(f.written.shards);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,15 @@ struct ShardWriteOptions {
   // Shards of the pattern already in its folder (any index) or a classes.txt there: an IoError
   // (false), or every shard of the pattern removed before writing (true).
   bool overwrite = false;
+  // Asked before each sample (a command sets it from SIGINT): when it returns true, the writer
+  // stops and leaves no shard of this call behind, neither the one being written (its temporary
+  // removed) nor those it completed (an incomplete set would read as a smaller dataset), and no
+  // classes.txt; the result says `stopped`. Empty: never asked.
+  std::function<bool()> should_stop;
 };
 
 struct ShardWriteResult {
+  bool stopped = false;  // ShardWriteOptions::should_stop: nothing was written
   std::vector<std::string> shards;
   std::size_t replaced = 0;  // earlier shards of the pattern removed (ShardWriteOptions::overwrite)
   std::size_t samples = 0;
