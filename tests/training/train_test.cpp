@@ -401,6 +401,52 @@ TEST_F(Resume, AfterEveryBatchOfAnAugmentedRunEqualsTheUninterruptedRun) {
   }
 }
 
+// TrainOptions::should_stop (a command's Ctrl-C): the run saves itself at that batch, without
+// --checkpoint-every, and returns stopped; resumed, it ends as the uninterrupted run. Asked after
+// an epoch's last batch it stops at the epoch's end; after the run's last, it finishes.
+TEST_F(Resume, StopRequestedAfterABatchEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);  // 3 batches per epoch
+  auto options = [&](const fs::path& out) {
+    TrainOptions o = augmented(out);
+    o.checkpoint_every_batches = 0;
+    return o;
+  };
+  const TrainResult whole = train(data, options(dir / "whole"));
+  ASSERT_EQ(whole.history.size(), 2u);
+  const std::vector<std::pair<int, std::size_t>> expected = {{0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
+  for (std::size_t stop_after = 1; stop_after <= 6; ++stop_after) {
+    SCOPED_TRACE("asked after batch " + std::to_string(stop_after));
+    const fs::path out = dir / ("stopped" + std::to_string(stop_after));
+    struct Batches final : TrainObserver {
+      std::size_t n = 0;
+      void on_train_batch(std::size_t, std::size_t, double, double) override { ++n; }
+    } seen;
+    TrainOptions o = options(out);
+    o.should_stop = [&] { return seen.n >= stop_after; };
+    const TrainResult stopped = train(data, o, &seen);
+    if (stop_after == 6) {
+      EXPECT_FALSE(stopped.stopped) << "asked after the last batch: the run is done";
+      continue;
+    }
+    ASSERT_TRUE(stopped.stopped);
+    EXPECT_EQ(stopped.stopped->epoch, expected[stop_after - 1].first);
+    EXPECT_EQ(stopped.stopped->batch, expected[stop_after - 1].second);
+    EXPECT_EQ(seen.n, stop_after) << "no batch after the request";
+    EXPECT_FALSE(fs::exists(out / kClassifierFile));
+    const Checkpoint c = load_checkpoint(out / kCheckpointFile);
+    EXPECT_EQ(c.epoch, stopped.stopped->epoch);
+    EXPECT_EQ(c.loader.next_batch, stopped.stopped->batch);
+    TrainOptions again = options(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    EXPECT_FALSE(resumed.stopped);
+    expect_same_history(resumed.history, whole.history);
+    EXPECT_EQ(resumed.best_epoch, whole.best_epoch);
+    EXPECT_EQ(head_bytes(out), head_bytes(dir / "whole"));
+    EXPECT_EQ(best_bytes(out), best_bytes(dir / "whole"));
+  }
+}
+
 TEST_F(Resume, AfterAnEpochWithoutAugmentationReusesTheSavedFeatures) {
   const TrainingData data = training_data((dir / "data").string(), 0.25);
   const TrainResult whole = train(data, small_run(dir / "whole"));
