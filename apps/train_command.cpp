@@ -537,7 +537,7 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     observer.on_stopped();
     const training::StopPoint& at = *result.stopped;
     if (at.batch > 0) std::printf("stopped at epoch %d, batch %zu", at.epoch + 1, at.batch);
-    else std::printf("stopped after epoch %d", at.epoch);
+    else std::printf("stopped at the start of epoch %d", at.epoch + 1);
     std::printf(": continue with stoker train --resume %s\n", c.out.c_str());
     std::fflush(stdout);
     throw CLI::RuntimeError(StopSignals::exit_status());  // CLI11 exits with the code, printing nothing

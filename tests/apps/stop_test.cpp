@@ -109,9 +109,10 @@ TEST_F(Stop, TrainInterruptedResumesToTheSameHead) {
   const stoker::training::Checkpoint at_stop =
       stoker::training::load_checkpoint(out / stoker::training::kCheckpointFile);
   ASSERT_GE(at_stop.epoch, 1) << log;
-  const std::string where = at_stop.loader.next_batch > 0 ? "stopped at epoch " + std::to_string(at_stop.epoch + 1) +
-                                                                ", batch " + std::to_string(at_stop.loader.next_batch)
-                                                          : "stopped after epoch " + std::to_string(at_stop.epoch);
+  const std::string where = at_stop.loader.next_batch > 0
+                                ? "stopped at epoch " + std::to_string(at_stop.epoch + 1) + ", batch " +
+                                      std::to_string(at_stop.loader.next_batch)
+                                : "stopped at the start of epoch " + std::to_string(at_stop.epoch + 1);
   EXPECT_NE(log.find(where + ": continue with stoker train --resume " + out.string()), std::string::npos) << log;
   EXPECT_EQ(temporaries(out), std::vector<std::string>{});
   EXPECT_FALSE(fs::exists(out / "model.h5")) << "the classifier is written when the run ends";

@@ -447,6 +447,43 @@ TEST_F(Resume, StopRequestedAfterABatchEqualsTheUninterruptedRun) {
   }
 }
 
+// Without augmentation a stop asked during the training features' pass ends it after its batch
+// (the run resumes at the first epoch's start); one asked in a later epoch waits for its end.
+TEST_F(Resume, StopRequestedWithoutAugmentationEqualsTheUninterruptedRun) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  const TrainResult whole = train(data, small_run(dir / "whole"));
+  struct Seen final : TrainObserver {
+    bool training_pass = false;
+    std::size_t pass_batches = 0;
+    int epochs = 0;
+    void on_features_begin(const std::string& what, std::size_t) override {
+      training_pass = !what.starts_with("validation");
+    }
+    void on_features_progress(std::size_t, std::size_t) override { pass_batches += training_pass ? 1 : 0; }
+    void on_epoch_end(const EpochReport&) override { ++epochs; }
+  };
+  for (const bool in_the_pass : {true, false}) {
+    SCOPED_TRACE(in_the_pass ? "asked in the features' pass" : "asked in the second epoch");
+    const fs::path out = dir / (in_the_pass ? "pass" : "second");
+    Seen seen;
+    TrainOptions o = small_run(out);
+    o.should_stop = [&] { return in_the_pass ? seen.pass_batches >= 1 : seen.epochs >= 1; };
+    const TrainResult stopped = train(data, o, &seen);
+    ASSERT_TRUE(stopped.stopped);
+    EXPECT_EQ(stopped.stopped->epoch, in_the_pass ? 0 : 1);
+    EXPECT_EQ(stopped.stopped->batch, 0u);
+    if (in_the_pass) EXPECT_EQ(seen.pass_batches, 1u) << "the pass ends after its batch";
+    EXPECT_EQ(load_checkpoint(out / kCheckpointFile).epoch, stopped.stopped->epoch);
+    TrainOptions again = small_run(out);
+    again.resume = true;
+    const TrainResult resumed = train(data, again);
+    EXPECT_FALSE(resumed.stopped);
+    expect_same_history(resumed.history, whole.history);
+    EXPECT_EQ(head_bytes(out), head_bytes(dir / "whole"));
+    EXPECT_EQ(best_bytes(out), best_bytes(dir / "whole"));
+  }
+}
+
 TEST_F(Resume, AfterAnEpochWithoutAugmentationReusesTheSavedFeatures) {
   const TrainingData data = training_data((dir / "data").string(), 0.25);
   const TrainResult whole = train(data, small_run(dir / "whole"));

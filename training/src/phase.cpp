@@ -67,7 +67,11 @@ EpochReport values_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
   e.epoch = epoch;
   e.features_cached = phase.values.has_value();
   if (!phase.values) {
-    phase.values = extract(loop.source, phase.values_name(), loop.observer);
+    // A stop asked during the pass: the run resumes from this epoch's start (its checkpoint).
+    const std::function<bool()>& should_stop = loop.options.should_stop;
+    phase.values = extract(loop.source, phase.values_name(), loop.observer, [&] {
+      if (should_stop && should_stop()) throw StopRequested{{epoch, 0}};
+    });
     if (phase.values->n == 0)
       throw DatasetError("none of the " + std::to_string(loop.train_images) + " training images could be read");
     e.times = phase.values->times;

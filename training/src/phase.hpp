@@ -96,7 +96,8 @@ struct PhaseLoop {
 // progress continues at its next batch with its running sums; else null. Each epoch ends with a
 // checkpoint, and an augmenting one has more every TrainOptions::checkpoint_every_batches. Throws
 // StopRequested when TrainOptions::should_stop asks, after a batch or an epoch's end (not after
-// the phase's last epoch), its checkpoint saved.
+// the phase's last epoch), its checkpoint saved; during the pass that computes the values of an
+// epoch without augmentation, the run stops at that epoch's start (the checkpoint there).
 void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const Checkpoint* resumed);
 
 }  // namespace stoker::training

@@ -77,10 +77,12 @@ double Sources::gpu_error(const Features& gpu_validation, int batch_size) const 
                         std::min(batch_size, 32));
 }
 
-Features extract(FeatureSource& source, const std::string& what, TrainObserver& observer) {
+Features extract(FeatureSource& source, const std::string& what, TrainObserver& observer,
+                 const std::function<void()>& after_batch) {
   observer.on_features_begin(what, source.batches_per_epoch());
   Features f = collect_features(source, 0, [&](std::size_t batches, std::size_t, std::size_t images) {
     observer.on_features_progress(batches, images);
+    if (after_batch) after_batch();
   });
   observer.on_features_end(f.skipped);
   return f;

@@ -2,6 +2,7 @@
 // the GPU, the loader's threads chosen for the backbone, and Keras' featurewise statistics.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -46,7 +47,9 @@ class Sources {
 };
 
 // A pass over `source` outside the epochs' training, reported to the observer as `what`.
-Features extract(FeatureSource& source, const std::string& what, TrainObserver& observer);
+// `after_batch`, when given, runs after each batch (it may throw to end the pass).
+Features extract(FeatureSource& source, const std::string& what, TrainObserver& observer,
+                 const std::function<void()>& after_batch = {});
 
 // --threads not given (TrainOptions::tune_loader): the loader's threads, and without --prefetch its
 // prefetch, calibrated for this backbone on this data; returns the reason, or "" when not tuned.
