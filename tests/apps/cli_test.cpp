@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include "command_support.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/training/checkpoint.hpp"
@@ -22,19 +23,14 @@
 
 namespace {
 namespace fs = std::filesystem;
+using stoker::test::make_dataset;
+using stoker::test::stoker_binary;
 using stoker::test::TempDir;
 
 struct CommandResult {
   int exit_code = -1;
   std::string out;  // stdout and stderr together
 };
-
-// The binary this test was built with, or $STOKER_CLI (scripts/gpu_check.sh runs a carried build
-// on another machine).
-std::string stoker_binary() {
-  const char* env = std::getenv("STOKER_CLI");
-  return env && *env ? env : STOKER_CLI;
-}
 
 // `prefix` runs before the command in the same shell (a limit: "ulimit -f 4; exec").
 CommandResult stoker(const std::string& args, const std::string& prefix = "") {
@@ -51,18 +47,6 @@ CommandResult stoker(const std::string& args, const std::string& prefix = "") {
 
 std::string repo(const std::string& rel) { return (stoker::test::source_dir() / rel).string(); }
 const std::string kModel = repo("data/models/mobilenet_v2_0.35_224_3class.h5");
-
-// Two classes that differ in colour, so a head learns them in two epochs.
-void make_dataset(const fs::path& root, int per_class) {
-  for (int c = 0; c < 2; ++c) {
-    fs::create_directories(root / (c ? "dog" : "cat"));
-    for (int i = 0; i < per_class; ++i) {
-      cv::Mat img = stoker::test::make_pattern_rgb(90 + i, 120, i);
-      img.forEach<cv::Vec3b>([&](cv::Vec3b& px, const int*) { px[c ? 2 : 0] = 255; });
-      stoker::test::write_jpeg(root / (c ? "dog" : "cat") / ("img" + std::to_string(i) + ".jpg"), img);
-    }
-  }
-}
 
 // Three files a decoder cannot read, named to sort before the good ones: with a validation split of
 // 0.2 the first two of the class are validation images, the third a training image.

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include "command_support.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/checkpoint.hpp"
 #include "stop_signals.hpp"
@@ -22,26 +23,11 @@
 
 namespace {
 namespace fs = std::filesystem;
+using stoker::test::make_dataset;
+using stoker::test::stoker_binary;
 using stoker::test::TempDir;
 
-std::string stoker_binary() {
-  const char* env = std::getenv("STOKER_CLI");
-  return env && *env ? env : STOKER_CLI;
-}
-
 const std::string kModel = (stoker::test::source_dir() / "data/models/mobilenet_v2_0.35_224_3class.h5").string();
-
-// Two classes that differ in colour.
-void make_dataset(const fs::path& root, int per_class) {
-  for (int c = 0; c < 2; ++c) {
-    fs::create_directories(root / (c ? "dog" : "cat"));
-    for (int i = 0; i < per_class; ++i) {
-      cv::Mat img = stoker::test::make_pattern_rgb(90 + i, 120, i);
-      img.forEach<cv::Vec3b>([&](cv::Vec3b& px, const int*) { px[c ? 2 : 0] = 255; });
-      stoker::test::write_jpeg(root / (c ? "dog" : "cat") / ("img" + std::to_string(i) + ".jpg"), img);
-    }
-  }
-}
 
 // The command in a child process, its stdout and stderr into `log`.
 pid_t start(const std::string& args, const fs::path& log) {
