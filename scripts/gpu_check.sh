@@ -28,7 +28,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-run}
-carry=${STOKER_CARRY:-$root/build-gpu/carry}
+bundle=${STOKER_BUNDLE:-$root/build-gpu/carry}
 
 prepare() {
   local build=${1:-$root/build-gpu}
@@ -38,46 +38,46 @@ prepare() {
   cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES="${STOKER_GPU_ARCH:-90-real}" >/dev/null
   cmake --build "$build" -j"$(nproc)" --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench \
     stoker_cli stoker_apps_tests stoker_training_tests cpu_backend_bench fine_tune_bench
-  local carry=$build/carry
-  prepare_python "$build" "$carry"
+  local bundle=$build/carry
+  prepare_python "$build" "$bundle"
   # Libraries with these sonames come with any Ubuntu 24.04 image that has apt, grep and Python 3.12:
-  # not carried. The rest (OpenCV's closure, oneTBB, TurboJPEG, HDF5, Kerberos, ...) is.
+  # not bundled. The rest (OpenCV's closure, oneTBB, TurboJPEG, HDF5, Kerberos, ...) is.
   local ubuntu_has='libz|liblzma|libzstd|libbz2|libexpat|libffi|libuuid|libcrypto|libssl|libsqlite3|libgnutls|libnettle|libhogweed|libgmp|libp11-kit|libtasn1|libidn2|libpcre2-8|liblz4|libxxhash|libudev|libselinux'
-  rm -rf "$carry/bin" "$carry/shared_data"
-  mkdir -p "$carry/bin"
+  rm -rf "$bundle/bin" "$bundle/shared_data"
+  mkdir -p "$bundle/bin"
   cp -fL "$build/tests/gpu/stoker_gpu_tests" "$build/bench/gpu_bench" "$build/tests/trainer/stoker_trainer_tests" \
     "$build/bench/trainer_gpu_bench" "$build/bench/cpu_backend_bench" "$build/bench/fine_tune_bench" "$build/apps/stoker" \
     "$build/tests/apps/stoker_apps_tests" "$build/tests/training/stoker_training_tests" \
     "$build"/{core,cache,pipeline,augment,trainer,training}/libstoker_*.so.0 \
-    "$carry/bin/"
-  gdal_stand_in "$carry/bin"
-  # Shared libraries to carry (resolved here, the stand-in first), minus what the GPU machine must
+    "$bundle/bin/"
+  gdal_stand_in "$bundle/bin"
+  # Shared libraries for the bundle (resolved here, the stand-in first), minus what the GPU machine must
   # supply itself.
-  LD_LIBRARY_PATH="$carry/bin" ldd "$carry"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
-    grep -vF "$carry/bin/" |
+  LD_LIBRARY_PATH="$bundle/bin" ldd "$bundle"/bin/* 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
+    grep -vF "$bundle/bin/" |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*)\.so|/libstdc\+\+\.so|/libgcc_s\.so|/libcuda\.so|/libcudnn|/libstoker_[a-z]*\.so' |
-    grep -vE "/($ubuntu_has)\.so" >"$carry/libs.txt.new"
-  if [[ -f $carry/libs.tar.xz ]] && cmp -s "$carry/libs.txt.new" "$carry/libs.txt"; then
-    echo "libs.tar.xz is up to date ($(wc -l <"$carry/libs.txt") libraries)"
+    grep -vE "/($ubuntu_has)\.so" >"$bundle/libs.txt.new"
+  if [[ -f $bundle/libs.tar.xz ]] && cmp -s "$bundle/libs.txt.new" "$bundle/libs.txt"; then
+    echo "libs.tar.xz is up to date ($(wc -l <"$bundle/libs.txt") libraries)"
   else
     local tmp
     tmp=$(mktemp -d)
-    while read -r lib; do cp -L "$lib" "$tmp/"; done <"$carry/libs.txt.new"
-    tar -C "$tmp" -cf - . | xz -T2 -9e >"$carry/libs.tar.xz"
+    while read -r lib; do cp -L "$lib" "$tmp/"; done <"$bundle/libs.txt.new"
+    tar -C "$tmp" -cf - . | xz -T2 -9e >"$bundle/libs.tar.xz"
     rm -rf "$tmp"
-    echo "packed $(wc -l <"$carry/libs.txt.new") libraries"
+    echo "packed $(wc -l <"$bundle/libs.txt.new") libraries"
   fi
-  mv "$carry/libs.txt.new" "$carry/libs.txt"
+  mv "$bundle/libs.txt.new" "$bundle/libs.txt"
   local shared=${STOKER_SHARED_DATA:-$root/../shared/data}
   if [[ -d $shared/models ]]; then
     # The Keras MobileNetV2 is data/models/ in the repository (the same file): linked in at run time.
-    mkdir -p "$carry/shared_data/models/tfjs" "$carry/shared_data/images"
-    cp -r "$shared/models/tfjs/darknet_tiny_imagenet" "$carry/shared_data/models/tfjs/"
-    cp "$shared"/images/*.rgb "$carry/shared_data/images/"
+    mkdir -p "$bundle/shared_data/models/tfjs" "$bundle/shared_data/images"
+    cp -r "$shared/models/tfjs/darknet_tiny_imagenet" "$bundle/shared_data/models/tfjs/"
+    cp "$shared"/images/*.rgb "$bundle/shared_data/images/"
   else
     echo "warning: no shared data at $shared: the model tests will skip on the GPU machine"
   fi
-  echo "bundle: ${carry#"$root"/} ($(du -sh "$carry" | cut -f1)); the steps and their time limits:"
+  echo "bundle: ${bundle#"$root"/} ($(du -sh "$bundle" | cut -f1)); the steps and their time limits:"
   plan
 }
 
@@ -105,10 +105,10 @@ gdal_stand_in() {
 }
 
 # The Python extension for the GPU machine's Python 3.12 (built with a Python 3.12 here), linked
-# against the bundled stage libraries, with the package's .py files: carry/python/stoker.
+# against the bundled stage libraries, with the package's .py files: bundle/python/stoker.
 prepare_python() {
-  local build=$1 carry=$2 py312=${STOKER_PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
-  rm -rf "$carry/python"
+  local build=$1 bundle=$2 py312=${STOKER_PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
+  rm -rf "$bundle/python"
   if [[ ! -x $py312 ]]; then
     echo "warning: no Python 3.12 at $py312 (STOKER_PY312): the python part will skip on the GPU machine"
     return 0
@@ -117,10 +117,10 @@ prepare_python() {
   "$build/py312/bin/python" -m pip install -q nanobind
   cmake -S "$root" -B "$build" -DSTOKER_PYTHON=ON -DPython_EXECUTABLE="$build/py312/bin/python" >/dev/null
   cmake --build "$build" -j"$(nproc)" --target _stoker
-  mkdir -p "$carry/python"
-  cp -r "$root/python/stoker" "$carry/python/"
-  find "$carry/python" -name __pycache__ -prune -exec rm -rf {} +
-  cp -L "$build"/python/_stoker*.so "$carry/python/stoker/"
+  mkdir -p "$bundle/python"
+  cp -r "$root/python/stoker" "$bundle/python/"
+  find "$bundle/python" -name __pycache__ -prune -exec rm -rf {} +
+  cp -L "$build"/python/_stoker*.so "$bundle/python/stoker/"
 }
 
 # ---- the steps: name, time limit (s) and what runs --------------------------------------------------
@@ -257,12 +257,12 @@ nvidia_wheel_libs() {
 # folders; steps that run PyTorch keep their own path, with the bundle after it (a bundled CUDA
 # runtime must not shadow the one PyTorch was built with).
 setup() {
-  if [[ ! -x $carry/bin/stoker_gpu_tests ]]; then
-    echo "no build in $carry: run 'scripts/gpu_check.sh prepare' on the build machine and copy build-gpu/carry here"
+  if [[ ! -x $bundle/bin/stoker_gpu_tests ]]; then
+    echo "no build in $bundle: run 'scripts/gpu_check.sh prepare' on the build machine and copy build-gpu/carry here"
     return 1
   fi
   local libs=/tmp/stoker_bundled_libs
-  rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$carry/libs.tar.xz"
+  rm -rf "$libs" && mkdir -p "$libs" && tar -C "$libs" -xJf "$bundle/libs.tar.xz"
   # Only what this machine lacks: a bundled copy of a library the system has would shadow it.
   local system_libs f kept=0 dropped=0
   system_libs=$(ldconfig -p 2>/dev/null | awk '{print $1}')
@@ -273,19 +273,19 @@ setup() {
   cudnn_dir=$(find_cudnn)
   wheel_libs=$(nvidia_wheel_libs)
   torch_ld_path="${LD_LIBRARY_PATH:-}"
-  stoker_ld_path="$carry/bin:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}${cudnn_dir:+:$cudnn_dir}${wheel_libs:+:$wheel_libs}"
-  python_ld_path="$carry/bin${torch_ld_path:+:$torch_ld_path}:$libs${cudnn_dir:+:$cudnn_dir}"
+  stoker_ld_path="$bundle/bin:$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}${cudnn_dir:+:$cudnn_dir}${wheel_libs:+:$wheel_libs}"
+  python_ld_path="$bundle/bin${torch_ld_path:+:$torch_ld_path}:$libs${cudnn_dir:+:$cudnn_dir}"
   export LD_LIBRARY_PATH=$stoker_ld_path
   export STOKER_SOURCE_DIR=$root  # the tests' committed vectors
-  if [[ -d $carry/shared_data ]]; then
-    mkdir -p "$carry/shared_data/models/keras"
-    ln -sf "$root/data/models/mobilenet_v2_0.35_224_3class.h5" "$carry/shared_data/models/keras/"
-    export STOKER_SHARED_DATA=$carry/shared_data
+  if [[ -d $bundle/shared_data ]]; then
+    mkdir -p "$bundle/shared_data/models/keras"
+    ln -sf "$root/data/models/mobilenet_v2_0.35_224_3class.h5" "$bundle/shared_data/models/keras/"
+    export STOKER_SHARED_DATA=$bundle/shared_data
   fi
   return 0
 }
 # with_torch_path CMD...: CMD with PyTorch's library path (and stoker's extension on PYTHONPATH).
-with_torch_path() { LD_LIBRARY_PATH=$python_ld_path PYTHONPATH=$carry/python "$@"; }
+with_torch_path() { LD_LIBRARY_PATH=$python_ld_path PYTHONPATH=$bundle/python "$@"; }
 
 # ---- the parts ------------------------------------------------------------------------------------
 run_env() {
@@ -301,7 +301,7 @@ run_env() {
       echo "-- ldd $lib"
       ldd "$lib" | grep -E "not found|cudart|cublas|nvrtc|libz"
     done
-    ldd "$carry"/bin/* 2>/dev/null | grep "not found" | sort -u | sed 's/^/MISSING /'
+    ldd "$bundle"/bin/* 2>/dev/null | grep "not found" | sort -u | sed 's/^/MISSING /'
     if command -v compute-sanitizer >/dev/null 2>&1; then
       echo "compute-sanitizer: $(compute-sanitizer --version | tail -1)"
     else
@@ -310,7 +310,7 @@ run_env() {
   } >"$work/env_report.log" 2>&1
   grep -E "Driver Version|^NVIDIA|^name|H200|H100|A100|libcudnn from|not found|MISSING|compute-sanitizer" "$work/env_report.log" | head -20
   local rc=0
-  gtest env "$carry/bin/stoker_trainer_tests" 'CudnnEnvironment.*' || rc=$?
+  gtest env "$bundle/bin/stoker_trainer_tests" 'CudnnEnvironment.*' || rc=$?
   grep -E "^cuDNN |^NVIDIA|sm_|^BF16 |^F16 " "$work/env.log" | head -40
   summary+=("environment: $(grep -m1 -E "sm_[0-9]+" "$work/env.log"); $(grep -m1 "^cuDNN " "$work/env.log")")
   summary+=("cuDNN small-channel probe (bf16): $(grep -c "^BF16 .*forward ok.*backward-data ok.*backward-filter ok" "$work/env.log") of $(grep -c "^BF16 " "$work/env.log") configurations run fully; see env.log")
@@ -320,7 +320,7 @@ run_env() {
 run_feed() {
   echo "== GPU feed, conversion and CUDA augmentation"
   local rc=0
-  gtest feed "$carry/bin/stoker_gpu_tests" "$feed_filter" || rc=$?
+  gtest feed "$bundle/bin/stoker_gpu_tests" "$feed_filter" || rc=$?
   summary+=("feed tests: $(result feed $rc)")
   return $rc
 }
@@ -328,7 +328,7 @@ run_feed() {
 run_cudnn() {
   echo "== cuDNN backend"
   local rc=0
-  gtest cudnn "$carry/bin/stoker_trainer_tests" "$cudnn_filter" || rc=$?
+  gtest cudnn "$bundle/bin/stoker_trainer_tests" "$cudnn_filter" || rc=$?
   grep -h -E "^gpu |darknet|mobilenet|device free" "$work"/cudnn*.log | head -20
   summary+=("cuDNN backend tests: $(result cudnn $rc)")
   return $rc
@@ -337,8 +337,8 @@ run_cudnn() {
 run_trainer() {
   echo "== GPU fine-tuning and the training loop on the GPU"
   local rc=0
-  gtest trainer "$carry/bin/stoker_trainer_tests" "$trainer_filter" || rc=$?
-  gtest training "$carry/bin/stoker_training_tests" "$training_filter" || rc=$?
+  gtest trainer "$bundle/bin/stoker_trainer_tests" "$trainer_filter" || rc=$?
+  gtest training "$bundle/bin/stoker_training_tests" "$training_filter" || rc=$?
   summary+=("GPU trainer tests: $(result trainer $rc); training loop on the GPU: $(result training $rc)")
   return $rc
 }
@@ -346,7 +346,7 @@ run_trainer() {
 run_python() {
   echo "== Python: device batches into torch"
   local py rc=0
-  if [[ ! -d $carry/python/stoker ]]; then
+  if [[ ! -d $bundle/python/stoker ]]; then
     summary+=("python: skipped (no Python 3.12 build in the bundle)")
     return 0
   fi
@@ -359,7 +359,7 @@ run_python() {
 }
 
 run_cli() {
-  local s=$carry/bin/stoker rc=0
+  local s=$bundle/bin/stoker rc=0
   echo "== the command on the GPU: train, predict, and its device tests"
   step cli_train "$s" train --device cuda --data "$root/data/catsdogs-sample" --validation-split 0.2 \
     --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" --cut-at sequential_9 --image-size 224 \
@@ -368,7 +368,7 @@ run_cli() {
   step cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
-  STOKER_CLI=$s gtest cli_tests "$carry/bin/stoker_apps_tests" "$cli_filter" || rc=1
+  STOKER_CLI=$s gtest cli_tests "$bundle/bin/stoker_apps_tests" "$cli_filter" || rc=1
   summary+=("stoker train/predict --device cuda and the command's device tests: $([[ $rc -eq 0 ]] && echo ok || echo FAILED)")
   summary+=("$(grep -E "^best epoch" "$work/cli_train.log" | tail -1)")
   summary+=("$(grep -iE "waited for data|limited by" "$work/cli_train.log" | tail -1)")
@@ -383,7 +383,7 @@ run_memcheck() {
   fi
   local rc=0
   (cd "$work" && step memcheck compute-sanitizer --tool memcheck --error-exitcode 86 \
-    "$carry/bin/stoker_gpu_tests" --gtest_filter="$memcheck_filter") || rc=$?
+    "$bundle/bin/stoker_gpu_tests" --gtest_filter="$memcheck_filter") || rc=$?
   grep -E "ERROR SUMMARY|Invalid|out of bounds|^\[ *(PASSED|FAILED) *\]" "$work/memcheck.log" | head -20
   summary+=("memcheck: $(grep -m1 "ERROR SUMMARY" "$work/memcheck.log" || echo "exit $rc")")
   return $rc
@@ -393,7 +393,7 @@ run_bench() {
   local py rc=0 ours peer
   py=$(torch_python) || py=""
   echo "== CUDA augmentation kernel, warm epochs into device memory, the feed's copy bandwidth"
-  step gpu_bench "$carry/bin/gpu_bench" --dir /tmp/stoker_gpu_bench || rc=1
+  step gpu_bench "$bundle/bin/gpu_bench" --dir /tmp/stoker_gpu_bench || rc=1
   cat "$work/gpu_bench.log"
   if [[ -n $py ]]; then
     with_torch_path step torch_augment_peer "$py" "$root/bench/torch_augment_peer.py"
@@ -405,7 +405,7 @@ run_bench() {
   while IFS= read -r line; do summary+=("$line"); done < <(grep -E "^\| [23]\." "$work/gpu_bench.log")
 
   echo "== cuDNN backend: MobileNetV2 0.35 forward, batch 256 (algorithms chosen, cold start)"
-  step trainer_gpu_bench "$carry/bin/trainer_gpu_bench" --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" \
+  step trainer_gpu_bench "$bundle/bin/trainer_gpu_bench" --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" \
     --batch 256 --iters 30 || rc=1
   grep -vE "^(Pad|Affine|Concat|MaxPool|AvgPool|Gap) " "$work/trainer_gpu_bench.log" | head -80
   if [[ -n $py ]]; then
@@ -419,7 +419,7 @@ run_bench() {
   summary+=("cuDNN choices: $(grep -c "fused bias+relu" "$work/trainer_gpu_bench.log") convolutions fused, $(grep -c "refused:" "$work/trainer_gpu_bench.log") with refusals, $(grep -c "not deterministic" "$work/trainer_gpu_bench.log") not deterministic (trainer_gpu_bench.log)")
 
   echo "== GPU fine-tuning step (MobileNetV2 0.35 from block_13_expand, batch 32, 224) and its PyTorch peer"
-  step fine_tune_bench "$carry/bin/fine_tune_bench" --device cuda --batch 32 --steps 20 || rc=1
+  step fine_tune_bench "$bundle/bin/fine_tune_bench" --device cuda --batch 32 --steps 20 || rc=1
   cat "$work/fine_tune_bench.log"
   if [[ -n $py ]]; then
     with_torch_path step fine_tune_peer "$py" "$root/bench/fine_tune_peers.py" --device cuda --batch 32 --steps 20
@@ -431,7 +431,7 @@ run_bench() {
   summary+=("$(grep -E "^on the GPU:" "$work/fine_tune_bench.log" | head -1)")
 
   echo "== stoker bench --suite gpu"
-  step cli_bench_gpu "$carry/bin/stoker" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 \
+  step cli_bench_gpu "$bundle/bin/stoker" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 \
     --repeat 3 --json "$work/bench_gpu.json" || rc=1
   cat "$work/cli_bench_gpu.log"
   summary+=("benchmarks: $([[ $rc -eq 0 ]] && echo ok || echo "one FAILED (logs)")")
@@ -441,7 +441,7 @@ run_bench() {
 run_large() {
   echo "== InceptionResNetV2 at 299 on cuDNN (about 240 convolutions' algorithm search, two precisions)"
   local rc=0
-  gtest large "$carry/bin/stoker_trainer_tests" 'CudnnBackend.InceptionResNetV2MatchesCpuBackend' || rc=$?
+  gtest large "$bundle/bin/stoker_trainer_tests" 'CudnnBackend.InceptionResNetV2MatchesCpuBackend' || rc=$?
   grep -h "inception_resnet_v2" "$work"/large*.log
   summary+=("InceptionResNetV2 at 299: $(result large $rc)")
   return $rc
