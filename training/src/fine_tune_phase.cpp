@@ -107,16 +107,9 @@ trainer::EpochStats FineTunePhase::train_on_values(const Features& values, int e
       std::copy_n(values.x.data() + row * in_size_, in_size_, bx.data() + static_cast<std::size_t>(b) * in_size_);
       by[static_cast<std::size_t>(b)] = values.y[row];
     }
-    const trainer::StepResult r = step(bx.data(), by.data(), nb);
-    sums.loss_sum += r.loss * r.samples;
-    sums.correct += r.correct;
-    sums.images += static_cast<std::size_t>(nb);
-    ++sums.batches;
-    observer_.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
-                             sums.correct / static_cast<double>(sums.images));
+    add_step(sums, step(bx.data(), by.data(), nb), nb, observer_);
   }
-  const double seen = std::max<double>(1, static_cast<double>(sums.images));
-  return {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+  return epoch_stats(sums);
 }
 
 // Validation through the current top, batch by batch.

@@ -34,13 +34,7 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_eve
   e.times = source.run_epoch(
       static_cast<std::uint64_t>(epoch),
       [&](const float* x, const int* y, const std::int64_t*, int n, int) {
-        const trainer::StepResult r = step(x, y, n);
-        sums.loss_sum += r.loss * r.samples;
-        sums.correct += r.correct;
-        sums.images += static_cast<std::size_t>(n);
-        ++sums.batches;
-        observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
-                                sums.correct / static_cast<double>(sums.images));
+        add_step(sums, step(x, y, n), n, observer);
         if (sums.batches >= total) return;  // the epoch's end saves the run
         const bool due = checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0;
         const bool stop = should_stop && should_stop();
@@ -54,8 +48,7 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_eve
       resume);
   e.seconds = since(t0);
   e.skipped = skipped_so_far();
-  const double seen = std::max<double>(1, static_cast<double>(sums.images));
-  e.train = {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
+  e.train = epoch_stats(sums);
   e.images_per_second = static_cast<double>(sums.images - images_before) / std::max(1e-9, e.seconds);
   return e;
 }
@@ -156,6 +149,20 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     if (k + 1 < epochs && !phase.early_stopping().stopped && o.should_stop && o.should_stop())
       throw StopRequested{{epoch + 1, 0}};
   }
+}
+
+void add_step(EpochProgress& sums, const trainer::StepResult& r, int images, TrainObserver& observer) {
+  sums.loss_sum += r.loss * r.samples;
+  sums.correct += r.correct;
+  sums.images += static_cast<std::size_t>(images);
+  ++sums.batches;
+  observer.on_train_batch(sums.batches, sums.images, sums.loss_sum / static_cast<double>(sums.images),
+                          sums.correct / static_cast<double>(sums.images));
+}
+
+trainer::EpochStats epoch_stats(const EpochProgress& sums) {
+  const double seen = std::max<double>(1, static_cast<double>(sums.images));
+  return {sums.loss_sum / seen, sums.correct / seen, static_cast<int>(sums.images)};
 }
 
 }  // namespace stoker::training

@@ -100,4 +100,9 @@ struct PhaseLoop {
 // epoch without augmentation, the run stops at that epoch's start (the checkpoint there).
 void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const Checkpoint* resumed);
 
+// One training step of `images` samples added to its epoch's running sums, reported to `observer`.
+void add_step(EpochProgress& sums, const trainer::StepResult& r, int images, TrainObserver& observer);
+// An epoch's mean loss and accuracy from its sums.
+trainer::EpochStats epoch_stats(const EpochProgress& sums);
+
 }  // namespace stoker::training
