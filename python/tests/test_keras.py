@@ -814,3 +814,60 @@ def test_model_fit_in_order_uses_pipeline(folder):
     history = model.fit(train, epochs=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     assert train.pipelined_batches >= 2 * len(train)
+
+
+@pytest.fixture(scope="module")
+def wide_folder(tmp_path_factory):
+    """Grayscale images that are not 8-bit, as Keras meets them: 16-bit PNGs (PIL mode 'I;16'),
+    32-bit integer TIFFs ('I', values past 2**16 and negative) and float TIFFs ('F', which Keras
+    converts to 8-bit 'L'), in two classes, with an 8-bit PNG amid them."""
+    root = tmp_path_factory.mktemp("wide")
+    rng = np.random.default_rng(5)
+    (root / "deep").mkdir()
+    (root / "float").mkdir()
+    for i in range(5):
+        h, w = (int(v) for v in rng.integers(7, 30, 2))
+        Image.fromarray(rng.integers(0, 65536, (h, w)).astype(np.uint16)).save(root / "deep" / f"p{i}.png")
+        Image.fromarray(rng.integers(-70000, 300000, (h, w)).astype(np.int32)).save(root / "deep" / f"t{i}.tif")
+        Image.fromarray((rng.random((h, w)) * 300 - 20).astype(np.float32)).save(root / "float" / f"f{i}.tiff")
+    Image.fromarray(rng.integers(0, 256, (9, 11), dtype=np.uint8)).save(root / "float" / "byte.png")
+    modes = sorted({Image.open(p).mode for p in root.glob("*/*")})
+    assert {"F", "L", "I"} <= set(modes) and ({"I;16"} & set(modes) or modes.count("I")), modes
+    return str(root)
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("gen_args", [{}, dict(rescale=1 / 65535), dict(samplewise_center=True,
+                                                                       samplewise_std_normalization=True)])
+def test_grayscale_16_and_32_bit_equal_keras(wide_folder, interpolation, gen_args):
+    """color_mode='grayscale' on 16/32-bit images: Keras keeps their values (float32), stoker too."""
+    args = dict(target_size=(10, 12), shuffle=False, batch_size=4, color_mode="grayscale",
+                interpolation=interpolation)
+    k_it = KerasGen(**gen_args).flow_from_directory(wide_folder, **args)
+    s_it = ImageDataGenerator(**gen_args).flow_from_directory(wide_folder, **args)
+    assert s_it.filenames == k_it.filenames and len(s_it) == len(k_it) == 4
+    for (kx, ky), (sx, sy) in _pairs(k_it, s_it):
+        assert sx.dtype == kx.dtype == np.float32 and sx.shape == kx.shape
+        np.testing.assert_allclose(sx, kx, rtol=1e-6, atol=1e-6 * max(1.0, np.abs(kx).max()))
+        assert np.array_equal(sy, ky)
+    assert np.abs(k_it[0][0]).max() > 255 or gen_args  # the values are the images' own, not 8-bit
+
+
+def test_grayscale_16_bit_augmented_as_keras(wide_folder):
+    """With random transforms, each image is Keras' apply_transform of Keras' decoded image with
+    the parameters stoker draws for it (one warning: Keras' per-image math)."""
+    aug = dict(rotation_range=20, horizontal_flip=True, zoom_range=0.2, width_shift_range=0.1)
+    args = dict(target_size=(12, 12), shuffle=False, batch_size=16, color_mode="grayscale", seed=3)
+    plain = KerasGen().flow_from_directory(wide_folder, **args)[0][0]
+    k = KerasGen(**aug)
+    s = ImageDataGenerator(**aug)
+    it = s.flow_from_directory(wide_folder, **args)
+    with pytest.warns(UserWarning, match="16/32-bit"):
+        x, _ = it[0]
+    moved = 0
+    for i, j in enumerate(it.index_array[:16]):
+        params = s._draw((12, 12, 1), it._aug_seed, 0, int(j), "channels_last")
+        ref = k.apply_transform(plain[i].copy(), params)
+        np.testing.assert_allclose(x[i], ref, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(ref).max()))
+        moved += not np.array_equal(ref, plain[i])
+    assert moved >= 12

@@ -100,9 +100,14 @@ stoker's C++ standardisation as one float32 matrix product (file iterators pipel
 Augmenter.apply_with when it accepts (H, W, C) images (the current binding rejects them), else the
 same NumPy/SciPy path, which is Keras' math.
 
+color_mode='grayscale' on 16- and 32-bit images (PIL modes 'I;16', 'I'): Pillow decodes them as
+Keras' load_img does, keeping their values (float32, as img_to_array), and the batch follows Keras'
+per-image math in NumPy/SciPy (apply_transform, standardize; parameters from stoker's RNG), with one
+warning per generator. Other modes ('F' included) are converted to 8-bit 'L', as Keras does.
+
 Not implemented (NotImplementedError naming the argument): decoder='stoker' with color_mode other
-than 'rgb'; color_mode='grayscale' on 16/32-bit images (PIL modes 'I;16'/'I'). Unlike Keras, unknown keyword arguments of flow_from_dataframe raise
-TypeError instead of being ignored.
+than 'rgb'. Unlike Keras, unknown keyword arguments of flow_from_dataframe raise TypeError instead
+of being ignored.
 
 Measured against tf_keras 2.x (python/tests/test_keras.py): file lists, classes, splits and
 labels identical; decoder='pil' batches pixel-identical for every interpolation; standardised

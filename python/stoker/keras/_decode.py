@@ -20,11 +20,9 @@ def _load_pil(path: str, color_mode: str, target_size, interpolation: str, keep_
         img = _PILImage.open(io.BytesIO(f.read()))
     try:
         if color_mode == "grayscale":
-            if img.mode in ("I;16", "I"):
-                raise NotImplementedError(
-                    f"color_mode='grayscale' on a 16/32-bit image ({path}, PIL mode {img.mode}): stoker's "
-                    "augmenter takes 8-bit images")
-            if img.mode != "L":
+            # Keras keeps 16- and 32-bit grayscale images as they are (their values, as float32) and
+            # converts every other mode ('F' included) to 8-bit 'L'.
+            if img.mode not in ("L", "I;16", "I"):
                 img = img.convert("L")
         elif color_mode == "rgba":
             if img.mode != "RGBA":
@@ -46,7 +44,7 @@ def _load_pil(path: str, color_mode: str, target_size, interpolation: str, keep_
                     img = img.resize(size, resample, box=(left, top, left + crop_w, top + crop_h))
                 else:
                     img = img.resize(size, resample)
-        a = np.asarray(img, dtype=np.uint8)
+        a = np.asarray(img, dtype=np.float32 if img.mode in ("I;16", "I") else np.uint8)
     finally:
         img.close()
     if a.ndim == 2:
@@ -55,7 +53,9 @@ def _load_pil(path: str, color_mode: str, target_size, interpolation: str, keep_
 
 
 class _FileDecoder:
-    """uint8 NHWC batches of files at target_size, by Pillow (Keras' load_img) or stoker's Loader."""
+    """NHWC batches of files at target_size, by Pillow (Keras' load_img) or stoker's Loader: uint8,
+    or float32 (the images' own values, as Keras' img_to_array) when a batch holds a 16/32-bit
+    grayscale image."""
 
     def __init__(self, filepaths, color_mode, target_size, interpolation, keep_aspect_ratio, decoder):
         if decoder is None:  # the C++ decoder whenever it gives Keras' pixels
@@ -100,18 +100,19 @@ class _FileDecoder:
                 return np.array(batch.images, copy=True)
             finally:
                 loader.close()
-        out = np.empty((len(paths), h, w, self.channels), np.uint8)
+        images = [None] * len(paths)
 
         def one(i: int) -> None:
-            out[i] = _load_pil(paths[i], self.color_mode, self.target_size, self.interpolation,
-                               self.keep_aspect_ratio)
+            images[i] = _load_pil(paths[i], self.color_mode, self.target_size, self.interpolation,
+                                  self.keep_aspect_ratio)
 
         if len(paths) == 1:
             one(0)
         else:
             for f in [_threads().submit(one, i) for i in range(len(paths))]:
                 f.result()
-        return out
+        wide = any(a.dtype != np.uint8 for a in images)
+        return np.stack(images).astype(np.float32 if wide else np.uint8, copy=False)
 
 
 def open_loader(paths, target_size, interpolation, keep_aspect_ratio, batch_size, prefetch, augment=None, seed=0,

@@ -294,6 +294,29 @@ class ImageDataGenerator:
                 out[i] = self.standardize(x)
         return out if out.dtype == np.dtype(dtype) else out.astype(dtype)
 
+    def _process_wide(self, images, seed, epoch, sample_ids, data_format, dtype):
+        """A batch of float32 NHWC images that are not 8-bit (16/32-bit grayscale files): Keras'
+        per-image math in NumPy/SciPy (img_to_array, apply_transform, standardize), parameters
+        from stoker's RNG keyed as the C++ path's."""
+        self._warn_once("color_mode='grayscale' on 16/32-bit images")
+        random = self._has_random_transform()
+        out = None
+        for i, j in enumerate(sample_ids):
+            x = np.array(images[i], dtype=dtype)
+            if random:
+                params = self._draw(x.shape, seed, epoch, int(j), "channels_last")
+                x = _apply_transform_numpy(x, params, self.fill_mode, self.cval, self.interpolation_order)
+            if data_format == "channels_first":
+                x = np.ascontiguousarray(x.transpose(2, 0, 1))
+            x = self.standardize(x)
+            if out is None:
+                out = np.empty((len(images),) + x.shape, dtype=dtype)
+            out[i] = x
+        if out is None:
+            shape = images.shape[1:] if data_format == "channels_last" else (images.shape[3],) + images.shape[1:3]
+            out = np.empty((0,) + tuple(shape), dtype=dtype)
+        return out
+
     # ---- Keras' per-image API
     def standardize(self, x):
         """Keras' standardize: preprocessing_function, rescale, sample-wise, feature-wise (in place on

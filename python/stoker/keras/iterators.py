@@ -314,9 +314,13 @@ class _FileIterator(Iterator):
         return self._finish(self._from_u8(images, index_array, epoch), index_array)
 
     def _from_u8(self, images, index_array, epoch):
-        """The batch from decoded uint8 NHWC images, whichever decoder made them: the generator's
-        augmentation and standardisation (keyed by seed, epoch, sample), or the plain conversion."""
+        """The batch from decoded NHWC images (uint8, or float32 for 16/32-bit grayscale), whichever
+        decoder made them: the generator's augmentation and standardisation (keyed by seed, epoch,
+        sample), or the plain conversion."""
         gen = self.image_data_generator
+        if gen and images.dtype != np.uint8:  # 16/32-bit grayscale: Keras' per-image math
+            return gen._process_wide(images, self._aug_seed, max(epoch, 0), index_array, self.data_format,
+                                     self.dtype)
         if gen:
             return gen._process_u8(images, self._aug_seed, max(epoch, 0), index_array, self.data_format, self.dtype)
         batch_x = images.astype(self.dtype)
