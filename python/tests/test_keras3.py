@@ -60,3 +60,54 @@ def test_model_fit_on_keras3_takes_stoker_iterators(folder, backend):
                          timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert f"backend {backend} samples 12 4" in run.stdout
+
+
+FIT_ORDER_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.modules["tf_keras"] = None  # only Keras 3
+    import random
+    import keras
+    from stoker.keras import ImageDataGenerator
+    keras.utils.set_random_seed(0)
+    gen = ImageDataGenerator(rescale=1 / 255, horizontal_flip=True, rotation_range=10)
+    train = gen.flow_from_directory(sys.argv[1], target_size=(24, 24), batch_size=4, class_mode="binary", seed=1)
+    assert isinstance(train, keras.utils.PyDataset)
+    # The batches of an epoch as the iterator serves them in order (the same draws in any order).
+    reference = [train[i] for i in range(len(train))]
+    served = train.pipelined_batches
+    asked = []
+    original = type(train).__getitem__
+
+    def recording(self, i):
+        asked.append(i)
+        return original(self, i)
+
+    type(train).__getitem__ = recording
+    model = keras.Sequential([keras.Input((24, 24, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    history = model.fit(train, epochs=2, verbose=0)  # fit's default shuffle=True: a random batch order
+    type(train).__getitem__ = original
+    n = len(train)
+    assert len(history.history["loss"]) == 2
+    # The two passes are the last 2n requests (a backend may ask a batch first to learn its spec).
+    passes = [asked[-2 * n:-n], asked[-n:]]
+    assert all(sorted(p) == list(range(n)) for p in passes), asked
+    assert any(p != list(range(n)) for p in passes), asked
+    # Every batch of both passes came from the pipeline, in the order fit asked for them.
+    assert train.pipelined_batches - served >= 2 * n, (train.pipelined_batches, served, n)
+    print("backend", keras.backend.backend(), "fit order pipelined", train.pipelined_batches - served, "of", 2 * n)
+""")
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_model_fit_shuffled_order_is_pipelined_on_keras3(folder, backend):
+    """Keras 3's fit(shuffle=True) asks a PyDataset's batches in random.shuffle's order: stoker
+    replays that draw and serves the pass from its pipeline (pipelined_batches counts them)."""
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"the {backend} backend is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", FIT_ORDER_SCRIPT, str(folder)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert f"backend {backend} fit order pipelined" in run.stdout
