@@ -7,7 +7,7 @@ import copy as copy_module
 import os
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
-from . import _stoker
+from . import _stoker, _targets
 from ._settings import default as _default
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -121,28 +121,54 @@ def dataset(
     directory: Optional[PathLike] = None,
     label_field: Optional[str] = None,
     skipped: Optional[list] = None,
-) -> _stoker.Dataset:
+    targets: Any = None,
+) -> Union[_stoker.Dataset, _targets.Labelled]:
     """The samples a Loader visits, from
       - a folder with one sub-folder per class (Keras' flow_from_directory; `classes`,
         `extensions`, `follow_links`),
-      - a .csv/.tsv file or a pandas DataFrame with a path column `x_col` and a class column
-        `y_col` (Keras' flow_from_dataframe; relative paths against `directory`),
-      - a list of paths with `labels` (class indices or class names) and optional `class_names`,
+      - a .csv/.tsv file or a pandas DataFrame with a path column `x_col` and a label column
+        `y_col` (or a list of columns: one row of values per sample), as Keras'
+        flow_from_dataframe (relative paths against `directory`; a CSV file is typed as pandas'
+        read_csv types it),
+      - a list of paths with `labels` and optional `class_names`,
       - WebDataset tar shards: 'shards/train-{000000..000127}.tar', one .tar, or a .txt file
         listing shards; labels from each sample's .cls member (or the json member's
         `label_field`), class names from a classes.txt beside the shards. A damaged shard or a
         sample without image or label is a DatasetError naming the shard and key, unless
         `skipped` is a list: then they are left out and (shard, key, reason) appended to it.
-    `validation_split` and `subset` ('training' / 'validation') split each class as Keras does."""
-    if isinstance(source, _stoker.Dataset):
+    `validation_split` and `subset` ('training' / 'validation') split each class as Keras does.
+
+    labels: what each sample's label is (a list of paths as the source; for a table, `y_col`'s
+      column): class indices (int, used as given), class names (str, indexed in sorted order or
+      `class_names`'), lists of them (multi-label: a multi-hot float32 row per sample), or
+      values passed through unchanged (floats, 1-D or one row per sample: regression targets;
+      never truncated to int).
+    targets: extra per-sample columns that come with each batch (`batch.targets`), gathered by
+      the batch's sample ids: a dict {name: column}, a DataFrame (a dict of its columns), one
+      array (or Series), or, for a CSV file or DataFrame source, a column name or list of names.
+    With values or targets the result is a stoker._targets.Labelled (the Dataset in .dataset,
+    the values in .labels, the columns in .targets); a Loader takes either."""
+    if isinstance(source, (_stoker.Dataset, _targets.Labelled)):
+        if labels is not None or targets is not None:
+            raise _stoker.InvalidArgument("labels/targets: the source is already a dataset; give them to "
+                                          "stoker.dataset() with its paths")
         return source
     split = _split_args(validation_split, subset)
+    label_columns = [y_col] if isinstance(y_col, str) else list(y_col or [])
     if hasattr(source, "columns") and hasattr(source, "__getitem__"):  # a pandas DataFrame
         paths = [str(p) for p in source[x_col]]
         if directory is not None:
             paths = [os.path.join(os.fspath(directory), p) for p in paths]
-        labels = None if y_col is None else list(source[y_col])
-        return _from_lists(paths, labels, class_names, split)
+        if labels is not None:
+            raise _stoker.InvalidArgument("labels: a DataFrame's labels are its y_col column(s)")
+        labels = None if y_col is None else source[y_col]
+        table = {str(c): source[c].to_numpy() for c in source.columns}
+        return _targets.labelled(paths, labels, class_names, split, targets, table)
+    if isinstance(source, (str, os.PathLike)) and (labels is not None or targets is not None) \
+            and not os.fspath(source).lower().endswith((".csv", ".tsv")):
+        raise _stoker.InvalidArgument(
+            f"labels/targets: {os.fspath(source)!r} brings its own labels (class folders or tar members); "
+            "give a list of paths, a CSV file or a DataFrame to set them")
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.isdir(path) and _stoker.is_shard_spec(path):
@@ -157,29 +183,17 @@ def dataset(
                 path, list(classes or []), [e.lower().lstrip(".") for e in (extensions or [])], follow_links, **split
             )
         if path.lower().endswith((".csv", ".tsv")):
-            return _stoker.dataset_from_csv(
-                path, os.fspath(directory or ""), x_col, y_col or "", "", **split
-            )
+            if labels is not None:
+                raise _stoker.InvalidArgument("labels: a CSV file's labels are its y_col column(s)")
+            extra = [targets] if isinstance(targets, str) else targets
+            extra = list(extra) if isinstance(extra, (list, tuple)) and all(isinstance(t, str) for t in extra) else []
+            paths, table = _targets.read_csv(path, x_col, list(dict.fromkeys(label_columns + extra)), directory)
+            labels = _targets.table_labels(table, y_col)
+            return _targets.labelled(paths, labels, class_names, split, targets, table)
         if not os.path.exists(path):
             raise _stoker.DatasetError(f"{path}: no such folder or file")
         raise _stoker.DatasetError(f"{path}: not a folder of class folders nor a .csv/.tsv file")
-    return _from_lists([os.fspath(p) for p in source], labels, class_names, split)
-
-
-def _from_lists(paths, labels, class_names, split) -> _stoker.Dataset:
-    if labels is None:
-        return _stoker.dataset_from_list(paths, [], list(class_names or []), **split)
-    labels = list(labels)
-    if all(isinstance(v, str) for v in labels):
-        names = list(class_names) if class_names is not None else sorted(set(labels))
-        index = {name: i for i, name in enumerate(names)}
-        missing = sorted(set(labels) - set(index))
-        if missing:
-            raise _stoker.DatasetError(f"labels {missing[:5]} are not in class_names")
-        return _stoker.dataset_from_list(paths, [index[v] for v in labels], names, **split)
-    ints = [int(v) for v in labels]
-    names = list(class_names) if class_names is not None else [str(i) for i in range(max(ints, default=-1) + 1)]
-    return _stoker.dataset_from_list(paths, ints, names, **split)
+    return _targets.labelled([os.fspath(p) for p in source], labels, class_names, split, targets)
 
 
 def _cache_args(cache: Any, budget: str = _default("cache_budget"), file: Any = _default("cache_file")) -> dict:
@@ -302,6 +316,8 @@ class Loader:
         cache_budget: str = _default("cache_budget"),
         cache_file: str = _default("cache_file"),
         pin_memory: bool = False,
+        labels: Any = None,
+        targets: Any = None,
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -320,7 +336,10 @@ class Loader:
         # Tar shards' bad samples are found while indexing: with on_bad_sample='skip' they are
         # left out and listed in skipped_at_index as (shard, key, reason).
         self.skipped_at_index: list = []
-        self.dataset = dataset(source, skipped=self.skipped_at_index if on_bad_sample == "skip" else None)
+        data = dataset(source, labels, targets=targets,
+                       skipped=self.skipped_at_index if on_bad_sample == "skip" else None)
+        self._labelled, self.dataset = (data, data.dataset) if isinstance(data, _targets.Labelled) else (None, data)
+        self._labelled, label_mode = _targets.check_label_mode(self._labelled, self.dataset, label_mode)
         args = dict(
             batch_size=batch_size,
             image_size=(height, width),
@@ -371,6 +390,8 @@ class Loader:
     @property
     def epoch(self) -> Optional[int]:
         """The epoch being (or last) iterated; None before the first."""
+            if self._labelled is not None:  # labels or targets given as they are: their rows
+                batch = _targets.Batch(batch, self._labelled)
         return self._epoch
 
     def __iter__(self) -> Iterator[Any]:
@@ -460,6 +481,17 @@ class Loader:
         self.close()
 
     def __repr__(self) -> str:
+    @property
+    def labels(self) -> Any:
+        """The labels given as values (floats, multi-hot rows) in dataset order, or None when the
+        labels are the dataset's class indices."""
+        return None if self._labelled is None else self._labelled.labels
+
+    @property
+    def targets(self) -> Any:
+        """The extra per-sample columns (an array or a dict of arrays) in dataset order, or None."""
+        return None if self._labelled is None else self._labelled.targets
+
         return (f"<stoker.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}, "
                 f"device {self.device}>")
 

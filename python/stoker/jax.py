@@ -48,6 +48,17 @@ def _to_jax(array: Any) -> "_jax.Array":
     return _jax_dlpack.from_dlpack(array)
 
 
+def _values(values: Any) -> Any:
+    """Labels or per-sample columns as JAX arrays (strings stay NumPy arrays; a dict a dict)."""
+    if values is None:
+        return None
+    if isinstance(values, dict):
+        return {name: _values(column) for name, column in values.items()}
+    if values.dtype.kind in "OUS":
+        return values
+    return _jnp.asarray(values)
+
+
 class Loader(_loader.FrameworkLoader):
     """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
 
@@ -63,6 +74,13 @@ class Loader(_loader.FrameworkLoader):
       per channel on the 0..1 scale.
     layout: 'nhwc' (default: flax/haiku convolutions) or 'nchw'.
     label_mode: 'sparse' (int32 class indices), 'binary', 'categorical' (float32) or None.
+    labels: each sample's label when `source` is a list of paths (stoker.dataset(): class
+      indices, class names, lists of them for multi-hot float32 rows, or float values, 1-D or
+      one row per sample, passed through with their dtype, which JAX may narrow: float64 is
+      float32 unless jax_enable_x64).
+    targets: extra per-sample columns (a dict, a DataFrame, one array, or column names of a
+      CSV/DataFrame source); the loop then gets (images, labels, targets): the batch's rows of
+      each column, numbers as jax.Arrays, strings as NumPy arrays.
     copy: True gives independent arrays (no pooled buffer held).
     """
 
@@ -96,13 +114,16 @@ class Loader(_loader.FrameworkLoader):
         dct_scaling: bool = _default("dct_scaling", "jax"),
         cache_budget: str = _default("cache_budget", "jax"),
         cache_file: str = _default("cache_file", "jax"),
+        *,
+        labels: Any = None,
+        targets: Any = None,
     ):
         spec = _loader.output_spec(augment, output, normalize, layout)
         self._cuda = _loader._device(device) is not None
         self.copy = copy
         self.label_mode = label_mode
         self.loader = _loader.Loader(
-            source,
+            _loader.dataset(source, labels, targets=targets),
             image_size,
             batch_size=batch_size,
             shuffle=shuffle,
@@ -131,13 +152,16 @@ class Loader(_loader.FrameworkLoader):
         self.batch_size = batch_size
 
     def __iter__(self) -> Iterator[Tuple["_jax.Array", Optional["_jax.Array"]]]:
+        with_targets = self.loader.targets is not None
         for batch in self.loader:
             images = _to_jax(batch.images)
             if self._cuda and self.copy:
                 images = _jnp.array(images, copy=True)
-            labels = None if batch.labels is None else _jnp.asarray(batch.labels)
+            out = (images, _values(batch.labels))
+            if with_targets:
+                out = (*out, _values(batch.targets))
             del batch  # only the arrays hold the buffer: deleting them frees it
-            yield images, labels
+            yield out
 
     def __repr__(self) -> str:
         return f"<stoker.jax.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}>"

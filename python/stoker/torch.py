@@ -200,6 +200,17 @@ class DataLoader(_loader.FrameworkLoader):
       (mean, std) per channel on the 0..1 scale, as transforms.Normalize takes them.
     label_mode: 'sparse' (int64 class indices, default), 'binary' (float32 (N,)),
       'categorical' (float32 (N, K)) or None (labels is None).
+    labels: (keyword) each sample's label when `source` is a list of paths (a CSV file's or
+      DataFrame's come from its y_col): class indices (int, used as given: int64 tensors as
+      above), class names (str, indexed in sorted order), lists of them (multi-label: float32
+      multi-hot (N, K), for BCEWithLogitsLoss), or values passed through unchanged (floats, 1-D
+      or one row per sample: regression targets, never truncated; the tensor keeps the array's
+      dtype, as default_collate does, so a float64 column gives float64: `.float()` it for a
+      float32 model).
+    targets: (keyword) extra per-sample columns: a dict {name: column}, a DataFrame (a dict of
+      its columns), one array, or column names of a CSV/DataFrame source. The loop then gets
+      (images, labels, targets): each column's rows of the batch's samples, as default_collate
+      makes them (a tensor of the column's dtype; strings as a list; a dict stays a dict).
     device: 'cpu', 'cuda', 'cuda:N' or a torch.device (GPU augmentation, tensors on that device; dtype may then be
       'float16' or 'bfloat16').
     copy: True makes every batch an independent tensor (no pooled buffer is held).
@@ -244,6 +255,8 @@ class DataLoader(_loader.FrameworkLoader):
         cache_budget: str = _default("cache_budget", "torch"),
         cache_file: str = _default("cache_file", "torch"),
         *,
+        labels: Any = None,
+        targets: Any = None,
         num_workers: Optional[int] = None,
         prefetch_factor: Optional[int] = None,
         generator: Optional[_torch.Generator] = None,
@@ -290,7 +303,7 @@ class DataLoader(_loader.FrameworkLoader):
         if dtype is not None and not cuda and dtype != ("float32" if output == "float" else "uint8"):
             raise _stoker.InvalidArgument(
                 f"dtype {dtype!r} on the CPU: output='float' gives float32, output='uint8' uint8")
-        data = _loader.dataset(source)
+        data = _loader.dataset(source, labels, targets=targets)
         if rank is None and world_size is None and _torch.distributed.is_available() \
                 and _torch.distributed.is_initialized():
             rank, world_size = _torch.distributed.get_rank(), _torch.distributed.get_world_size()
@@ -338,6 +351,7 @@ class DataLoader(_loader.FrameworkLoader):
     # ---- iteration
     def __iter__(self) -> Iterator[Tuple[_torch.Tensor, Optional[_torch.Tensor]]]:
         convert = self._device_batch if self.device.type == "cuda" else self._host_batch
+        with_targets = self.loader.targets is not None
         # Pinned host batches may be read by a non_blocking copy after the loop moved on.
         guard = None
         if self.device.type == "cpu" and self.loader.pinned and _torch.cuda.is_available():
@@ -345,6 +359,8 @@ class DataLoader(_loader.FrameworkLoader):
         try:
             for batch in self.loader:
                 out = convert(batch)
+                if with_targets:
+                    out = (*out, self._values(batch.targets))
                 if self.with_padding:
                     out = (*out, _torch.from_numpy(batch.padding.copy()))
                 del batch  # only the tensors hold the buffer: dropping them frees it
@@ -359,6 +375,8 @@ class DataLoader(_loader.FrameworkLoader):
     def _host_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
         # torch.from_dlpack over the NumPy view: the tensor holds the view, the view the slot.
         images = _torch.from_dlpack(batch.images)
+        if not getattr(batch, "labels_are_classes", True):
+            return images, self._values(batch.labels)
         return images, self._labels(batch.labels)
 
     def _device_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
@@ -370,6 +388,8 @@ class DataLoader(_loader.FrameworkLoader):
                 images = images.clone()
             if self.label_mode is None:
                 return images, None
+            if not getattr(batch, "labels_are_classes", True):
+                return images, self._values(batch.labels)
             labels = _torch.from_dlpack(batch.device_labels)
             if self.label_mode == "sparse":
                 labels = labels.reshape(-1).to(_torch.int64)
@@ -378,6 +398,19 @@ class DataLoader(_loader.FrameworkLoader):
             else:
                 labels = labels.clone()
         return images, labels
+
+    def _values(self, values: Any) -> Any:
+        """Labels or targets given as they are, as torch's default_collate makes them from NumPy
+        values: a tensor of the same dtype (on the loader's device), strings as a list, a dict of
+        columns as a dict."""
+        if values is None:
+            return None
+        if isinstance(values, dict):
+            return {name: self._values(column) for name, column in values.items()}
+        if values.dtype.kind in "OUS":
+            return values.tolist()
+        t = _torch.from_numpy(values)  # the gathered rows: a new array, holds no buffer
+        return t if self.device.type == "cpu" else t.to(self.device)
 
     def _labels(self, labels: Any) -> Optional[_torch.Tensor]:
         if labels is None:
