@@ -153,7 +153,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   ~LoaderCore();
 
   void begin_epoch(std::uint64_t epoch, std::int64_t first_batch = 0);  // first_batch: resume()
-  std::optional<Batch> next();
+  std::optional<Batch> next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
   LoaderState state() const;
   std::uint64_t digest() const;
   void release(int slot) noexcept;
@@ -359,6 +359,7 @@ void LoaderCore::cancel_locked() {
 
 void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch) {
   std::unique_lock lock(mu_);
+  if (stopping_) throw Error("the loader was closed");
   cancel_locked();
   submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
   cv_.wait(lock, [&] { return inflight_batches_ == 0; });
@@ -653,8 +654,9 @@ void LoaderCore::finish_batch(int si, std::uint64_t generation) {
   cv_.notify_all();
 }
 
-std::optional<Batch> LoaderCore::next() {
+std::optional<Batch> LoaderCore::next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval) {
   std::unique_lock lock(mu_);
+  if (stopping_) throw Error("the loader was closed");
   if (!epoch_active_) throw Error("Loader::next() called before begin_epoch()");
   for (;;) {
     if (failed_) std::rethrow_exception(failed_);
@@ -678,9 +680,20 @@ std::optional<Batch> LoaderCore::next() {
     if (s.state != Slot::State::Ready) {
       const auto t0 = Clock::now();
       wait_briefly_for_a_batch(lock);
-      cv_.wait(lock, [&] { return s.state == Slot::State::Ready || stopping_; });
+      const auto done = [&] { return s.state == Slot::State::Ready || stopping_; };
+      if (!while_waiting) {
+        cv_.wait(lock, done);
+      } else {
+        while (!cv_.wait_for(lock, std::max(interval, std::chrono::milliseconds(1)), done)) {
+          lock.unlock();  // what it throws leaves with the lock released and nothing changed
+          while_waiting();
+          lock.lock();
+        }
+      }
       counters_.wait_ns += elapsed_ns(t0);
-      if (stopping_) throw Error("the loader is shutting down");
+      if (stopping_) throw Error("the loader was closed while next() waited for a batch");
+      // Another thread began an epoch meanwhile: look again at what is due now.
+      if (submitted_.empty() || submitted_.front() != si) continue;
     }
     submitted_.pop_front();
     ++next_deliver_;
@@ -896,7 +909,11 @@ void Loader::resume(const LoaderState& st) {
   }
   core_->begin_epoch(st.epoch, st.next_batch);
 }
-std::optional<Batch> Loader::next() { return core_->next(); }
+std::optional<Batch> Loader::next() { return core_->next(nullptr, {}); }
+std::optional<Batch> Loader::next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval) {
+  return core_->next(while_waiting, interval);
+}
+void Loader::close() noexcept { core_->shutdown(); }
 std::size_t Loader::batches_per_epoch() const noexcept { return static_cast<std::size_t>(core_->batches_per_epoch_); }
 std::size_t Loader::samples_per_epoch() const noexcept { return core_->samples_per_epoch_; }
 const Sharding& Loader::sharding() const noexcept { return core_->sharding_; }

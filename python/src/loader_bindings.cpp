@@ -8,7 +8,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -103,6 +106,40 @@ std::shared_ptr<HostAllocator> pinned_allocator_if(bool pin_memory) {
   return std::make_shared<PinnedHostAllocator>();
 }
 
+// Ctrl-C while next() waits: the wait wakes this often and runs Python's signal handlers (they
+// run in the main thread only), so KeyboardInterrupt comes within about this time, not after the
+// batch. What a handler raised is left set for the caller, who raises it with the GIL back.
+constexpr std::chrono::milliseconds kSignalPoll{20};
+struct SignalRaised {};
+void check_signals() {
+  nb::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw SignalRaised{};
+}
+
+// A loader's decode threads are not copied by fork(): in a child, a loader made by the parent
+// would wait for them forever. The child gets an error instead, and leaves the parent's batches
+// and loader as they are (returning a slot or joining tasks there could wait forever too).
+std::string forked_message(pid_t parent) {
+  return "this Loader was made in process " + std::to_string(parent) + " and cannot be used in process " +
+         std::to_string(::getpid()) +
+         ", a child made by fork() (its decode threads stayed in the parent): make the "
+         "Loader in the child (a DataLoader's worker_init_fn, or after the fork), or start children with 'spawn'";
+}
+
+// The owner of a batch's arrays: the Batch, given back when the last array goes, except in a
+// child of fork().
+nb::capsule batch_owner(std::shared_ptr<Batch> batch) {
+  struct Owner {
+    std::shared_ptr<Batch> batch;
+    pid_t pid;
+  };
+  auto* held = new Owner{std::move(batch), ::getpid()};
+  return nb::capsule(held, [](void* p) noexcept {
+    auto* o = static_cast<Owner*>(p);
+    if (o->pid == ::getpid()) delete o;  // in a child of fork(): left alone
+  });
+}
+
 class PyLoader {
  public:
   PyLoader(Dataset dataset, LoaderOptions options, bool copy, bool pin_memory)
@@ -110,30 +147,47 @@ class PyLoader {
     options.allocator = pinned_allocator_if(pin_memory);
     pinned_ = options.allocator != nullptr;
     nb::gil_scoped_release unlocked;  // allocates every batch buffer; may read a cache file
-    loader_ = std::make_unique<Loader>(std::move(dataset), std::move(options));
+    loader_ = std::make_shared<Loader>(std::move(dataset), std::move(options));
   }
-  ~PyLoader() { close(); }
-
-  void close() {
-    if (!loader_) return;
-    nb::gil_scoped_release unlocked;  // joins the decode tasks
+  ~PyLoader() {
+    if (::getpid() != pid_) {
+      new std::shared_ptr<Loader>(std::move(loader_));  // a child of fork(): see forked_message()
+      return;
+    }
+    close();
+    nb::gil_scoped_release unlocked;
     loader_.reset();
   }
 
+  // Stops the loader; the object lives on until this one goes, as a thread may still be in one
+  // of its calls (next() waiting in another thread returns with an error saying it was closed).
+  void close() {
+    if (!loader_ || closed_) return;
+    closed_ = true;
+    if (::getpid() != pid_) return;
+    const std::shared_ptr<Loader> held = loader_;
+    nb::gil_scoped_release unlocked;  // joins the decode tasks
+    held->close();
+  }
+
   void begin_epoch(std::uint64_t epoch) {
+    const std::shared_ptr<Loader> held = hold();
     nb::gil_scoped_release unlocked;
-    live().begin_epoch(epoch);
+    held->begin_epoch(epoch);
   }
 
   std::optional<HostBatch> next() {
+    const std::shared_ptr<Loader> loader = hold();  // close() from another thread cannot free it
     std::optional<Batch> b;
-    {
+    try {
       nb::gil_scoped_release unlocked;
-      b = live().next();
+      b = loader->next(check_signals, kSignalPoll);
+    } catch (const SignalRaised&) {
+      throw nb::python_error();  // KeyboardInterrupt, or what the handler raised
     }
     if (!b) return std::nullopt;
     auto held = std::make_shared<Batch>(std::move(*b));
-    nb::capsule owner = keep_alive(held);
+    nb::capsule owner = batch_owner(held);
     const auto n = static_cast<std::size_t>(held->size());
     HostBatch out;
     out.size = held->size();
@@ -143,7 +197,7 @@ class PyLoader {
     out.images = copy_if(host_view(held->pixels(), batch_shape(n, held->sample_shape()),
                                    dlpack_dtype(held->sample_shape().dtype), owner),
                          copy_);
-    out.labels = copy_if(label_view(held->labels().data(), held->classes().data(), n, live().options().label_mode,
+    out.labels = copy_if(label_view(held->labels().data(), held->classes().data(), n, loader->options().label_mode,
                                     held->label_width(), owner),
                          copy_);
     out.classes = copy_if(host_view(held->classes().data(), {n}, owner), copy_);
@@ -152,9 +206,12 @@ class PyLoader {
     return out;
   }
 
-  Loader& live() {
-    if (!loader_) throw Error("the loader was closed");
-    return *loader_;
+  Loader& live() { return *hold(); }
+  // Called with the GIL held, as close() is.
+  const std::shared_ptr<Loader>& hold() const {
+    if (::getpid() != pid_) throw Error(forked_message(pid_));
+    if (!loader_ || closed_) throw Error("the loader was closed");
+    return loader_;
   }
   const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
   bool pinned() const noexcept { return pinned_; }
@@ -163,7 +220,9 @@ class PyLoader {
   std::shared_ptr<const Dataset> dataset_;
   bool copy_;
   bool pinned_ = false;
-  std::unique_ptr<Loader> loader_;
+  bool closed_ = false;
+  pid_t pid_ = ::getpid();
+  std::shared_ptr<Loader> loader_;
 };
 
 nb::dict stats_dict(const LoaderStats& s) {
@@ -272,7 +331,9 @@ void bind_loader(nb::module_& m) {
           "visible (see `pinned`), else pageable memory.")
       .def("begin_epoch", &PyLoader::begin_epoch, nb::arg("epoch"))
       .def("next", &PyLoader::next, "The next batch of the epoch, or None at its end (waits without the GIL).")
-      .def("close", &PyLoader::close, "Stops decoding and frees the loader; batches still held stay valid.")
+      .def("close", &PyLoader::close,
+           "Stops decoding and joins the loader's threads; batches still held stay valid. A next() waiting in "
+           "another thread raises stoker.Error saying the loader was closed, as every later call does.")
       .def("__len__", [](PyLoader& l) { return l.live().batches_per_epoch(); })
       .def_prop_ro("dataset", [](const PyLoader& l) { return *l.dataset(); })
       .def_prop_ro("threads", [](PyLoader& l) { return l.live().threads(); })

@@ -406,14 +406,20 @@ class Loader:
         self._next_epoch = epoch + 1
         self._epoch = epoch
         self._in_epoch = True
-        while True:
-            batch = core.next()
-            if batch is None:
+        self._iteration = iteration = getattr(self, "_iteration", 0) + 1
+        try:
+            while True:
+                batch = core.next()
+                if batch is None:
+                    return
+                yield batch
+                # Not held here while the next one is made: the consumer's reference is the only one.
+                del batch
+        finally:
+            # The epoch ended, or the loop left it (break, an exception, Ctrl-C): the next
+            # iteration starts the next epoch, and state_dict() says so.
+            if self._iteration == iteration:
                 self._in_epoch = False
-                return
-            yield batch
-            # Not held here while the next one is made: the consumer's reference is the only one.
-            del batch
 
     @property
     def pinned(self) -> bool:
@@ -435,7 +441,12 @@ class Loader:
         """Where the loader stands: the epoch and the batches of it delivered so far, with a digest
         of the data and settings. A loader built alike continues from it with load_state_dict():
         its next iteration yields the rest of that epoch, the same batches pixel for pixel as an
-        uninterrupted run (then the epochs after it, unless set_epoch() says otherwise)."""
+        uninterrupted run (then the epochs after it, unless set_epoch() says otherwise). Called
+        after a loop left its epoch early (break, an exception), it is the next epoch's start, where
+        this loader's next iteration begins; to continue the rest of an epoch later, save the state
+        inside the loop."""
+        if self._resume is not None:  # loaded and not iterated yet
+            return {"stoker_loader_state": self._resume}
         text = self._core.state()
         if not self._in_epoch:  # between epochs: the next iteration's epoch, from its start
             magic, version, *fields = text.split()

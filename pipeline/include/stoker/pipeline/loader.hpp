@@ -11,8 +11,10 @@
 // consumer; a slow consumer causes backpressure, never growth.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -178,6 +180,15 @@ class Loader {
   // Error if the consumer holds every buffer, and IoError at the end of an epoch when the cache file
   // (CacheOptions::file) cannot be written.
   std::optional<Batch> next();
+  // next(), calling `while_waiting` about every `interval` while the batch is not ready, without
+  // the loader's lock (where a binding looks for Ctrl-C). What it throws leaves next() at once and
+  // the loader as it was: a later call waits for the same batch.
+  std::optional<Batch> next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
+
+  // Stops decoding and joins every task, as the destructor does, leaving the object to be
+  // destroyed. A next() waiting in another thread returns and throws Error saying so, as every
+  // later begin_epoch(), resume() and next() does. Outstanding Batches stay valid.
+  void close() noexcept;
 
   // The state after the batches next() has delivered in the current epoch (epoch 0, batch 0
   // before any). Continuing from it with resume() gives the batches an uninterrupted run would

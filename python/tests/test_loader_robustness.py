@@ -1,0 +1,184 @@
+"""stoker.Loader misused as real programs misuse it: Ctrl-C while a batch is awaited, close() from
+another thread, a loader inherited by a child of fork(), a state saved after leaving an epoch early."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+
+PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
+
+
+@pytest.fixture(scope="module")
+def slow_image(tmp_path_factory):
+    """A 6000x6000 PNG of one colour: a few kilobytes on disk, about a second to decode and resize
+    with lanczos, so that a loader's batch of them is seconds away."""
+    path = tmp_path_factory.mktemp("slow") / "big.png"
+    PIL.new("RGB", (6000, 6000), (10, 200, 30)).save(path)
+    return str(path)
+
+
+def slow_loader(path, samples=8):
+    data = stoker.dataset([path] * samples, labels=[0] * samples)
+    return stoker.Loader(data, 32, batch_size=4, threads=1, prefetch=1, shuffle=False, dct_scaling=False,
+                         interpolation="lanczos")
+
+
+def test_ctrl_c_while_waiting_for_a_batch_raises_keyboard_interrupt_promptly(slow_image):
+    # A real SIGINT to a process of its own (a stray KeyboardInterrupt must not end this session).
+    script = textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        sys.path[:0] = {sys.path!r}
+        from test_loader_robustness import slow_loader
+        loader = slow_loader({slow_image!r})
+        it = iter(loader)
+        sent = []
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.3, interrupt).start()
+        try:
+            next(it)
+            print("delivered", time.monotonic() - sent[0] if sent else -1.0)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - sent[0])
+        # The loader is still usable: the next iteration starts the next epoch.
+        print("next epoch", len(next(iter(loader))))
+        loader.close()
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    what, delay = lines[0].split()
+    # The batch is seconds away; the poll of Python's signal handlers is every 20 ms.
+    assert what == "interrupted", f"the batch came first ({delay} s after SIGINT): Ctrl-C waited for it"
+    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
+    assert lines[1] == "next epoch 4"
+
+
+def test_close_from_another_thread_while_next_waits_raises_a_clear_error(slow_image):
+    loader = slow_loader(slow_image)
+    it = iter(loader)
+    closer = threading.Timer(0.3, loader.close)
+    closer.start()
+    t0 = time.monotonic()
+    with pytest.raises(stoker.Error, match="closed"):
+        next(it)
+    closer.join()
+    # It returned when close() stopped the loader (the sample being decoded finished first), not
+    # after the batch.
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(stoker.Error, match="closed"):
+        next(iter(loader))
+    with pytest.raises(stoker.Error, match="closed"):
+        loader.stats()
+    loader.close()  # again: nothing to do
+
+
+def test_close_races_with_next_many_times(folder):
+    # Either a batch, the end of the epoch or the 'closed' error: never a crash or a hang.
+    for i in range(30):
+        loader = stoker.Loader(folder, 16, batch_size=2, threads=2, prefetch=2)
+        it = iter(loader)
+        outcome = []
+
+        def consume():
+            try:
+                for _ in it:
+                    pass
+                outcome.append("end")
+            except stoker.Error as e:
+                outcome.append(str(e))
+
+        t = threading.Thread(target=consume)
+        t.start()
+        time.sleep(0.0005 * i)
+        loader.close()
+        t.join(timeout=30)
+        assert not t.is_alive(), "next() hung after close()"
+        assert outcome == ["end"] or "closed" in outcome[0], outcome
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_loader_used_in_a_child_of_fork_raises_a_clear_error(folder):
+    loader = stoker.Loader(folder, 16, batch_size=2, threads=2, prefetch=4)
+    it = iter(loader)
+    held = next(it)  # batches in flight in the parent's threads when it forks
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        os.close(r)
+        try:
+            try:
+                next(iter(loader))
+                message = "no error"
+            except stoker.Error as e:
+                message = "Error: " + str(e)
+            del held  # the parent's slot: let go without waiting for threads the child lacks
+            del it
+            loader = None
+            import gc
+
+            gc.collect()
+            os.write(w, message.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the child hung on the loader it inherited")
+    message = os.read(r, 4096).decode()
+    os.close(r)
+    assert message.startswith("Error: ") and "fork" in message, message
+    # The parent's loader is unaffected.
+    rest = [len(b) for b in it]
+    assert sum(rest) + len(held) == 24
+
+
+def test_state_dict_after_leaving_an_epoch_early_continues_as_the_loader_would(folder):
+    def make():
+        return stoker.Loader(folder, 16, batch_size=5, seed=3, augment=dict(horizontal_flip=True))
+
+    for k in range(1, 4):
+        original = make()
+        for i, _ in enumerate(original):  # epoch 0, left after k batches
+            if i + 1 == k:
+                break
+        state = original.state_dict()
+        restored = make()
+        restored.load_state_dict(state)
+        # The restored loader says the same again before it iterates.
+        assert restored.state_dict() == state
+        expect = [(b.epoch, b.index, b.sample_ids.copy(), b.images.copy()) for b in original]
+        got = [(b.epoch, b.index, b.sample_ids.copy(), b.images.copy()) for b in restored]
+        assert [e[:2] for e in got] == [e[:2] for e in expect]
+        assert expect[0][:2] == (1, 0)  # a `for` after leaving epoch 0 starts epoch 1
+        for (_, _, ids, px), (_, _, ref_ids, ref_px) in zip(got, expect):
+            np.testing.assert_array_equal(ids, ref_ids)
+            np.testing.assert_array_equal(px, ref_px)
+
+
+def test_state_dict_inside_the_loop_continues_the_epoch(folder):
+    original = stoker.Loader(folder, 16, batch_size=5, seed=3)
+    for i, _ in enumerate(original):
+        if i == 1:
+            state = original.state_dict()  # two batches delivered, the loop still running
+    restored = stoker.Loader(folder, 16, batch_size=5, seed=3)
+    restored.load_state_dict(state)
+    assert [b.index for b in restored] == [2, 3, 4]
