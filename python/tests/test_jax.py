@@ -122,3 +122,20 @@ def test_copy_true_gives_independent_arrays(folder):
 def test_batches_runs_epochs_in_a_row(folder):
     seen = [labels.shape[0] for _, labels in stoker.jax.batches(folder, 16, epochs=3, batch_size=8)]
     assert seen == [8] * 9
+
+
+def test_values_and_targets_are_the_batchs_rows(folder):
+    paths = list(stoker.dataset(folder).paths)
+    red = np.array(["/red/" in p for p in paths])
+    values = np.where(red, 0.75, -1.25).astype(np.float32) + np.arange(24, dtype=np.float32) / 100
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    loader = stoker.jax.Loader(paths, 16, batch_size=5, shuffle=True, seed=2, labels=values,
+                               targets={"row": np.arange(24, dtype=np.int32), "name": names})
+    order = [b.sample_ids.copy() for b in stoker.Loader(paths, 16, batch_size=5, shuffle=True, seed=2)]
+    for (images, labels, targets), ids in zip(loader, order):
+        assert isinstance(labels, jax.Array) and labels.dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(labels), values[ids])
+        np.testing.assert_array_equal(np.asarray(labels) > 0, np.asarray(images)[..., 0].mean(axis=(1, 2)) > 0.5)
+        assert isinstance(targets["row"], jax.Array)
+        np.testing.assert_array_equal(np.asarray(targets["row"]), ids)
+        assert targets["name"].tolist() == [names[i] for i in ids]  # strings stay NumPy
