@@ -390,8 +390,6 @@ class Loader:
     @property
     def epoch(self) -> Optional[int]:
         """The epoch being (or last) iterated; None before the first."""
-            if self._labelled is not None:  # labels or targets given as they are: their rows
-                batch = _targets.Batch(batch, self._labelled)
         return self._epoch
 
     def __iter__(self) -> Iterator[Any]:
@@ -412,6 +410,8 @@ class Loader:
                 batch = core.next()
                 if batch is None:
                     return
+                if self._labelled is not None:  # labels or targets given as they are: their rows
+                    batch = _targets.Batch(batch, self._labelled)
                 yield batch
                 # Not held here while the next one is made: the consumer's reference is the only one.
                 del batch
@@ -481,17 +481,6 @@ class Loader:
     def class_names(self) -> list:
         return list(self.dataset.class_names)
 
-    def close(self) -> None:
-        """Stops the loader's threads now (batches still held stay valid)."""
-        self._core.close()
-
-    def __enter__(self) -> "Loader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
     @property
     def labels(self) -> Any:
         """The labels given as values (floats, multi-hot rows) in dataset order, or None when the
@@ -503,6 +492,17 @@ class Loader:
         """The extra per-sample columns (an array or a dict of arrays) in dataset order, or None."""
         return None if self._labelled is None else self._labelled.targets
 
+    def close(self) -> None:
+        """Stops the loader's threads now (batches still held stay valid)."""
+        self._core.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
         return (f"<stoker.Loader: {len(self.dataset)} samples, {len(self)} batches of {self.batch_size}, "
                 f"device {self.device}>")
 
