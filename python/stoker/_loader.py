@@ -271,6 +271,13 @@ class Loader:
     or, with drop_remainder, by dropping the rest; shard_mode='fixed' keeps each rank on one part
     of the data across epochs. Not given: RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, else 0 of 1.
 
+    labels: each sample's label when `source` is a list of paths (stoker.dataset()): class
+    indices (int, as given), class names (str), lists of them (multi-hot float32 rows), or
+    values passed through unchanged (floats, 1-D or one row per sample). targets: extra
+    per-sample columns (a dict, a DataFrame, one array, or column names of a CSV/DataFrame
+    source). Both come with each batch (batch.labels, batch.targets) as the rows of its
+    sample_ids, new arrays that hold no buffer.
+
     pin_memory: True puts the batch buffers in page-locked memory (`pinned` says whether they
     are), so that a host-to-GPU copy from a batch is a true asynchronous DMA. It needs a build with
     CUDA and a visible device; without them the loader warns once, as PyTorch does, and uses
