@@ -145,7 +145,8 @@ def dataset(
       never truncated to int).
     targets: extra per-sample columns that come with each batch (`batch.targets`), gathered by
       the batch's sample ids: a dict {name: column}, a DataFrame (a dict of its columns), one
-      array (or Series), or, for a CSV file or DataFrame source, a column name or list of names.
+      array (or Series), or, for a CSV file or DataFrame source, a column name or list of names;
+      for a folder or tar shards, one value per sample in the order of the dataset's `.paths`.
     With values or targets the result is a stoker._targets.Labelled (the Dataset in .dataset,
     the values in .labels, the columns in .targets); a Loader takes either."""
     if isinstance(source, (_stoker.Dataset, _targets.Labelled)):
@@ -166,9 +167,15 @@ def dataset(
         return _targets.labelled(paths, labels, class_names, split, targets, table)
     if isinstance(source, (str, os.PathLike)) and (labels is not None or targets is not None) \
             and not os.fspath(source).lower().endswith((".csv", ".tsv")):
-        raise _stoker.InvalidArgument(
-            f"labels/targets: {os.fspath(source)!r} brings its own labels (class folders or tar members); "
-            "give a list of paths, a CSV file or a DataFrame to set them")
+        if labels is not None:
+            raise _stoker.InvalidArgument(
+                f"labels: {os.fspath(source)!r} brings its own labels (class folders or tar members); give a "
+                "list of paths, a CSV file or a DataFrame to set them")
+        # targets: one value per sample in the order the dataset lists them (its .paths)
+        data = dataset(source, class_names=class_names, classes=classes, extensions=extensions,
+                       follow_links=follow_links, validation_split=validation_split, subset=subset,
+                       label_field=label_field, skipped=skipped)
+        return _targets.Labelled(data, None, _targets.read_targets(targets, len(data)))
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.isdir(path) and _stoker.is_shard_spec(path):

@@ -129,6 +129,19 @@ def _draw_seed(generator: Optional[_torch.Generator]) -> int:
     return int(_torch.empty((), dtype=_torch.int64).random_(generator=generator).item())
 
 
+def _channels_last(memory_format: Any, output: str) -> bool:
+    """Whether images are channels_last NCHW views of NHWC batches (memory_format=)."""
+    if memory_format is None or memory_format is _torch.contiguous_format:
+        return False
+    if memory_format is _torch.channels_last:
+        if output != "float":
+            raise _stoker.InvalidArgument("memory_format=torch.channels_last needs output='float' (NCHW images); "
+                                          "output='uint8' is NHWC already")
+        return True
+    raise _stoker.InvalidArgument(f"memory_format must be torch.contiguous_format or torch.channels_last, "
+                                  f"received {memory_format!r}")
+
+
 class _HeldUntilCopied:
     """Keeps host batches alive until the copies queued from them could have completed.
 
@@ -211,8 +224,15 @@ class DataLoader(_loader.FrameworkLoader):
       its columns), one array, or column names of a CSV/DataFrame source. The loop then gets
       (images, labels, targets): each column's rows of the batch's samples, as default_collate
       makes them (a tensor of the column's dtype; strings as a list; a dict stays a dict).
-    device: 'cpu', 'cuda', 'cuda:N' or a torch.device (GPU augmentation, tensors on that device; dtype may then be
-      'float16' or 'bfloat16').
+    memory_format: (keyword) torch.contiguous_format (default) or torch.channels_last: the C++
+      side writes NHWC and the images are its NCHW-shaped view with channels_last strides, no
+      copy (`images.is_contiguous(memory_format=torch.channels_last)`), for channels_last models.
+    return_meta: (keyword) True yields dicts {'images', 'labels', ['targets'], 'sample_ids'
+      (int64, the samples' indices in the dataset), 'paths' (list of str), 'padding' (bool),
+      'epoch', 'index'} instead of tuples.
+    dtype: the images' dtype with output='float': 'float32' (default), 'float16' or 'bfloat16',
+      rounded from float32 as the C++ side writes them (on the CPU as on the GPU).
+    device: 'cpu', 'cuda', 'cuda:N' or a torch.device (GPU augmentation, tensors on that device).
     copy: True makes every batch an independent tensor (no pooled buffer is held).
     rank, world_size, shard_mode, drop_remainder: this process's share of each epoch, with
       DistributedSampler's semantics (stoker.Loader). Not given: torch.distributed's rank and
@@ -257,6 +277,8 @@ class DataLoader(_loader.FrameworkLoader):
         *,
         labels: Any = None,
         targets: Any = None,
+        memory_format: Optional[_torch.memory_format] = None,
+        return_meta: bool = False,
         num_workers: Optional[int] = None,
         prefetch_factor: Optional[int] = None,
         generator: Optional[_torch.Generator] = None,
@@ -299,15 +321,21 @@ class DataLoader(_loader.FrameworkLoader):
             seed = 0 if ranks > 1 else _draw_seed(None)
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
-        spec = _loader.output_spec(augment, output, normalize, "nchw" if output == "float" else "nhwc")
-        if dtype is not None and not cuda and dtype != ("float32" if output == "float" else "uint8"):
+        self._channels_last = _channels_last(memory_format, output)
+        layout = "nhwc" if output != "float" or self._channels_last else "nchw"
+        spec = _loader.output_spec(augment, output, normalize, layout)
+        half = dtype in ("float16", "bfloat16")
+        if dtype is not None and not cuda and dtype != ("float32" if output == "float" else "uint8") \
+                and not (half and output == "float"):
             raise _stoker.InvalidArgument(
-                f"dtype {dtype!r} on the CPU: output='float' gives float32, output='uint8' uint8")
+                f"dtype {dtype!r} on the CPU: output='float' gives float32, float16 or bfloat16, output='uint8' "
+                "uint8")
         data = _loader.dataset(source, labels, targets=targets)
         if rank is None and world_size is None and _torch.distributed.is_available() \
                 and _torch.distributed.is_initialized():
             rank, world_size = _torch.distributed.get_rank(), _torch.distributed.get_world_size()
         self.with_padding = with_padding
+        self.return_meta = bool(return_meta)
         self.output = output
         self.label_mode = label_mode
         self.copy = copy
@@ -329,7 +357,7 @@ class DataLoader(_loader.FrameworkLoader):
             pin_memory=pin_memory and not cuda,
             interpolation=interpolation,
             keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype if cuda else None,
+            dtype=dtype if cuda or half else None,
             depth=depth,
             rank=rank,
             world_size=world_size,
@@ -357,24 +385,41 @@ class DataLoader(_loader.FrameworkLoader):
         if self.device.type == "cpu" and self.loader.pinned and _torch.cuda.is_available():
             guard = _HeldUntilCopied(self._prefetch - 1, _torch.cuda.Event)
         try:
+            paths = self.loader.dataset.paths if self.return_meta else None
             for batch in self.loader:
                 out = convert(batch)
-                if with_targets:
-                    out = (*out, self._values(batch.targets))
-                if self.with_padding:
-                    out = (*out, _torch.from_numpy(batch.padding.copy()))
+                if self.return_meta:
+                    out = self._meta(batch, out, paths)
+                else:
+                    if with_targets:
+                        out = (*out, self._values(batch.targets))
+                    if self.with_padding:
+                        out = (*out, _torch.from_numpy(batch.padding.copy()))
                 del batch  # only the tensors hold the buffer: dropping them frees it
                 yield out
                 if guard is not None:
-                    guard.add(out[0])
+                    guard.add(out["images"] if self.return_meta else out[0])
                 del out
         finally:
             if guard is not None:
                 guard.clear()
 
+    def _meta(self, batch: Any, out: Tuple[Any, ...], paths: list) -> dict:
+        """return_meta=True's dict: the tensors and what identifies each sample."""
+        ids = batch.sample_ids.copy()
+        meta = {"images": out[0], "labels": out[1]}
+        if self.loader.targets is not None:
+            meta["targets"] = self._values(batch.targets)
+        meta.update(sample_ids=_torch.from_numpy(ids.astype("int64")), paths=[paths[i] for i in ids],
+                    padding=_torch.from_numpy(batch.padding.copy()), epoch=int(batch.epoch),
+                    index=int(batch.index))
+        return meta
+
     def _host_batch(self, batch: Any) -> Tuple[_torch.Tensor, Optional[_torch.Tensor]]:
         # torch.from_dlpack over the NumPy view: the tensor holds the view, the view the slot.
         images = _torch.from_dlpack(batch.images)
+        if self._channels_last:  # NHWC memory seen as NCHW: channels_last strides, no copy
+            images = images.permute(0, 3, 1, 2)
         if not getattr(batch, "labels_are_classes", True):
             return images, self._values(batch.labels)
         return images, self._labels(batch.labels)
@@ -384,8 +429,10 @@ class DataLoader(_loader.FrameworkLoader):
         # for the batch's ready event, and the slot is recycled after the work queued on it.
         with _torch.cuda.device(self.device):
             images = _torch.from_dlpack(batch.images)
+            if self._channels_last:
+                images = images.permute(0, 3, 1, 2)
             if self.copy:
-                images = images.clone()
+                images = images.clone(memory_format=_torch.preserve_format)
             if self.label_mode is None:
                 return images, None
             if not getattr(batch, "labels_are_classes", True):

@@ -199,14 +199,25 @@ def test_bad_labels_and_targets_are_errors_that_name_them(samples, folder):
         stoker.Loader(paths, 16, targets={"w": [1, 2]})
     with pytest.raises(stoker.InvalidArgument, match="label_mode='categorical'.*float64"):
         stoker.Loader(paths, 16, labels=np.zeros(24), label_mode="categorical")
-    with pytest.raises(stoker.InvalidArgument, match="brings its own labels"):
+    with pytest.raises(stoker.InvalidArgument, match="labels: .* brings its own labels"):
         stoker.Loader(folder, 16, labels=np.zeros(24))
+    with pytest.raises(stoker.InvalidArgument, match="targets: 23 values for 24 samples"):
+        stoker.Loader(folder, 16, targets=np.zeros(23))
     with pytest.raises(stoker.InvalidArgument, match="column name .* needs a CSV file or DataFrame"):
         stoker.Loader(paths, 16, targets="age")
     with pytest.raises(stoker.InvalidArgument, match="class indices must be >= 0"):
         stoker.dataset(paths, [-3] * 24)
     with pytest.raises(stoker.InvalidArgument, match=r"labels: .*\['b'\] are not in class_names"):
         stoker.dataset(paths, [["a"], ["b"]] * 12, class_names=["a"])
+
+
+def test_a_folders_samples_take_targets_in_the_order_of_its_paths(folder):
+    files = stoker.dataset(folder).paths
+    loader = stoker.Loader(folder, 16, batch_size=5, shuffle=True, seed=6, targets={"path": files})
+    for batch in loader:
+        assert batch.targets["path"].tolist() == batch.paths
+        np.testing.assert_array_equal(batch.labels, [loader.class_names.index(p.split(os.sep)[-2])
+                                                     for p in batch.paths])
 
 
 def test_label_mode_none_drops_values_but_keeps_targets(samples):
