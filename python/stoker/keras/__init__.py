@@ -132,8 +132,10 @@ from ._common import (  # noqa: F401
 )
 from ._decode import _PIL_FILTERS, _STOKER_FILTERS, _FileDecoder, _load_pil  # noqa: F401
 from ._transform import _apply_transform_numpy, _apply_with_works, _array_to_pil, _plain_pil  # noqa: F401
+from .dataset import image_dataset_from_directory
 from .generator import ImageDataGenerator
 from .iterators import DataFrameIterator, DirectoryIterator, Iterator, NumpyArrayIterator, _FileIterator, _walk_files  # noqa: F401
 from .pipeline import _EpochPipeline  # noqa: F401
 
-__all__ = ["ImageDataGenerator", "DirectoryIterator", "DataFrameIterator", "NumpyArrayIterator", "Iterator"]
+__all__ = ["ImageDataGenerator", "DirectoryIterator", "DataFrameIterator", "NumpyArrayIterator", "Iterator",
+           "image_dataset_from_directory"]
