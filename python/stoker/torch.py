@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import os
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 try:
@@ -140,6 +141,75 @@ def _channels_last(memory_format: Any, output: str) -> bool:
         return True
     raise _stoker.InvalidArgument(f"memory_format must be torch.contiguous_format or torch.channels_last, "
                                   f"received {memory_format!r}")
+
+
+def ranks_now() -> Tuple[int, int]:
+    """(rank, world_size) of this process as a job of several sees it now: an initialised
+    torch.distributed; else the launcher's environment: RANK/WORLD_SIZE (torchrun), LOCAL_RANK
+    with WORLD_SIZE and no RANK (Lightning's DDP children; rank NODE_RANK x LOCAL_WORLD_SIZE +
+    LOCAL_RANK, NODE_RANK 0 when unset), SLURM_PROCID/SLURM_NTASKS; else 0 of 1."""
+    dist = _torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    env = os.environ
+    if "RANK" not in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:
+        world, local, node = int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]), int(env.get("NODE_RANK", "0"))
+        if node and "LOCAL_WORLD_SIZE" not in env:
+            raise _stoker.InvalidArgument(
+                f"the environment sets NODE_RANK={node} and LOCAL_RANK={local} but neither RANK nor "
+                "LOCAL_WORLD_SIZE: initialise torch.distributed before iterating, or give rank= and world_size=")
+        rank = node * int(env.get("LOCAL_WORLD_SIZE", "0")) + local
+        return tuple(_stoker.resolve_sharding(rank, world))
+    return tuple(_stoker.resolve_sharding(None, None))
+
+
+class EpochSampler:
+    """What code written for DistributedSampler finds at `loader.sampler` (Lightning calls its
+    set_epoch at each epoch): set_epoch(e) chooses the epoch of the loader's next iteration;
+    rank, num_replicas, epoch, shuffle, seed and drop_last say what the loader uses; len() is
+    this rank's samples per epoch. stoker orders the samples itself, so it yields no indices."""
+
+    def __init__(self, owner: "DataLoader"):
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being iterated, else the one the next iteration runs."""
+        loader = self._owner.loader
+        return loader.epoch if loader._in_epoch else loader._next_epoch
+
+    @property
+    def rank(self) -> int:
+        return self._owner.loader.sharding[0]
+
+    @property
+    def num_replicas(self) -> int:
+        return self._owner.loader.sharding[1]
+
+    @property
+    def shuffle(self) -> bool:
+        return bool(self._owner._loader_args["shuffle"])
+
+    @property
+    def seed(self) -> int:
+        return self._owner.seed
+
+    @property
+    def drop_last(self) -> bool:
+        return bool(self._owner._loader_args["drop_remainder"])
+
+    def __len__(self) -> int:
+        core = self._owner.loader._core
+        if hasattr(core, "samples_per_epoch"):
+            return int(core.samples_per_epoch)
+        n, ranks = len(self._owner.dataset), self.num_replicas  # the GPU feed: the same rule
+        return n // ranks if self.drop_last else -(-n // ranks)
+
+    def __repr__(self) -> str:
+        return f"<stoker.torch.EpochSampler: rank {self.rank} of {self.num_replicas}, epoch {self.epoch}>"
 
 
 class _HeldUntilCopied:
@@ -312,13 +382,14 @@ class DataLoader(_loader.FrameworkLoader):
             if seed is not None:
                 raise TypeError("stoker.torch.DataLoader: give seed or generator, not both")
             seed = _draw_seed(generator)
-        elif seed is None:
-            if rank is None and world_size is None and _torch.distributed.is_available() \
-                    and _torch.distributed.is_initialized():
-                ranks = _torch.distributed.get_world_size()
-            else:
-                ranks = _stoker.resolve_sharding(rank, world_size)[1]
-            seed = 0 if ranks > 1 else _draw_seed(None)
+        # Not given: resolved now and again when each iteration starts (ranks_now()), so a loader
+        # made before the job's processes know their rank takes its share once they do.
+        self._auto_ranks = rank is None and world_size is None
+        if self._auto_ranks:
+            rank, world_size = ranks_now()
+        self._seed_drawn = seed is None and generator is None
+        if self._seed_drawn:
+            seed = 0 if _stoker.resolve_sharding(rank, world_size)[1] > 1 else _draw_seed(None)
         self.device = _torch_device(device)
         cuda = self.device.type == "cuda"
         self._channels_last = _channels_last(memory_format, output)
@@ -331,17 +402,13 @@ class DataLoader(_loader.FrameworkLoader):
                 f"dtype {dtype!r} on the CPU: output='float' gives float32, float16 or bfloat16, output='uint8' "
                 "uint8")
         data = _loader.dataset(source, labels, targets=targets)
-        if rank is None and world_size is None and _torch.distributed.is_available() \
-                and _torch.distributed.is_initialized():
-            rank, world_size = _torch.distributed.get_rank(), _torch.distributed.get_world_size()
         self.with_padding = with_padding
         self.return_meta = bool(return_meta)
         self.output = output
         self.label_mode = label_mode
         self.copy = copy
-        self.loader = _loader.Loader(
-            data,
-            image_size,
+        self._data, self._image_size = data, image_size
+        self._loader_args = dict(
             batch_size=batch_size,
             shuffle=shuffle,
             seed=seed,
@@ -367,6 +434,8 @@ class DataLoader(_loader.FrameworkLoader):
             cache_budget=cache_budget,
             cache_file=cache_file,
         )
+        self.loader = _loader.Loader(data, image_size, **self._loader_args)
+        self.sampler = EpochSampler(self)
         self.batch_size = batch_size
         self.seed = seed
         self._prefetch = prefetch if prefetch > 0 else 2 * (threads or _stoker.default_threads())
@@ -376,8 +445,30 @@ class DataLoader(_loader.FrameworkLoader):
         """True when host batches are in page-locked memory (pin_memory=True with CUDA and a device)."""
         return self.loader.pinned
 
+    def _follow_ranks(self) -> None:
+        """Rebuilds the loader for the rank and world size of now when they were not given and
+        changed since it was made (a loader made before torch.distributed was initialised, or
+        before the launcher's environment said the rank); the epoch to run and a loaded state
+        carry over. A seed drawn from torch's RNG becomes 0 in a job of several ranks."""
+        if not self._auto_ranks:
+            return
+        now = ranks_now()
+        if now == tuple(self.loader.sharding):
+            return
+        old = self.loader
+        args = dict(self._loader_args, rank=now[0], world_size=now[1])
+        if self._seed_drawn and now[1] > 1:
+            args["seed"] = 0
+        new = _loader.Loader(self._data, self._image_size, **args)
+        new.set_epoch(old._next_epoch)
+        if old._resume is not None:
+            new.load_state_dict({"stoker_loader_state": old._resume})
+        old.close()
+        self.loader, self._loader_args, self.seed = new, args, args["seed"]
+
     # ---- iteration
     def __iter__(self) -> Iterator[Tuple[_torch.Tensor, Optional[_torch.Tensor]]]:
+        self._follow_ranks()
         convert = self._device_batch if self.device.type == "cuda" else self._host_batch
         with_targets = self.loader.targets is not None
         # Pinned host batches may be read by a non_blocking copy after the loop moved on.
