@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mapping_guard.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
 
@@ -105,10 +106,21 @@ std::unique_ptr<CacheFile> CacheFile::inspect(const std::filesystem::path& path)
 }
 
 CacheFile::~CacheFile() {
+  guard_.reset();  // before the pages go
   if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// A page that is gone faults (the guard); the bytes of the new last page past the new end read as
+// zeros without a fault, so the size is looked at too.
+bool CacheFile::truncated_in_use() const noexcept {
+  if (guard_ && guard_->damaged()) return true;
+  struct stat st {};
+  return fd_ >= 0 && ::fstat(fd_, &st) == 0 && static_cast<std::uint64_t>(st.st_size) < size_;
 }
 
 void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected) {
+  path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return;  // Missing
@@ -132,9 +144,14 @@ void CacheFile::load(const std::filesystem::path& path, const CacheKey* expected
     return;
   }
   void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) throw IoError(path.string() + ": cannot map cache file: " + std::strerror(errno));
+  if (m == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError(path.string() + ": cannot map cache file: " + std::strerror(e));
+  }
+  fd_ = fd;  // kept to see the file's size while it is in use
   map_ = static_cast<const std::uint8_t*>(m);
+  guard_ = std::make_unique<detail::MappingGuard>(map_, size_);
 
   if (size_ < sizeof(kMagic) || std::memcmp(map_, kMagic, sizeof(kMagic)) != 0) {
     state_ = CacheFileState::Foreign;
@@ -238,7 +255,7 @@ void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
     r.data_size = records[i].data.size();
     r.height = m.height;
     r.width = m.width;
-    r.checksum = checksum64(records[i].data.data(), records[i].data.size());
+    r.checksum = m.checksum != 0 ? m.checksum : checksum64(records[i].data.data(), records[i].data.size());
     data_offset = align_up(data_offset + r.data_size);
   }
   FileHeader h{};

@@ -147,7 +147,16 @@ bool SampleCache::source_unchanged(std::size_t sample, const SourceStamp& record
   return now && *now == recorded;
 }
 
+void SampleCache::check_file() const {
+  if (file_ && file_->truncated_in_use()) {
+    throw IoError(options_.file.string() +
+                  ": the cache file was cut short by another process while this one used it (its entries past the new "
+                  "end are gone); start again: it will be rebuilt");
+  }
+}
+
 std::optional<CachedSample> SampleCache::find(std::size_t sample) {
+  check_file();
   Entry& e = entries_[sample];
   int state = e.state.load(std::memory_order_acquire);
   if (state == kEmpty) {
@@ -250,6 +259,7 @@ bool SampleCache::save_if_changed() {
     } else {
       const auto& fe = file_->entries()[static_cast<std::size_t>(e.file_index)];
       r.data = file_->data(fe);
+      r.meta.checksum = fe.checksum;  // bytes changed under the mapping fail it when read back
       if (state == kFileUnverified && checksum64(r.data.data(), r.data.size()) != fe.checksum) {
         ++corrupt_;
         e.state.store(kEmpty, std::memory_order_release);
@@ -259,7 +269,9 @@ bool SampleCache::save_if_changed() {
     records.push_back(std::move(r));
   }
   try {
+    check_file();
     write_cache_file(options_.file, key_, records);
+    check_file();
   } catch (...) {
     dirty_ = true;  // not written: the next save tries again
     throw;

@@ -494,7 +494,13 @@ void LoaderCore::run_sample(int si, int position, std::uint32_t sample, std::uin
   Slot& s = *slots_[static_cast<std::size_t>(si)];
   if (generation == generation_.load()) {
     try {
-      process_sample(s, position, sample);
+      try {
+        process_sample(s, position, sample);
+      } catch (...) {
+        if (cache_) cache_->check_file();  // a cache file cut short is the error, not what it read
+        throw;
+      }
+      if (cache_) cache_->check_file();
     } catch (...) {
       record_failure(s.failures[static_cast<std::size_t>(position)], std::current_exception(),
                      sample_name(dataset_.samples[sample]));

@@ -257,6 +257,70 @@ TEST(CacheFile, AFlippedDataByteIsCaughtAndThatSampleIsReRead) {
   EXPECT_EQ(st.files_read, 0u);
 }
 
+// Another process truncates the file in place while a loader has it mapped (and has verified its
+// entries): the pages past the new end are gone. Reading them raised SIGBUS and ended the process;
+// now every epoch after it fails with an IoError naming the file, whatever the cache kind and the
+// bad-sample policy, and the bytes it read as zeros never reach a batch.
+TEST(CacheFile, TruncatedByAnotherProcessWhileInUseIsAnErrorNamingItNotSIGBUS) {
+  for (auto kind : {CacheKind::Decoded, CacheKind::Encoded}) {
+    for (auto policy : {BadSamplePolicy::Fail, BadSamplePolicy::Skip}) {
+      CacheFileFixture f;
+      {
+        Loader first(f.ds, f.with_file(kind));
+        run_epoch(first, 0);
+      }
+      LoaderOptions o = f.with_file(kind);
+      o.on_bad_sample = policy;
+      Loader loader(f.ds, o);
+      EXPECT_EQ(run_epoch(loader, 1), f.reference(1));  // every entry read from the file
+      ASSERT_EQ(loader.stats().files_read, 0u);
+      ASSERT_EQ(::truncate(f.file.c_str(), 128), 0);  // the header stays; the data goes
+      loader.begin_epoch(2);
+      try {
+        while (auto b = loader.next()) {
+          ADD_FAILURE() << "a batch was delivered from a cache file cut short";
+        }
+        ADD_FAILURE() << "the epoch ended without an error";
+      } catch (const IoError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(f.file.string()), std::string::npos) << what;
+        EXPECT_NE(what.find("cut short by another process"), std::string::npos) << what;
+      }
+      // A new loader finds the file stale (truncated) and rebuilds it.
+      std::string status;
+      EXPECT_EQ(f.warm_run(3, nullptr, &status), f.reference(3));
+      EXPECT_NE(status.find("rebuilt"), std::string::npos) << status;
+    }
+  }
+}
+
+// The same at the level of the file: a verified entry read after the truncation is zeros and
+// truncated_in_use() says so (the SIGBUS guard), then an entry of a second mapping is untouched.
+TEST(CacheFile, AGuardedMappingReadsZerosPastAnEndThatMoved) {
+  CacheFileFixture f;
+  f.warm_run(0);
+  auto copy = f.photos.dir / "copy.stoker";
+  fs::copy_file(f.file, copy);
+  auto file = CacheFile::inspect(f.file);
+  auto other = CacheFile::inspect(copy);
+  ASSERT_EQ(file->state(), CacheFileState::Valid);
+  const auto& last = file->entries().back();
+  const auto before = file->data(last);
+  std::uint64_t sum = 0;
+  for (auto v : before) sum += v;
+  EXPECT_GT(sum, 0u);
+  EXPECT_FALSE(file->truncated_in_use());
+  ASSERT_EQ(::truncate(f.file.c_str(), 128), 0);
+  sum = 0;
+  for (auto v : file->data(last)) sum += v;
+  EXPECT_EQ(sum, 0u);
+  EXPECT_TRUE(file->truncated_in_use());
+  EXPECT_FALSE(other->truncated_in_use());
+  const auto& kept = other->entries().back();
+  EXPECT_EQ(checksum64(other->data(kept).data(), kept.data_size), kept.checksum);
+  EXPECT_FALSE(other->truncated_in_use());
+}
+
 TEST(CacheFile, TornTruncatedAndOldVersionFilesAreRebuilt) {
   CacheFileFixture f;
   f.warm_run(0);

@@ -19,6 +19,10 @@
 
 namespace stoker {
 
+namespace detail {
+class MappingGuard;
+}
+
 constexpr std::uint32_t kCacheFileVersion = 1;
 
 struct CacheFileEntry {
@@ -47,6 +51,11 @@ class CacheFile {
   const std::vector<CacheFileEntry>& entries() const noexcept { return entries_; }
   std::span<const std::uint8_t> data(const CacheFileEntry& e) const noexcept;
   std::uint64_t file_bytes() const noexcept { return size_; }
+  // Another process cut the file short while it was mapped: data() past its new end read as
+  // zeros (a page that is gone as well: a SIGBUS guard keeps the process alive). Check after
+  // using data(); one fstat.
+  bool truncated_in_use() const noexcept;
+  const std::filesystem::path& path() const noexcept { return path_; }
 
   // Index of the entry for `path`, or -1.
   std::int64_t find(const std::string& path) const;
@@ -65,9 +74,14 @@ class CacheFile {
   std::unordered_map<std::string, std::int64_t> by_path_;
   const std::uint8_t* map_ = nullptr;
   std::uint64_t size_ = 0;
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::unique_ptr<detail::MappingGuard> guard_;
 };
 
-// One entry to write: its metadata and where its bytes are now.
+// One entry to write: its metadata and where its bytes are now. A nonzero meta.checksum is
+// written as it is (an entry copied from a mapped file keeps the checksum it was verified with, so
+// bytes that changed under the mapping are found when the new file is read).
 struct CacheFileRecord {
   CacheFileEntry meta;
   std::span<const std::uint8_t> data;

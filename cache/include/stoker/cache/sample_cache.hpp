@@ -82,8 +82,12 @@ class SampleCache {
   SampleCache(const SampleCache&) = delete;
   SampleCache& operator=(const SampleCache&) = delete;
 
-  // A valid entry for the sample, or nullopt (miss). Thread-safe.
+  // A valid entry for the sample, or nullopt (miss). Thread-safe. Throws check_file()'s IoError.
   std::optional<CachedSample> find(std::size_t sample);
+  // Throws IoError naming the cache file when another process cut it short while it was mapped:
+  // entries from it read as zeros past its new end (not SIGBUS). Call after using what find()
+  // returned, whether the use succeeded or not. One atomic load; thread-safe.
+  void check_file() const;
 
   // Offers a freshly read/decoded sample; copied in when the budget allows. Thread-safe.
   void admit_encoded(std::size_t sample, std::span<const std::uint8_t> bytes, const SourceStamp& stamp);
