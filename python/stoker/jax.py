@@ -38,7 +38,9 @@ except ImportError as _e:  # pragma: no cover - exercised in the venv without ja
         "(or use stoker.Loader, which gives NumPy arrays)"
     ) from _e
 
-from . import _loader
+import numpy as _np
+
+from . import _loader, _stoker
 from ._settings import default as _default
 
 __all__ = ["Loader", "batches"]
@@ -48,15 +50,58 @@ def _to_jax(array: Any) -> "_jax.Array":
     return _jax_dlpack.from_dlpack(array)
 
 
-def _values(values: Any) -> Any:
-    """Labels or per-sample columns as JAX arrays (strings stay NumPy arrays; a dict a dict)."""
+def _values(values: Any, sharding: Any = None) -> Any:
+    """Labels or per-sample columns as JAX arrays (strings stay NumPy arrays; a dict a dict); with
+    a sharding, global arrays made from this process's rows."""
     if values is None:
         return None
     if isinstance(values, dict):
-        return {name: _values(column) for name, column in values.items()}
+        return {name: _values(column, sharding) for name, column in values.items()}
     if values.dtype.kind in "OUS":
         return values
+    if sharding is not None:
+        return _jax.make_array_from_process_local_data(sharding, _np.ascontiguousarray(values))
     return _jnp.asarray(values)
+
+
+def _check_sharding(sharding: Any) -> Any:
+    if sharding is None:
+        return None
+    if not isinstance(sharding, _jax.sharding.NamedSharding):
+        raise _stoker.InvalidArgument(
+            "sharding must be a jax.sharding.NamedSharding (a Mesh and a PartitionSpec whose first entry "
+            f"splits the batch), received {type(sharding).__name__}")
+    return sharding
+
+
+def _rows_sharding(sharding: Any) -> Any:
+    """The sharding of a batch's other arrays: the images' mesh, the rows split as the images'."""
+    spec = sharding.spec
+    return _jax.sharding.NamedSharding(sharding.mesh, _jax.sharding.PartitionSpec(spec[0] if len(spec) else None))
+
+
+def _check_batches(sharding: Any, loader: Any, batch_size: int, drop_last: bool) -> None:
+    """Every batch must split over the sharding's devices: a clear error now, not JAX's later."""
+    shape = (batch_size * _jax.process_count(),) + tuple(getattr(loader._core, "sample_shape", (1,))[1:])
+    try:
+        sharding.shard_shape(shape)
+    except ValueError as e:
+        raise _stoker.InvalidArgument(
+            f"sharding: a batch of {batch_size} per process ({shape[0]} in all) does not split over the "
+            f"sharding's devices ({e}); choose a batch_size that does") from None
+    per_rank = loader._core.samples_per_epoch if hasattr(loader._core, "samples_per_epoch") else len(loader.dataset)
+    if not drop_last and per_rank % batch_size:
+        raise _stoker.InvalidArgument(
+            f"sharding: the last batch of each epoch would hold {per_rank % batch_size} of {batch_size} samples, "
+            "which does not split over the devices; give drop_last=True")
+
+
+def _device_put_if_accelerator() -> Any:
+    """jax.device_put when JAX's default backend is not the CPU (host batches then go to the
+    default device, not committed to the CPU), else None."""
+    if _jax.default_backend() == "cpu":
+        return None
+    return _jax.device_put
 
 
 class Loader(_loader.FrameworkLoader):
@@ -82,6 +127,20 @@ class Loader(_loader.FrameworkLoader):
       CSV/DataFrame source); the loop then gets (images, labels, targets): the batch's rows of
       each column, numbers as jax.Arrays, strings as NumPy arrays.
     copy: True gives independent arrays (no pooled buffer held).
+    sharding: (keyword) a jax.sharding.NamedSharding: every array of a batch is a global
+      jax.Array made from this process's batch with jax.make_array_from_process_local_data
+      (images with `sharding`, labels and targets with its mesh and the spec's first entry, so
+      their rows are split like the images'). The global batch is batch_size x processes; each
+      batch must split evenly over the devices, so the loader needs drop_last=True unless every
+      rank's share is a whole number of batches.
+    rank, world_size: not given (both), jax.process_index() and jax.process_count() in a job of
+      several JAX processes (jax.distributed), else the launcher's environment, else 0 of 1.
+    return_meta: (keyword) True yields dicts {'images', 'labels', ['targets'], 'sample_ids',
+      'paths', 'padding', 'epoch', 'index'} instead of tuples (sample ids and padding as NumPy,
+      this process's samples).
+    Without `sharding`, host batches are jax.Arrays on the CPU when JAX's default backend is the
+    CPU (over stoker's buffer, no copy), else put on the default device (jax.device_put, not
+    committed to the CPU).
     """
 
     def __init__(
@@ -117,8 +176,14 @@ class Loader(_loader.FrameworkLoader):
         *,
         labels: Any = None,
         targets: Any = None,
+        sharding: Any = None,
+        return_meta: bool = False,
     ):
         spec = _loader.output_spec(augment, output, normalize, layout)
+        if rank is None and world_size is None and _jax.process_count() > 1:
+            rank, world_size = _jax.process_index(), _jax.process_count()
+        self.sharding = _check_sharding(sharding)
+        self.return_meta = bool(return_meta)
         self._cuda = _loader._device(device) is not None
         self.copy = copy
         self.label_mode = label_mode
@@ -150,16 +215,38 @@ class Loader(_loader.FrameworkLoader):
             cache_file=cache_file,
         )
         self.batch_size = batch_size
+        if self.sharding is not None:
+            _check_batches(self.sharding, self.loader, batch_size, drop_last)
 
     def __iter__(self) -> Iterator[Tuple["_jax.Array", Optional["_jax.Array"]]]:
         with_targets = self.loader.targets is not None
+        sharding = self.sharding
+        put = _device_put_if_accelerator() if sharding is None and not self._cuda else None
+        paths = self.loader.dataset.paths if self.return_meta else None
         for batch in self.loader:
-            images = _to_jax(batch.images)
-            if self._cuda and self.copy:
-                images = _jnp.array(images, copy=True)
-            out = (images, _values(batch.labels))
-            if with_targets:
-                out = (*out, _values(batch.targets))
+            if sharding is not None:
+                rows = _rows_sharding(sharding)
+                local = _to_jax(batch.images) if self._cuda else _np.asarray(batch.images)
+                images = _jax.make_array_from_process_local_data(sharding, local)
+                labels = _values(batch.labels, rows)
+                extra = _values(batch.targets, rows) if with_targets else None
+            else:
+                images = _to_jax(batch.images)
+                if self._cuda and self.copy:
+                    images = _jnp.array(images, copy=True)
+                if put is not None:
+                    images = put(images)
+                labels = _values(batch.labels)
+                extra = _values(batch.targets) if with_targets else None
+            if self.return_meta:
+                ids = batch.sample_ids.copy()
+                out = {"images": images, "labels": labels}
+                if with_targets:
+                    out["targets"] = extra
+                out.update(sample_ids=ids, paths=[paths[i] for i in ids], padding=batch.padding.copy(),
+                           epoch=int(batch.epoch), index=int(batch.index))
+            else:
+                out = (images, labels) if not with_targets else (images, labels, extra)
             del batch  # only the arrays hold the buffer: deleting them frees it
             yield out
 
