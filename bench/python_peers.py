@@ -24,6 +24,11 @@ keras: the seed's ImageDataGenerator (rotation 30, shifts 0.4, shear 0.4, zoom 0
        224 + Dense(1, sigmoid)) on each, with fit's default shuffle=True (Keras asks a Sequence's
        batches in a random order) and with shuffle=False (in order). Needs tf_keras; each figure in
        its own child process.
+keras-generator: the generator rows of the keras suite alone (no model).
+keras-dataset: Keras 3's keras.utils.image_dataset_from_directory against
+       stoker.keras.image_dataset_from_directory (decode + bilinear resize to --image-size, float32
+       batches of --batch-size, shuffled, binary labels; tf.data consumes both), all cores; each
+       figure in its own child process. Needs Keras 3 with TensorFlow.
 keras-fit: model.fit epoch time of a tiny model (Conv2D(8, 3, stride 2) + pooling + Dense(1)) at
        --image-size on the seed's generator, tf_keras' and stoker.keras', with fit's default
        shuffle=True and with shuffle=False: what the loader costs a step when the model costs
@@ -158,8 +163,32 @@ def _generator_class(which):
     return ImageDataGenerator
 
 
+def _dataset_measure(args):
+    """Keras 3's image_dataset_from_directory (which='keras') or stoker.keras' (which='stoker'):
+    img/s over --epochs passes after a warm-up pass, the consumer touching one value per batch."""
+    import keras
+    if args.which == "keras":
+        load = keras.utils.image_dataset_from_directory
+    else:
+        from stoker.keras import image_dataset_from_directory as load
+    ds = load(args.data, image_size=(args.image_size, args.image_size), batch_size=args.batch_size, seed=1,
+              label_mode="binary", verbose=False)
+    for images, _ in ds:  # warm-up pass: imports, tf.data's threads, stoker's pools, the page cache
+        images[0, 0, 0, 0].numpy()
+    n, t0 = 0, time.perf_counter()
+    for _ in range(args.epochs):
+        for images, _ in ds:
+            images[0, 0, 0, 0].numpy()
+            n += int(images.shape[0])
+    print(json.dumps({"img_per_s": n / (time.perf_counter() - t0), "keras": keras.__version__}))
+
+
 def keras_measure(args):
-    """One measurement in this (child) process, printed as JSON: the generator alone, or fit."""
+    """One measurement in this (child) process, printed as JSON: the generator alone, fit, or the
+    image_dataset_from_directory pipeline."""
+    if args.measure == "dataset":
+        _dataset_measure(args)
+        return
     import numpy as np  # noqa: F401  (imported before timing, as TensorFlow is)
     gen = _generator_class(args.which)(**SEED_GENERATOR)
     it = gen.flow_from_directory(args.data, target_size=(args.image_size, args.image_size),
@@ -212,7 +241,8 @@ def _child(args, which, measure, batch, cpus):
     import subprocess
     cmd = [sys.executable, os.path.abspath(__file__), "--suite", "keras-measure", "--which", which, "--measure",
            measure, "--data", args.data,
-           "--image-size", str(args.image_size if measure == "generator" or measure.startswith("tiny") else 224),
+           "--image-size", str(args.image_size if measure in ("generator", "dataset") or measure.startswith("tiny")
+                               else 224),
            "--batch-size", str(batch), "--epochs", str(args.epochs)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     pre = (lambda: os.sched_setaffinity(0, set(range(cpus)))) if cpus else None
@@ -220,6 +250,72 @@ def _child(args, which, measure, batch, cpus):
     if run.returncode != 0:
         raise RuntimeError(f"{which} {measure}: {run.stderr[-2000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _generator_rows(args, result):
+    """The generator alone: tf_keras' against stoker.keras', batch 8 and 32, one core and all."""
+    cores = len(os.sched_getaffinity(0))
+    print(f"keras generator: {args.data}, {args.image_size}x{args.image_size}, seed generator {SEED_GENERATOR}, "
+          f"{cores} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'batch':>5} {'cores':>5} {'tf_keras img/s':>15} {'stoker.keras img/s':>19} {'ratio':>7}")
+    for batch in (8, 32):
+        for cpus in (1, cores):
+            runs = {"keras": [], "stoker": []}
+            for _ in range(args.repeat):
+                for which in ("keras", "stoker"):
+                    runs[which].append(_child(args, which, "generator", batch, cpus)["img_per_s"])
+            k, st = statistics.median(runs["keras"]), statistics.median(runs["stoker"])
+            print(f"{batch:>5} {cpus:>5} {k:>15.1f} {st:>19.1f} {st / k:>6.2f}x")
+            result["generator"].append({"batch": batch, "cores": cpus, "tf_keras_img_per_s": k,
+                                        "stoker_keras_img_per_s": st, "ratio": st / k, "runs": runs})
+
+
+def _keras_result():
+    return {"machine": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0)),
+            "load_before": os.getloadavg()[0], "generator": []}
+
+
+def keras_generator_suite(args):
+    """The generator half of the keras suite alone (no model): the seed's ImageDataGenerator
+    through flow_from_directory, tf_keras' against stoker.keras'."""
+    try:
+        import tf_keras  # noqa: F401
+        import stoker.keras  # noqa: F401
+    except ImportError as e:
+        print(f"keras-generator suite: skipped ({e})", file=sys.stderr)
+        return None
+    result = _keras_result()
+    _generator_rows(args, result)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return result
+
+
+def keras_dataset_suite(args):
+    """Keras 3's keras.utils.image_dataset_from_directory against stoker.keras' (decode + bilinear
+    resize to --image-size, float32 batches of --batch-size, binary labels, shuffled), all cores,
+    each figure in its own child process, in turns, --repeat rounds, medians printed."""
+    try:
+        import keras
+        import stoker.keras  # noqa: F401
+    except ImportError as e:
+        print(f"keras-dataset suite: skipped ({e})", file=sys.stderr)
+        return None
+    if not keras.__version__.startswith("3"):
+        print(f"keras-dataset suite: skipped (Keras {keras.__version__}, not Keras 3)", file=sys.stderr)
+        return None
+    result = _keras_result()
+    print(f"keras-dataset suite: {args.data}, {args.image_size}x{args.image_size}, batch {args.batch_size}, "
+          f"Keras {keras.__version__}, {result['cores']} cores, load average {os.getloadavg()[0]:.2f}")
+    runs = {"keras": [], "stoker": []}
+    for _ in range(args.repeat):
+        for which in ("keras", "stoker"):
+            runs[which].append(_child(args, which, "dataset", args.batch_size, None)["img_per_s"])
+    k, st = statistics.median(runs["keras"]), statistics.median(runs["stoker"])
+    print(f"image_dataset_from_directory img/s: Keras {k:.1f}, stoker.keras {st:.1f} ({st / k:.2f}x)")
+    result.update(keras_img_per_s=k, stoker_img_per_s=st, ratio=st / k, runs=runs,
+                  load_after=os.getloadavg()[0])
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return result
 
 
 def keras_suite(args):
@@ -235,21 +331,8 @@ def keras_suite(args):
         print(f"keras suite: skipped ({e})", file=sys.stderr)
         return None
     cores = len(os.sched_getaffinity(0))
-    result = {"machine": platform.processor() or platform.machine(), "cores": cores, "generator": [], "fit": {},
-              "fit_in_order": {}}
-    print(f"keras suite: {args.data}, {args.image_size}x{args.image_size}, seed generator {SEED_GENERATOR}, "
-          f"{cores} cores, load average {os.getloadavg()[0]:.2f}")
-    print(f"{'batch':>5} {'cores':>5} {'tf_keras img/s':>15} {'stoker.keras img/s':>19} {'ratio':>7}")
-    for batch in (8, 32):
-        for cpus in (1, cores):
-            runs = {"keras": [], "stoker": []}
-            for _ in range(args.repeat):
-                for which in ("keras", "stoker"):
-                    runs[which].append(_child(args, which, "generator", batch, cpus)["img_per_s"])
-            k, st = statistics.median(runs["keras"]), statistics.median(runs["stoker"])
-            print(f"{batch:>5} {cpus:>5} {k:>15.1f} {st:>19.1f} {st / k:>6.2f}x")
-            result["generator"].append({"batch": batch, "cores": cpus, "tf_keras_img_per_s": k,
-                                        "stoker_keras_img_per_s": st, "ratio": st / k, "runs": runs})
+    result = dict(_keras_result(), fit={}, fit_in_order={})
+    _generator_rows(args, result)
     for measure, key, note in (("fit", "fit", "fit(shuffle=True), Keras' default: batches in random order"),
                                ("fit_in_order", "fit_in_order", "fit(shuffle=False): batches in order")):
         fit = {"keras": [], "stoker": []}
@@ -298,7 +381,8 @@ def keras_fit_suite(args):
     return result
 
 
-SUITES = {"torch": torch_suite, "keras": keras_suite, "keras-fit": keras_fit_suite, "keras-measure": keras_measure}
+SUITES = {"torch": torch_suite, "keras": keras_suite, "keras-generator": keras_generator_suite,
+          "keras-fit": keras_fit_suite, "keras-dataset": keras_dataset_suite, "keras-measure": keras_measure}
 
 
 def main(argv=None):
@@ -312,7 +396,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the numbers to this file")
     ap.add_argument("--which", choices=["keras", "stoker"], help=argparse.SUPPRESS)  # keras-measure (a child)
-    ap.add_argument("--measure", choices=["generator", "fit", "fit_in_order", "tiny", "tiny_in_order"], help=argparse.SUPPRESS)
+    ap.add_argument("--measure", choices=["generator", "fit", "fit_in_order", "tiny", "tiny_in_order", "dataset"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.suite == "keras-measure":
         keras_measure(args)
