@@ -104,24 +104,30 @@ void bind_spec(nb::module_& m) {
   nb::class_<AugmentSpec>(m, "AugmentSpec",
                           "The augmentation: Keras ImageDataGenerator's parameters and stoker's additions.")
       .def(nb::init<>())
-      .def_rw("height", &AugmentSpec::height)
-      .def_rw("width", &AugmentSpec::width)
-      .def_rw("channels", &AugmentSpec::channels)
+      .def_rw("height", &AugmentSpec::height, "Output height in pixels (0: the Loader's image_size).")
+      .def_rw("width", &AugmentSpec::width, "Output width in pixels (0: the Loader's image_size).")
+      .def_rw("channels", &AugmentSpec::channels, "Channels of the decoded input and of the output: 1, 3 or 4.")
       .def_prop_rw(
           "dtype", [](const AugmentSpec& s) { return std::string(numpy_name(s.dtype)); },
-          [](AugmentSpec& s, const std::string& v) { s.dtype = dtype_from(v); })
+          [](AugmentSpec& s, const std::string& v) { s.dtype = dtype_from(v); },
+          "Output dtype: 'uint8', 'float32', 'float16' or 'bfloat16' (the float32 values rounded as they are stored).")
       .def_prop_rw(
           "layout", [](const AugmentSpec& s) { return std::string(s.layout == Layout::NCHW ? "nchw" : "nhwc"); },
-          [](AugmentSpec& s, const std::string& v) { s.layout = layout_from(v); })
-      .def_rw("rotation_range", &AugmentSpec::rotation_range)
+          [](AugmentSpec& s, const std::string& v) { s.layout = layout_from(v); },
+          "Output layout: 'nhwc' (channels last) or 'nchw' (channels first).")
+      .def_rw("rotation_range", &AugmentSpec::rotation_range,
+              "Keras' rotation_range: degrees, drawn uniformly in [-r, r).")
       .def_prop_rw(
           "width_shift_range", [](const AugmentSpec& s) { return shift_to(s.width_shift_range); },
-          [](AugmentSpec& s, nb::handle v) { s.width_shift_range = shift_from(v, "width_shift_range"); }, accepts_none)
+          [](AugmentSpec& s, nb::handle v) { s.width_shift_range = shift_from(v, "width_shift_range"); }, accepts_none,
+          "Keras' width_shift_range: a float (a fraction of the width when < 1, else pixels, uniform in [-r, r)), "
+          "an int n (whole pixels in (-n, n)), or a list of choices; None or 0: off.")
       .def_prop_rw(
           "height_shift_range", [](const AugmentSpec& s) { return shift_to(s.height_shift_range); },
           [](AugmentSpec& s, nb::handle v) { s.height_shift_range = shift_from(v, "height_shift_range"); },
-          accepts_none)
-      .def_rw("shear_range", &AugmentSpec::shear_range)
+          accepts_none, "Keras' height_shift_range, as width_shift_range for the height.")
+      .def_rw("shear_range", &AugmentSpec::shear_range,
+              "Keras' shear_range: degrees (Keras 2 semantics), drawn uniformly in [-s, s).")
       .def_prop_rw(
           "zoom_range", [](const AugmentSpec& s) { return std::make_pair(s.zoom_range.lo, s.zoom_range.hi); },
           [](AugmentSpec& s, nb::handle v) {
@@ -132,9 +138,13 @@ void bind_spec(nb::module_& m) {
               s.zoom_range = pair_from(v, "zoom_range");
             }
           },
-          accepts_none)
-      .def_rw("horizontal_flip", &AugmentSpec::horizontal_flip)
-      .def_rw("vertical_flip", &AugmentSpec::vertical_flip)
+          accepts_none,
+          "Keras' zoom_range: a number z means (1 - z, 1 + z), or a pair (lo, hi); x and y zooms drawn "
+          "independently.")
+      .def_rw("horizontal_flip", &AugmentSpec::horizontal_flip,
+              "Keras' horizontal_flip: mirror left-right with probability 1/2.")
+      .def_rw("vertical_flip", &AugmentSpec::vertical_flip,
+              "Keras' vertical_flip: mirror top-bottom with probability 1/2.")
       .def_prop_rw(
           "brightness_range",
           [](const AugmentSpec& s) -> nb::object {
@@ -148,13 +158,16 @@ void bind_spec(nb::module_& m) {
               s.brightness_range = pair_from(v, "brightness_range");
             }
           },
-          accepts_none)
-      .def_rw("channel_shift_range", &AugmentSpec::channel_shift_range)
+          accepts_none, "Keras' brightness_range: (lo, hi) factor of PIL's ImageEnhance.Brightness; None: off.")
+      .def_rw("channel_shift_range", &AugmentSpec::channel_shift_range,
+              "Keras' channel_shift_range: one value in [-r, r) added to every channel, clipped to the image's range.")
       .def_prop_rw(
           "fill_mode", [](const AugmentSpec& s) { return std::string(to_string(s.fill_mode)); },
-          [](AugmentSpec& s, const std::string& v) { s.fill_mode = fill_mode_from_string(v); })
-      .def_rw("cval", &AugmentSpec::cval)
-      .def_rw("interpolation_order", &AugmentSpec::interpolation_order)
+          [](AugmentSpec& s, const std::string& v) { s.fill_mode = fill_mode_from_string(v); },
+          "Keras' fill_mode outside the image: 'constant' (cval), 'nearest' (default), 'reflect' or 'wrap'.")
+      .def_rw("cval", &AugmentSpec::cval, "Keras' cval: the value outside the image with fill_mode='constant'.")
+      .def_rw("interpolation_order", &AugmentSpec::interpolation_order,
+              "Keras' interpolation_order: 0 nearest, 1 bilinear (the default); higher orders: stoker.keras only.")
       .def_prop_rw(
           "rescale", [](const AugmentSpec& s) { return s.rescale; },
           [](AugmentSpec& s, std::optional<double> v) {
@@ -162,11 +175,15 @@ void bind_spec(nb::module_& m) {
             if (v && *v == 0.0) v.reset();
             s.rescale = v;
           },
-          accepts_none)
-      .def_rw("featurewise_center", &AugmentSpec::featurewise_center)
-      .def_rw("samplewise_center", &AugmentSpec::samplewise_center)
-      .def_rw("featurewise_std_normalization", &AugmentSpec::featurewise_std_normalization)
-      .def_rw("samplewise_std_normalization", &AugmentSpec::samplewise_std_normalization)
+          accepts_none, "Keras' rescale: a factor applied to the pixel values (1/255: 0..1); None or 0: off.")
+      .def_rw("featurewise_center", &AugmentSpec::featurewise_center,
+              "Keras' featurewise_center: subtract the fitted mean (needs featurewise, from fit_featurewise).")
+      .def_rw("samplewise_center", &AugmentSpec::samplewise_center,
+              "Keras' samplewise_center: subtract each image's own mean.")
+      .def_rw("featurewise_std_normalization", &AugmentSpec::featurewise_std_normalization,
+              "Keras' featurewise_std_normalization: divide by the fitted std (needs featurewise).")
+      .def_rw("samplewise_std_normalization", &AugmentSpec::samplewise_std_normalization,
+              "Keras' samplewise_std_normalization: divide by each image's own std.")
       .def_prop_rw(
           "featurewise",
           [](const AugmentSpec& s) -> nb::object {
@@ -240,9 +257,12 @@ void bind_spec(nb::module_& m) {
             s.random_resized_crop = r;
           },
           accepts_none, "torchvision's RandomResizedCrop: True (its defaults) or dict(scale=(lo, hi), ratio=(lo, hi)).")
-      .def_rw("contrast", &AugmentSpec::contrast)
-      .def_rw("saturation", &AugmentSpec::saturation)
-      .def_rw("hue", &AugmentSpec::hue)
+      .def_rw("contrast", &AugmentSpec::contrast,
+              "Contrast factor drawn in [max(0, 1 - c), 1 + c] (torchvision's ColorJitter); 0: off.")
+      .def_rw("saturation", &AugmentSpec::saturation,
+              "Saturation factor drawn in [max(0, 1 - s), 1 + s] (torchvision's ColorJitter); 0: off.")
+      .def_rw("hue", &AugmentSpec::hue,
+              "Hue shift in turns drawn in [-h, h], h <= 0.5 (torchvision's ColorJitter); 0: off.")
       .def_prop_rw(
           "normalization",
           [](const AugmentSpec& s) -> nb::object {
@@ -280,7 +300,9 @@ void bind_spec(nb::module_& m) {
           accepts_none,
           "Per-channel (x - mean) / std on the 0..255 scale: 'tf', 'caffe', 'torch' or dict(mean=, std=, bgr=).")
       .def_rw("training", &AugmentSpec::training, "False: only the deterministic part (validation).")
-      .def_rw("keras_axis_conventions", &AugmentSpec::keras_axis_conventions)
+      .def_rw("keras_axis_conventions", &AugmentSpec::keras_axis_conventions,
+              "True: Keras' exact axis conventions for the geometric transforms (pixel parity with Keras); False: the "
+              "geometric ones.")
       .def("validation", &AugmentSpec::validation, "The same spec in validation mode.")
       .def("__copy__", [](const AugmentSpec& s) { return s; });
 }

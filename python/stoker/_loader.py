@@ -563,6 +563,25 @@ class FrameworkLoader:
     def close(self) -> None:
         self.loader.close()
 
+    def _batches(self, hint: str) -> Iterator[Any]:
+        """The loader's batches; the error of a consumer that holds every buffer gets `hint`
+        (what a user of this framework does about it) added."""
+        it = iter(self.loader)
+        try:
+            while True:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                except _stoker.Error as e:
+                    if "held by the consumer" not in str(e):
+                        raise
+                    raise type(e)(f"{e}; {hint}") from None
+                yield batch
+                del batch  # the consumer's reference is the only one while the next is made
+        finally:
+            it.close()
+
     def __enter__(self):
         return self
 

@@ -223,7 +223,8 @@ class Loader(_loader.FrameworkLoader):
         sharding = self.sharding
         put = _device_put_if_accelerator() if sharding is None and not self._cuda else None
         paths = self.loader.dataset.paths if self.return_meta else None
-        for batch in self.loader:
+        for batch in self._batches("jax.Arrays kept beyond their step hold their batch buffers: copy the ones "
+                                   "you keep (jnp.array(x, copy=True)), or pass copy=True to stoker.jax.Loader"):
             if sharding is not None:
                 rows = _rows_sharding(sharding)
                 local = _to_jax(batch.images) if self._cuda else _np.asarray(batch.images)

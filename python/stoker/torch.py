@@ -130,6 +130,10 @@ def _draw_seed(generator: Optional[_torch.Generator]) -> int:
     return int(_torch.empty((), dtype=_torch.int64).random_(generator=generator).item())
 
 
+_HELD_HINT = ("tensors kept beyond their step hold their batch buffers: .clone() the ones you keep (or .to() "
+              "another device), or pass copy=True to stoker.torch.DataLoader")
+
+
 def _channels_last(memory_format: Any, output: str) -> bool:
     """Whether images are channels_last NCHW views of NHWC batches (memory_format=)."""
     if memory_format is None or memory_format is _torch.contiguous_format:
@@ -477,7 +481,7 @@ class DataLoader(_loader.FrameworkLoader):
             guard = _HeldUntilCopied(self._prefetch - 1, _torch.cuda.Event)
         try:
             paths = self.loader.dataset.paths if self.return_meta else None
-            for batch in self.loader:
+            for batch in self._batches(_HELD_HINT):
                 out = convert(batch)
                 if self.return_meta:
                     out = self._meta(batch, out, paths)
