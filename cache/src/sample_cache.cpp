@@ -53,8 +53,11 @@ std::size_t parse_byte_size(const std::string& text) {
   return static_cast<std::size_t>(value * scale);
 }
 
-// Entry states: published with release stores, read with acquire loads.
-enum : int { kEmpty = 0, kRam = 1, kFileUnverified = 2, kFileVerified = 3 };
+// Entry states: published with release stores, read with acquire loads. A sample can be in flight
+// twice at once (a rank's epoch repeats samples to even out the ranks): the task that moves an
+// entry out of kEmpty or out of a stale state claims it first (kBusy, a compare-exchange), and
+// the other one takes a miss and leaves the entry alone.
+enum : int { kEmpty = 0, kRam = 1, kFileUnverified = 2, kFileVerified = 3, kBusy = 4 };
 
 struct SampleCache::Entry {
   std::atomic<int> state{kEmpty};
@@ -159,16 +162,20 @@ std::optional<CachedSample> SampleCache::find(std::size_t sample) {
   check_file();
   Entry& e = entries_[sample];
   int state = e.state.load(std::memory_order_acquire);
-  if (state == kEmpty) {
+  if (state == kEmpty || state == kBusy) {
     ++misses_;
     return std::nullopt;
   }
   if (!source_unchanged(sample, e.stamp)) {
-    // Only the task that owns this sample touches its entry, so it can be dropped here.
-    ++stale_;
     ++misses_;
-    if (state == kRam) used_ -= e.size + kAllocationOverhead;
-    e.ram.reset();
+    if (!e.state.compare_exchange_strong(state, kBusy, std::memory_order_acq_rel)) return std::nullopt;
+    ++stale_;
+    if (state == kRam) {
+      // Another copy of this sample in flight may still read these bytes: freed when no task runs.
+      std::lock_guard lock(retired_mutex_);
+      retired_.push_back(std::move(e.ram));
+      retired_bytes_ += e.size + kAllocationOverhead;
+    }
     e.state.store(kEmpty, std::memory_order_release);
     dirty_ = true;
     return std::nullopt;
@@ -180,13 +187,14 @@ std::optional<CachedSample> SampleCache::find(std::size_t sample) {
     const auto bytes = file_->data(file_->entries()[static_cast<std::size_t>(e.file_index)]);
     if (state == kFileUnverified) {
       if (checksum64(bytes.data(), bytes.size()) != file_->entries()[static_cast<std::size_t>(e.file_index)].checksum) {
-        ++corrupt_;
         ++misses_;
-        e.state.store(kEmpty, std::memory_order_release);
-        dirty_ = true;
+        if (e.state.compare_exchange_strong(state, kEmpty, std::memory_order_acq_rel)) {
+          ++corrupt_;
+          dirty_ = true;
+        }
         return std::nullopt;
       }
-      e.state.store(kFileVerified, std::memory_order_release);
+      e.state.compare_exchange_strong(state, kFileVerified, std::memory_order_acq_rel);
     }
     data = bytes.data();
   }
@@ -203,9 +211,13 @@ std::optional<CachedSample> SampleCache::find(std::size_t sample) {
 
 void SampleCache::admit_encoded(std::size_t sample, std::span<const std::uint8_t> bytes, const SourceStamp& stamp) {
   Entry& e = entries_[sample];
-  if (key_.kind != CacheKind::Encoded || e.state.load(std::memory_order_acquire) != kEmpty) return;
+  int empty = kEmpty;
+  if (key_.kind != CacheKind::Encoded || !e.state.compare_exchange_strong(empty, kBusy, std::memory_order_acq_rel)) {
+    return;
+  }
   if (!reserve(bytes.size() + kAllocationOverhead)) {
     ++rejected_;
+    e.state.store(kEmpty, std::memory_order_release);
     return;
   }
   e.ram.reset(new std::uint8_t[bytes.size()]);
@@ -220,11 +232,15 @@ void SampleCache::admit_encoded(std::size_t sample, std::span<const std::uint8_t
 
 void SampleCache::admit_decoded(std::size_t sample, const ImageView& image, const SourceStamp& stamp) {
   Entry& e = entries_[sample];
-  if (key_.kind != CacheKind::Decoded || e.state.load(std::memory_order_acquire) != kEmpty) return;
+  int empty = kEmpty;
+  if (key_.kind != CacheKind::Decoded || !e.state.compare_exchange_strong(empty, kBusy, std::memory_order_acq_rel)) {
+    return;
+  }
   const std::size_t row = static_cast<std::size_t>(image.width) * static_cast<std::size_t>(image.channels);
   const std::size_t bytes = row * static_cast<std::size_t>(image.height);
   if (!reserve(bytes + kAllocationOverhead)) {
     ++rejected_;
+    e.state.store(kEmpty, std::memory_order_release);
     return;
   }
   e.ram.reset(new std::uint8_t[bytes]);
@@ -242,12 +258,18 @@ void SampleCache::admit_decoded(std::size_t sample, const ImageView& image, cons
 }
 
 bool SampleCache::save_if_changed() {
+  {  // no task runs now: the stale entries' bytes can go
+    std::lock_guard lock(retired_mutex_);
+    retired_.clear();
+    used_ -= retired_bytes_;
+    retired_bytes_ = 0;
+  }
   if (options_.file.empty() || !dirty_.exchange(false)) return false;
   std::vector<CacheFileRecord> records;
   for (std::size_t i = 0; i < paths_.size(); ++i) {
     Entry& e = entries_[i];
     const int state = e.state.load(std::memory_order_acquire);
-    if (state == kEmpty) continue;
+    if (state == kEmpty || state == kBusy) continue;
     CacheFileRecord r;
     r.meta.path = paths_[i];
     r.meta.stamp = e.stamp;

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/core/error.hpp"
@@ -319,6 +321,47 @@ TEST(CacheFile, AGuardedMappingReadsZerosPastAnEndThatMoved) {
   const auto& kept = other->entries().back();
   EXPECT_EQ(checksum64(other->data(kept).data(), kept.data_size), kept.checksum);
   EXPECT_FALSE(other->truncated_in_use());
+}
+
+// A rank's epoch can hold a sample twice (the padding that evens out the ranks), and both copies
+// can be in flight at once. They used to race on the one entry: both admitted it (counted twice in
+// the budget, one copy's buffer freed while it was written), both dropped a stale one (the budget
+// lowered twice, the bytes freed under the other's read).
+TEST(SampleCacheRace, TwoCopiesOfASampleInFlightAdmitAndDropItOnce) {
+  Photos photos(1);
+  const std::string source = photos.dataset().samples.front().path;
+  const SourceStamp stamp = *stamp_of(source);
+  std::vector<std::uint8_t> pixels(512 * 512 * 3, 7);
+  const ImageView image{pixels.data(), 512, 512, 3, 512 * 3};
+  CacheOptions o;
+  o.kind = CacheKind::Decoded;
+  o.budget_bytes = std::size_t{1} << 30;
+  for (int round = 0; round < 100; ++round) {
+    SampleCache cache(o, CacheKey{CacheKind::Decoded, 0, 0, 0}, {source});
+    const std::uint64_t empty = cache.bytes_held();
+    std::atomic<int> ready{0};
+    auto both = [&](auto&& work) {
+      ready = 0;
+      auto run = [&] {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {}
+        work();
+      };
+      std::thread a(run), b(run);
+      a.join();
+      b.join();
+    };
+    // Made from a source as it was before a change: both copies find the entry stale.
+    SourceStamp before = stamp;
+    before.mtime_ns -= 1;
+    both([&] { cache.admit_decoded(0, image, before); });
+    ASSERT_EQ(cache.stats().admitted, 1u) << "round " << round;
+    ASSERT_GE(cache.bytes_held(), empty + pixels.size());
+    both([&] { EXPECT_FALSE(cache.find(0)); });
+    ASSERT_EQ(cache.stats().stale_refreshed, 1u) << "round " << round;
+    cache.save_if_changed();  // an epoch's end: the bytes dropped are freed now
+    ASSERT_EQ(cache.bytes_held(), empty) << "round " << round;
+  }
 }
 
 TEST(CacheFile, TornTruncatedAndOldVersionFilesAreRebuilt) {

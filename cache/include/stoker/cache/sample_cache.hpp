@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -94,7 +95,8 @@ class SampleCache {
   void admit_decoded(std::size_t sample, const ImageView& image, const SourceStamp& stamp);
 
   // Writes every valid entry (RAM and file) to options.file: temp name, then rename. Returns
-  // false when there is nothing new to write since the file was loaded or last saved.
+  // false when there is nothing new to write since the file was loaded or last saved. Call it
+  // when no find() or admit runs (an epoch's end): it also frees the stale entries' bytes.
   bool save_if_changed();
 
   const CacheOptions& options() const noexcept { return options_; }
@@ -119,6 +121,9 @@ class SampleCache {
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, admitted_{0}, rejected_{0}, stale_{0}, corrupt_{0};
   std::atomic<bool> dirty_{false};
+  std::mutex retired_mutex_;
+  std::vector<std::unique_ptr<std::uint8_t[]>> retired_;  // stale entries' bytes, until save_if_changed()
+  std::uint64_t retired_bytes_ = 0;
 };
 
 }  // namespace stoker
