@@ -290,6 +290,14 @@ class Loader:
     CUDA and a visible device; without them the loader warns once, as PyTorch does, and uses
     pageable memory. (device='cuda:N' pins its buffers anyway.)
 
+    source: a folder of class folders, a .csv/.tsv file, a pandas DataFrame, WebDataset tar
+    shards, a list of paths, or what stoker.dataset() returns.
+    augment: stoker.Augment(...) (or a dict of its settings): the random transforms and the
+    output's dtype, layout and normalisation; None: the plain resize, uint8 NHWC.
+    device: 'cpu' (host batches) or 'cuda' / 'cuda:N' / a torch.device (the GPU feed: CUDA
+    augmentation, DLPack CUDA arrays). depth: the GPU feed's slots, batches in flight on the
+    device (device='cuda:N' only). copy: True makes every batch's arrays independent copies.
+
     Every loader setting (image_size, batch_size, shuffle, seed, threads, prefetch, drop_last,
     label_mode, on_bad_sample, interpolation, keep_aspect_ratio, dct_scaling, cache, cache_budget,
     cache_file, rank, world_size, shard_mode, drop_remainder) has the default, values and meaning

@@ -107,7 +107,9 @@ def _device_put_if_accelerator() -> Any:
 class Loader(_loader.FrameworkLoader):
     """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
 
-    Arguments as stoker.Loader, with the defaults of docs/loader-settings.md, except
+    source, image_size, batch_size, shuffle, seed, augment, cache, cache_budget, cache_file,
+    threads, prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling, device, dtype,
+    depth: as stoker.Loader, with the defaults of docs/loader-settings.md, except
     interpolation: 'bilinear' by default here, on purpose: JAX pipelines resize with
       jax.image.resize / tf.image.resize, bilinear (stoker.Loader defaults to Keras' 'nearest').
     rank, world_size, shard_mode, drop_remainder: this process's share of each epoch

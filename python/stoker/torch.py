@@ -308,6 +308,7 @@ class DataLoader(_loader.FrameworkLoader):
       rounded from float32 as the C++ side writes them (on the CPU as on the GPU).
     device: 'cpu', 'cuda', 'cuda:N' or a torch.device (GPU augmentation, tensors on that device).
     copy: True makes every batch an independent tensor (no pooled buffer is held).
+    depth: with device='cuda', the GPU feed's slots (batches in flight on the device).
     rank, world_size, shard_mode, drop_remainder: this process's share of each epoch, with
       DistributedSampler's semantics (stoker.Loader). Not given: torch.distributed's rank and
       world size when it is initialised, else the launcher's environment (RANK/WORLD_SIZE,

@@ -2,6 +2,7 @@
 by nanobind's stub generator) that names everything the extension binds."""
 
 import ast
+import importlib
 import importlib.util
 import inspect
 import os
@@ -79,3 +80,14 @@ def test_the_stub_is_what_the_generator_makes_of_this_build(tmp_path):
 
 if __name__ == "__main__":  # python python/tests/test_types.py: regenerates python/stoker/_stoker.pyi
     generate(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "stoker", "_stoker.pyi"))
+
+
+@pytest.mark.parametrize("adapter", ["stoker.Loader", "stoker.torch.DataLoader", "stoker.jax.Loader"])
+def test_every_argument_is_in_its_docstring(adapter):
+    module, name = adapter.rsplit(".", 1)
+    if module != "stoker":
+        pytest.importorskip(module.split(".")[1])
+    cls = getattr(importlib.import_module(module), name)
+    doc = inspect.getdoc(cls)
+    names = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "unknown")]
+    assert [n for n in names if not re.search(rf"\b{n}\b", doc)] == []
