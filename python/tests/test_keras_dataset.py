@@ -13,6 +13,7 @@ decoder the accurate one (as Pillow, so tf_keras' ImageDataGenerator); on these 
 that is up to about 8 grey levels, below 1.5 on average. The comparison allows that to JPEG files
 only: per pass, no more images than there are JPEGs exceed the tight tolerance."""
 
+import inspect
 import os
 import shutil
 import warnings
@@ -38,6 +39,13 @@ def _image(h, w, rng):
     img = np.stack([127 + 100 * np.sin(a[c] * xx / w * 3 + a[(c + 1) % 3] * yy / h * 2 + c) for c in range(3)], -1)
     img = img + rng.normal(0, 12, img.shape)
     return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_signature_is_kerass():
+    ours = inspect.signature(sk.image_dataset_from_directory).parameters
+    theirs = inspect.signature(keras.utils.image_dataset_from_directory).parameters
+    assert list(ours) == list(theirs)
+    assert [p.default for p in ours.values()] == [p.default for p in theirs.values()]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,13 @@ batch_size, num_classes, image_shape, index_array, ...). Class order, file order
 validation split, the shuffle order of the first epoch (for a given seed), label arrays and batch
 dtypes/shapes are Keras'.
 
-Modules: generator (ImageDataGenerator), iterators (Iterator, DirectoryIterator,
+Keras 3's loader has its equivalent too: image_dataset_from_directory (module dataset) takes
+keras.utils.image_dataset_from_directory's arguments and returns a tf.data.Dataset with the same
+files, order (per pass), split, labels and element specs, decoded and resized by stoker's C++
+Loader (bilinear within 1 grey level of tf.image.resize, nearest equal; settings it does not decode
+natively are served by Keras' own function, with a warning).
+
+Modules: generator (ImageDataGenerator), dataset (image_dataset_from_directory), iterators (Iterator, DirectoryIterator,
 DataFrameIterator, NumpyArrayIterator), pipeline (the epoch pipeline of 4.), _decode (Pillow's
 load_img, and open_loader: the one stoker Loader every C++ decode of files goes through, the
 exact path's and the pipeline's alike), _transform (Keras' apply_transform in NumPy/SciPy) and
