@@ -111,3 +111,33 @@ def test_model_fit_shuffled_order_is_pipelined_on_keras3(folder, backend):
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert f"backend {backend} fit order pipelined" in run.stdout
+
+
+DATASET_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.modules["tf_keras"] = None  # only Keras 3
+    import keras
+    from stoker.keras import image_dataset_from_directory
+    train, val = image_dataset_from_directory(sys.argv[1], image_size=(24, 24), batch_size=4, seed=1,
+                                              validation_split=0.25, subset="both", label_mode="binary")
+    model = keras.Sequential([keras.Input((24, 24, 3)), keras.layers.Rescaling(1 / 255),
+                              keras.layers.RandomFlip("horizontal"), keras.layers.Conv2D(4, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    history = model.fit(train, validation_data=val, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and "val_accuracy" in history.history
+    print("backend", keras.backend.backend(), "files", len(train.file_paths), len(val.file_paths), train.class_names)
+""")
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_model_fit_on_keras3_takes_image_dataset_from_directory(folder, backend):
+    """stoker.keras.image_dataset_from_directory's tf.data.Dataset, as Keras' own, feeds model.fit on
+    each Keras 3 backend installed."""
+    if importlib.util.find_spec(backend) is None or importlib.util.find_spec("tensorflow") is None:
+        pytest.skip(f"the {backend} backend (or TensorFlow, for tf.data) is not installed")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", DATASET_SCRIPT, str(folder)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert f"backend {backend} files 12 4 ['blue', 'red']" in run.stdout

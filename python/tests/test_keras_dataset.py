@@ -243,3 +243,25 @@ def test_model_fit_takes_it(tree):
 def test_bad_arguments_say_what_was_received(tree, kwargs, match):
     with pytest.raises(ValueError, match=match):
         sk.image_dataset_from_directory(tree, verbose=False, **kwargs)
+
+
+def test_bad_file_and_empty_folder(tmp_path):
+    """A file that does not decode fails the pass naming the file (Keras' pipeline fails too); a
+    folder without images is refused as Keras refuses it."""
+    root = tmp_path / "bad"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(_image(12, 12, rng)).save(root / "a" / f"{i}.png")
+        Image.fromarray(_image(12, 12, rng)).save(root / "b" / f"{i}.png")
+    (root / "b" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    ds = sk.image_dataset_from_directory(str(root), image_size=(8, 8), batch_size=2, shuffle=False, verbose=False)
+    with pytest.raises(tf.errors.OpError, match="broken.png"):
+        list(ds.as_numpy_iterator())
+    with pytest.raises(tf.errors.OpError):
+        list(keras.utils.image_dataset_from_directory(str(root), image_size=(8, 8), batch_size=2, shuffle=False,
+                                                      verbose=False).as_numpy_iterator())
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    with pytest.raises(ValueError, match="No images found"):
+        sk.image_dataset_from_directory(str(tmp_path / "empty"), verbose=False)
