@@ -9,6 +9,8 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <iterator>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -816,7 +818,8 @@ LoaderState LoaderState::parse(const std::string& text) {
     throw InvalidArgument("not a stoker loader state (version 1): '" + text.substr(0, 60) + "'");
   }
   LoaderState st;
-  int found = 0;
+  static constexpr const char* kFields[] = {"seed", "epoch", "next_batch", "rank", "world_size", "digest"};
+  unsigned seen = 0;  // a bit per field of kFields
   for (std::string field; in >> field;) {
     const auto eq = field.find('=');
     const std::string key = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
@@ -825,6 +828,16 @@ LoaderState LoaderState::parse(const std::string& text) {
     if (eq == std::string::npos || ec != std::errc{} || end != value.data() + value.size()) {
       throw InvalidArgument("loader state: malformed field '" + field + "'");
     }
+    const auto* known = std::find(std::begin(kFields), std::end(kFields), key);
+    if (known == std::end(kFields)) throw InvalidArgument("loader state: unknown field '" + key + "'");
+    const unsigned bit = 1u << (known - std::begin(kFields));
+    if ((seen & bit) != 0) throw InvalidArgument("loader state: field '" + key + "' given twice");
+    seen |= bit;
+    // Each value within its type: a larger one would come back as another number.
+    const std::uint64_t most = key == "rank" || key == "world_size" ? std::numeric_limits<int>::max()
+                               : key == "next_batch"                ? std::numeric_limits<std::int64_t>::max()
+                                                                    : std::numeric_limits<std::uint64_t>::max();
+    if (v > most) throw InvalidArgument("loader state: " + key + " " + value + " is out of range");
     if (key == "seed") {
       st.seed = v;
     } else if (key == "epoch") {
@@ -835,14 +848,17 @@ LoaderState LoaderState::parse(const std::string& text) {
       st.rank = static_cast<int>(v);
     } else if (key == "world_size") {
       st.world_size = static_cast<int>(v);
-    } else if (key == "digest") {
-      st.digest = v;
     } else {
-      throw InvalidArgument("loader state: unknown field '" + key + "'");
+      st.digest = v;
     }
-    ++found;
   }
-  if (found != 6) throw InvalidArgument("loader state: expected 6 fields, found " + std::to_string(found));
+  for (std::size_t i = 0; i < std::size(kFields); ++i) {
+    if ((seen & (1u << i)) == 0) throw InvalidArgument("loader state: no field '" + std::string(kFields[i]) + "'");
+  }
+  if (st.world_size < 1 || st.rank >= st.world_size) {
+    throw InvalidArgument("loader state: rank " + std::to_string(st.rank) + " of world_size " +
+                          std::to_string(st.world_size));
+  }
   return st;
 }
 

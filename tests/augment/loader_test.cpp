@@ -243,6 +243,22 @@ TEST(AugmentInLoader, AStateFromOtherDataOrSettingsIsRefusedWithTheReason) {
   EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1"), InvalidArgument);
   EXPECT_THROW(LoaderState::parse("not a state"), InvalidArgument);
   EXPECT_EQ(LoaderState::parse(st.to_string()), st);
+  // Found by fuzz_loader_state: a field given twice stood in for a missing one (world_size and
+  // digest left at their defaults), and a rank beyond int came back as another number.
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=0510 epoch=2 next_batch=3234567 epoch=4 next_batch=3 "
+                                  "rank=1034789567890"),
+               InvalidArgument);
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1 epoch=2 next_batch=3 rank=0 world_size=1 digest=5 "
+                                  "digest=5"),
+               InvalidArgument);
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1 epoch=2 next_batch=3 rank=4294967296 world_size=8 "
+                                  "digest=5"),
+               InvalidArgument);
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1 epoch=2 next_batch=3 rank=2 world_size=2 digest=5"),
+               InvalidArgument);
+  EXPECT_THROW(LoaderState::parse("stoker-loader-state 1 seed=1 epoch=2 next_batch=18446744073709551615 rank=0 "
+                                  "world_size=1 digest=5"),
+               InvalidArgument);
 }
 
 }  // namespace
