@@ -407,14 +407,30 @@ std::optional<ShardStamp> stamp_of(const std::string& shard) {
                     static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-// What the samples of a shard depend on besides its bytes.
+// The index's JSON holds names from the shards and classes.txt, which need not be UTF-8: their
+// invalid bytes are written as U+FFFD (JSON holds only UTF-8). A shard path so written is not
+// found again, and that shard is scanned: the index only ever saves time.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// What the samples of a shard depend on besides its bytes. The names' own bytes are hashed in, so
+// that names differing only in bytes that are not UTF-8 give other identities.
 std::string options_identity(const WebDatasetOptions& o, const std::vector<std::string>& class_names) {
   nlohmann::json j = {{"label_field", o.label_field},
                       {"image_extensions", o.image_extensions},
                       {"require_labels", o.require_labels},
                       {"skip_bad_samples", o.skip_bad_samples},
                       {"class_names", class_names}};
-  return j.dump();
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over each name and its length
+  auto add = [&h](const std::string& text) {
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ text.size()) * 0x100000001b3ull;
+  };
+  add(o.label_field);
+  for (const auto& e : o.image_extensions) add(e);
+  for (const auto& n : class_names) add(n);
+  return json_text(j) + " " + std::to_string(h);
 }
 
 struct IndexedShard {
@@ -507,7 +523,7 @@ void write_shard_index(const fs::path& file, const std::string& identity, const 
       table += x.member;
     }
   }
-  const std::string header = h.dump();
+  const std::string header = json_text(h);
   const std::uint64_t len = header.size();
   std::string bytes(kIndexMagic, 8);
   bytes.append(reinterpret_cast<const char*>(&len), 8);

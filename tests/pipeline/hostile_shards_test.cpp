@@ -118,6 +118,45 @@ TEST(HostileShards, LabelsAndRangesFromAShardIndexAreValidated) {
 }
 
 // A brace pattern's names are bounded as a product, not only range by range.
+// Found by fuzz_webdataset: names that are not UTF-8 (a member's key, a class name in a Latin-1
+// classes.txt) made the shard index's JSON writer throw nlohmann's type_error out of
+// dataset_from_webdataset. They are written as U+FFFD there; the samples keep their own bytes, and
+// the index still serves the next call.
+TEST(HostileShards, NamesThatAreNotUtf8GoThroughTheShardIndex) {
+  test::TempDir dir;
+  const fs::path shard = dir / "s.tar";
+  {
+    TarWriter w(shard);
+    const std::uint8_t image[4] = {1, 2, 3, 4};
+    const std::string one = "1";
+    w.add("caf\xe9.ppm", image);
+    w.add("caf\xe9.cls", {reinterpret_cast<const std::uint8_t*>(one.data()), one.size()});
+    w.add("lonely\xff.cls", {reinterpret_cast<const std::uint8_t*>(one.data()), one.size()});  // no image
+    w.finish();
+  }
+  std::ofstream(dir / "classes.txt") << "th\xe9\nca\xff\n";
+  WebDatasetOptions o;
+  o.index_file = dir / "shards.index";
+  o.skip_bad_samples = true;
+  const std::vector<std::string> shards{shard.string()};
+  WebDatasetReport first, second;
+  const Dataset scanned = dataset_from_webdataset(shards, o, &first);
+  ASSERT_EQ(scanned.samples.size(), 1u);
+  EXPECT_EQ(scanned.samples[0].member, "caf\xe9.ppm");
+  EXPECT_EQ(scanned.class_names.at(1), "ca\xff");
+  ASSERT_EQ(first.skipped.size(), 1u);
+  const Dataset indexed = dataset_from_webdataset(shards, o, &second);
+  EXPECT_EQ(second.shards_from_index, 1u);
+  ASSERT_EQ(indexed.samples.size(), 1u);
+  EXPECT_EQ(indexed.samples[0].member, "caf\xe9.ppm");
+  EXPECT_EQ(indexed.samples[0].label, 1);
+  // Class names that differ only in bytes that are not UTF-8 are other options: the index is not used.
+  std::ofstream(dir / "classes.txt") << "th\xe8\nca\xff\n";
+  WebDatasetReport third;
+  dataset_from_webdataset(shards, o, &third);
+  EXPECT_EQ(third.shards_from_index, 0u);
+}
+
 TEST(HostileShards, TheProductOfBraceRangesIsBounded) {
   EXPECT_EQ(expand_braces("{0..99}{0..99}").size(), 10000u);
   // Refused before any name is made, whichever part holds the product (25 two-way groups in a row,
