@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev
   libhdf5-dev libzip-dev nlohmann-json3-dev libcli11-dev
   clang-format  # the format check (tests: format.clang_format; Debian 12: version 14)
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz; its runtime), run briefly by test.sh --sanitize
   python3-dev python3-venv  # the Python package (scripts/test_python.sh builds it with pip)
   python3-torch python3-torchvision  # its PyTorch tests (PyPI's torch wheels carry CUDA: gigabytes)
 )

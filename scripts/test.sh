@@ -5,7 +5,9 @@
 #                                     # (scripts/test_python.sh)
 #   bash scripts/test.sh --sanitize   # AddressSanitizer + UBSan build in build-asan/, with the CUDA
 #                                     # runtime emulated on the host so the GPU tests run too: CTest,
-#                                     # then the Python device-batch tests on that build's extension
+#                                     # then the Python device-batch tests on that build's extension,
+#                                     # then, with clang, a short run of every libFuzzer target in
+#                                     # tests/fuzz (build-fuzz/; STOKER_FUZZ_SECONDS each, 5 by default)
 #   bash scripts/test.sh --tsan       # ThreadSanitizer on the emulated device (build-tsan/): the GPU
 #                                     # feed, CUDA executor and GPU training path; not in CI (slow,
 #                                     # and oneTBB/OpenCV need scripts/tsan.supp)
@@ -64,5 +66,43 @@ case $dir in
           "../../$dir/venv/bin/python" -m pytest -q -p no:cacheprovider test_device_batches.py)
     }
     stage "$dir: python device batches" run_device_batch_tests
+
+    # Every fuzz target on its seeds for a few seconds: a parser change that crashes on them, or
+    # on what the fuzzer derives from them at once, fails here. Longer runs: tests/fuzz/README.md.
+    if command -v clang++ >/dev/null 2>&1; then
+      build_fuzz() {
+        configure build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DSTOKER_FUZZ=ON -DSTOKER_CUDA=OFF \
+          -DSTOKER_BUILD_BENCH=OFF -DSTOKER_BUILD_APPS=OFF -DSTOKER_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+        cmake --build build-fuzz -j"$jobs"
+      }
+      run_fuzz() {
+        local failed=0 target name corpus log=build-fuzz/fuzz.log
+        mkdir -p build-fuzz/artifacts
+        for target in build-fuzz/tests/fuzz/fuzz_*; do
+          [[ -f $target && -x $target ]] || continue
+          name=$(basename "$target")
+          corpus=$(mktemp -d)
+          [[ -d tests/fuzz/seeds/${name#fuzz_} ]] && cp -r "tests/fuzz/seeds/${name#fuzz_}/." "$corpus/"
+          if [[ $name == fuzz_model_file ]]; then  # byte 0 picks .h5 (0) or .keras (1)
+            { printf '\0'; cat tests/trainer/vectors/layers/nested.h5; } >"$corpus/nested.h5"
+            { printf '\1'; cat tests/trainer/vectors/keras3/nested.keras; } >"$corpus/nested.keras"
+          fi
+          if ASAN_OPTIONS="halt_on_error=1" "$target" -max_total_time="${STOKER_FUZZ_SECONDS:-5}" -timeout=10 \
+            -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "$corpus" >"$log" 2>&1; then
+            echo "$name: $(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') executions"
+          else
+            failed=1
+            echo "$name: FAILED (input in build-fuzz/artifacts/)"
+            tail -n 40 "$log"
+          fi
+          rm -rf "$corpus"
+        done
+        return $failed
+      }
+      stage "build-fuzz: build" build_fuzz
+      stage "build-fuzz: run" run_fuzz
+    else
+      echo "test.sh: clang++ is not installed: the fuzz targets were not run (scripts/install-deps.sh installs it)"
+    fi
     ;;
 esac
