@@ -45,8 +45,24 @@ from ._settings import default as _default
 
 __all__ = ["Loader", "batches"]
 
+class _Capsule:
+    """A DLPack capsule of host memory (a bfloat16 host batch: NumPy has no bfloat16) as the
+    producer object jax.dlpack.from_dlpack takes (it no longer takes bare capsules)."""
+
+    def __init__(self, capsule: Any):
+        self.capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+
 def _to_jax(array: Any) -> "_jax.Array":
-    """A jax.Array over a DLPack producer (a NumPy view or a stoker DeviceArray)."""
+    """A jax.Array over a DLPack producer (a NumPy view, a stoker DeviceArray or a host capsule)."""
+    if not hasattr(array, "__dlpack__"):
+        array = _Capsule(array)
     return _jax_dlpack.from_dlpack(array)
 
 
@@ -109,7 +125,8 @@ class Loader(_loader.FrameworkLoader):
 
     source, image_size, batch_size, shuffle, seed, augment, cache, cache_budget, cache_file,
     threads, prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling, device, dtype,
-    depth: as stoker.Loader, with the defaults of docs/loader-settings.md, except
+    depth: as stoker.Loader, with the defaults of docs/loader-settings.md (dtype with
+    output='float': 'float32', 'float16' or 'bfloat16', on the CPU as on the GPU), except
     interpolation: 'bilinear' by default here, on purpose: JAX pipelines resize with
       jax.image.resize / tf.image.resize, bilinear (stoker.Loader defaults to Keras' 'nearest').
     rank, world_size, shard_mode, drop_remainder: this process's share of each epoch
@@ -182,6 +199,10 @@ class Loader(_loader.FrameworkLoader):
         return_meta: bool = False,
     ):
         spec = _loader.output_spec(augment, output, normalize, layout)
+        if dtype is not None and _loader._device(device) is None and dtype != ("float32" if output == "float" else "uint8") \
+                and not (output == "float" and dtype in ("float16", "bfloat16")):
+            raise _stoker.InvalidArgument(
+                f"dtype {dtype!r} on the CPU: output='float' gives float32, float16 or bfloat16, output='uint8' uint8")
         if rank is None and world_size is None and _jax.process_count() > 1:
             rank, world_size = _jax.process_index(), _jax.process_count()
         self.sharding = _check_sharding(sharding)
@@ -206,7 +227,7 @@ class Loader(_loader.FrameworkLoader):
             copy=copy and not self._cuda,
             interpolation=interpolation,
             keep_aspect_ratio=keep_aspect_ratio,
-            dtype=dtype if self._cuda else None,
+            dtype=dtype if self._cuda or (output == "float" and dtype in ("float16", "bfloat16")) else None,
             depth=depth,
             rank=rank,
             world_size=world_size,
@@ -229,7 +250,8 @@ class Loader(_loader.FrameworkLoader):
                                    "you keep (jnp.array(x, copy=True)), or pass copy=True to stoker.jax.Loader"):
             if sharding is not None:
                 rows = _rows_sharding(sharding)
-                local = _to_jax(batch.images) if self._cuda else _np.asarray(batch.images)
+                local = _to_jax(batch.images) if self._cuda or not isinstance(batch.images, _np.ndarray) \
+                    else batch.images
                 images = _jax.make_array_from_process_local_data(sharding, local)
                 labels = _values(batch.labels, rows)
                 extra = _values(batch.targets, rows) if with_targets else None

@@ -139,3 +139,15 @@ def test_values_and_targets_are_the_batchs_rows(folder):
         assert isinstance(targets["row"], jax.Array)
         np.testing.assert_array_equal(np.asarray(targets["row"]), ids)
         assert targets["name"].tolist() == [names[i] for i in ids]  # strings stay NumPy
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_host_batches_are_the_float32_batch_rounded(folder, dtype):
+    settings = dict(batch_size=8, shuffle=True, seed=5, augment=dict(rotation_range=20, horizontal_flip=True))
+    full = stoker.jax.Loader(folder, 16, **settings)
+    half = stoker.jax.Loader(folder, 16, dtype=dtype, **settings)
+    for (a, _), (b, _) in zip(full, half):
+        assert b.dtype == getattr(jnp, dtype) and b.shape == a.shape
+        np.testing.assert_array_equal(np.asarray(b.astype(jnp.float32)), np.asarray(a.astype(b.dtype).astype(jnp.float32)))
+    with pytest.raises(stoker.InvalidArgument, match="dtype 'float16' on the CPU"):
+        stoker.jax.Loader(folder, 16, output="uint8", dtype="float16")
