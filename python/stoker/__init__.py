@@ -28,6 +28,7 @@ from ._stoker import (
     fit_featurewise,
 )
 from ._loader import Augment, Loader, SkippedSample, dataset
+from ._targets import Labelled, LabelledBatch
 
 __version__ = "0.1.0"
 
@@ -43,6 +44,8 @@ __all__ = [
     "Error",
     "InvalidArgument",
     "IoError",
+    "Labelled",
+    "LabelledBatch",
     "Loader",
     "SkippedSample",
     "cuda_build",

@@ -147,7 +147,7 @@ def dataset(
       the batch's sample ids: a dict {name: column}, a DataFrame (a dict of its columns), one
       array (or Series), or, for a CSV file or DataFrame source, a column name or list of names;
       for a folder or tar shards, one value per sample in the order of the dataset's `.paths`.
-    With values or targets the result is a stoker._targets.Labelled (the Dataset in .dataset,
+    With values or targets the result is a stoker.Labelled (the Dataset in .dataset,
     the values in .labels, the columns in .targets); a Loader takes either."""
     if isinstance(source, (_stoker.Dataset, _targets.Labelled)):
         if labels is not None or targets is not None:
@@ -433,7 +433,7 @@ class Loader:
                 if batch is None:
                     return
                 if self._labelled is not None:  # labels or targets given as they are: their rows
-                    batch = _targets.Batch(batch, self._labelled)
+                    batch = _targets.LabelledBatch(batch, self._labelled)
                 yield batch
                 # Not held here while the next one is made: the consumer's reference is the only one.
                 del batch

@@ -79,7 +79,7 @@ def gather(columns: Optional[Columns], ids: np.ndarray) -> Optional[Columns]:
     return columns[ids]
 
 
-class Batch:
+class LabelledBatch:
     """A host or device batch with its labels and targets gathered by sample id. Every other
     attribute (images, sample_ids, padding, paths, epoch, index, ...) is the loader's batch's."""
 
