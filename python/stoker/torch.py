@@ -471,6 +471,12 @@ class DataLoader(_loader.FrameworkLoader):
         old.close()
         self.loader, self._loader_args, self.seed = new, args, args["seed"]
 
+    def load_state_dict(self, state: dict) -> None:
+        """Loader.load_state_dict() for the rank of now (a state is a rank's: Lightning restores it
+        after the process group is up, possibly into a loader made before)."""
+        self._follow_ranks()
+        self.loader.load_state_dict(state)
+
     # ---- iteration
     def __iter__(self) -> Iterator[Tuple[_torch.Tensor, Optional[_torch.Tensor]]]:
         self._follow_ranks()

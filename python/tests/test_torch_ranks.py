@@ -66,6 +66,23 @@ def test_the_rank_is_resolved_when_iteration_starts(folder, clean_env):
     assert fixed.loader.sharding == (0, 2)
 
 
+def test_a_state_is_loaded_for_the_rank_of_now(folder, clean_env):
+    settings = dict(batch_size=2, shuffle=True, return_meta=True)
+    first = stoker.torch.DataLoader(folder, 16, seed=0, rank=1, world_size=3, **settings)
+    first.set_epoch(4)
+    seen = []
+    for i, meta in enumerate(first):
+        seen.append(meta["sample_ids"].tolist())
+        if i == 1:
+            state = first.state_dict()  # two batches of epoch 4 delivered
+    later = stoker.torch.DataLoader(folder, 16, **settings)  # made before the rank was known
+    clean_env.setenv("RANK", "1")
+    clean_env.setenv("WORLD_SIZE", "3")
+    later.load_state_dict(state)
+    assert [m["sample_ids"].tolist() for m in later] == seen[2:]
+    assert later.loader.sharding == (1, 3)
+
+
 def test_the_sampler_is_what_distributed_sampler_code_expects(folder, clean_env):
     loader = stoker.torch.DataLoader(folder, 16, batch_size=5, shuffle=True, seed=4, rank=1, world_size=2,
                                      drop_remainder=True)
