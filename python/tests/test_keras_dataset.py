@@ -55,7 +55,8 @@ def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("ids")
     rng = np.random.default_rng(7)
     layout = {
-        "cats": ["a.png", "b.jpg", "sub/c.png", "sub/deeper/d.bmp", "E.PNG", "notes.txt"] + [f"k{i}.png" for i in range(6)],
+        "cats": ["a.png", "b.jpg", "sub/c.png", "sub/deeper/d.bmp", "E.PNG", "notes.txt"]
+        + [f"k{i}.png" for i in range(6)],
         "dogs": [f"{i:02d}.png" for i in range(9)] + ["x.jpeg", "y.bmp"],
         "owls": [f"o{i}.jpg" for i in range(3)] + [f"p{i}.png" for i in range(5)],
         ".hidden": ["h.png"],

@@ -21,13 +21,15 @@ How it follows Keras
   ('categorical'), none (label_mode=None or labels=None). Attributes `class_names` and
   `file_paths` as Keras sets them.
 - Pixels: float32 in 0..255 (uint8 with interpolation='nearest', as tf.image.resize gives), shape
-  image_size + (3,) (channels_last) or channels first as data_format says. Keras decodes with tf.image.decode_image and resizes with tf.image.resize
-  (no antialiasing). stoker decodes with its C++ Loader (TurboJPEG/libpng/OpenCV) and resizes
-  with the same sampling rules: interpolation='bilinear' is OpenCV's INTER_LINEAR (half-pixel
-  centres, no antialiasing: tf.image.resize's bilinear), computed on uint8 with 11-bit weights
-  and rounded to uint8, so a pixel is within 1 grey level of Keras' float value;
-  interpolation='nearest' samples floor((x + 0.5) * in / out) as tf.image.resize's nearest does
-  (equal values). crop_to_aspect_ratio crops the centred box of Keras' smart_resize first.
+  image_size + (3,) (channels_last) or channels first as data_format says. Keras decodes with
+  tf.image.decode_image and resizes with tf.image.resize (no antialiasing). stoker decodes with its
+  C++ Loader and resizes with the same sampling rules: interpolation='bilinear' is OpenCV's
+  INTER_LINEAR (half-pixel centres, no antialiasing: tf.image.resize's bilinear), computed on uint8
+  with 11-bit weights and rounded to uint8, so a pixel of a PNG or BMP is within 1 grey level of
+  Keras' float value; interpolation='nearest' samples floor((x + 0.5) * in / out) as
+  tf.image.resize's nearest does (equal values). JPEGs differ by a few grey levels more: TensorFlow
+  decodes them with libjpeg's fast integer IDCT, stoker with the accurate one (as Pillow).
+  crop_to_aspect_ratio crops the centred box of Keras' smart_resize first.
 - Everything else follows Keras' own function (keras.utils.image_dataset_from_directory, or
   tf_keras' when Keras 3 is absent), called with the same arguments, with one warning saying why:
   color_mode 'grayscale'/'rgba' (TensorFlow's channel conversions), the other interpolations
@@ -304,11 +306,13 @@ def image_dataset_from_directory(directory, labels="inferred", label_mode="int",
         labels = None
         label_mode = None
     if color_mode not in _CHANNELS:
-        raise ValueError(f'`color_mode` must be one of {{"rgb", "rgba", "grayscale"}}. Received: color_mode={color_mode}')
+        raise ValueError('`color_mode` must be one of {"rgb", "rgba", "grayscale"}. '
+                         f"Received: color_mode={color_mode}")
     if isinstance(image_size, int):
         image_size = (image_size, image_size)
     elif not isinstance(image_size, (list, tuple)) or not len(image_size) == 2:
-        raise ValueError(f"Invalid `image_size` value. Expected a tuple of 2 integers. Received: image_size={image_size}")
+        raise ValueError("Invalid `image_size` value. Expected a tuple of 2 integers. "
+                         f"Received: image_size={image_size}")
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0 for v in image_size):
         raise ValueError(f"`image_size` must be two positive integers. Received: image_size={image_size}")
     image_size = (int(image_size[0]), int(image_size[1]))
