@@ -266,3 +266,37 @@ def test_bad_file_and_empty_folder(tmp_path):
     (tmp_path / "empty" / "a").mkdir(parents=True)
     with pytest.raises(ValueError, match="No images found"):
         sk.image_dataset_from_directory(str(tmp_path / "empty"), verbose=False)
+
+
+TF_KERAS_ONLY = """
+import sys
+sys.modules["keras"] = None  # tf_keras alone, as in a TensorFlow 2.15 environment
+import warnings
+import numpy as np
+import tf_keras
+import stoker.keras as sk
+for args in (dict(), dict(color_mode="grayscale")):
+    args.update(image_size=(12, 14), batch_size=5, seed=2)
+    theirs = tf_keras.utils.image_dataset_from_directory(sys.argv[1], **args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = sk.image_dataset_from_directory(sys.argv[1], **args)
+    assert ours.file_paths == theirs.file_paths and ours.element_spec == theirs.element_spec
+    assert (len(caught) == 1) == ("color_mode" in str(args)), [str(w.message) for w in caught]
+    for (kx, ky), (sx, sy) in zip(theirs.as_numpy_iterator(), ours.as_numpy_iterator()):
+        assert np.abs(kx - sx).max() <= 1.0 and np.array_equal(ky, sy)
+print("tf_keras only: ok")
+"""
+
+
+def test_with_tf_keras_alone(png_tree):
+    """Without Keras 3 the native path still works and the fallback is tf_keras' own function."""
+    pytest.importorskip("tf_keras")
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", TF_KERAS_ONLY, png_tree], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "tf_keras only: ok" in run.stdout
