@@ -195,7 +195,9 @@ void horizontal_pass(const ImageView& src, int row0, int rows, const Axis& ax, s
 
 // One output row of the vertical pass: n values, each a weighted sum of the same column of taps
 // rows. Whole rows at a time, so the loops vectorise; the AVX2 clone has 8-wide int32 multiplies.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: the clones' ifunc resolver would run before its runtime starts, and
+// every program linking the pipeline would crash while it is loaded.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void vertical_row(const std::uint8_t* const* rows, const std::int32_t* k, int taps, int n, std::int32_t* acc,
