@@ -8,6 +8,7 @@
 
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/training/run_identity.hpp"
 
 namespace stoker::app {
 
@@ -285,27 +286,9 @@ TrainConfig load_run_settings(const std::string& out) {
   }
 }
 
-namespace {
-// The flags a resume may change besides --resume itself.
-constexpr const char* kResumableFlags[] = {"epochs",     "threads",      "prefetch",        "device",
-                                           "cache",      "cache-budget", "cache-file",      "checkpoint-every",
-                                           "cpu-budget", "ram-budget",   "fine-tune-epochs"};
-}  // namespace
+bool resumable_override(const std::string& flag) { return flag == "resume" || training::may_change_on_resume(flag); }
 
-bool resumable_override(const std::string& flag) {
-  if (flag == "resume") return true;
-  for (const char* f : kResumableFlags)
-    if (flag == f) return true;
-  return false;
-}
-
-std::string resumable_flags() {
-  std::string list;
-  const std::size_t n = std::size(kResumableFlags);
-  for (std::size_t i = 0; i < n; ++i)
-    list += (i == 0 ? "--" : i + 1 == n ? " and --" : ", --") + std::string(kResumableFlags[i]);
-  return list;
-}
+std::string resumable_flags() { return training::flags_that_may_change_on_resume(); }
 
 void apply_override(TrainConfig& saved, const TrainConfig& given, const std::string& flag) {
   if (flag == "epochs") saved.epochs = given.epochs;
@@ -319,6 +302,7 @@ void apply_override(TrainConfig& saved, const TrainConfig& given, const std::str
   else if (flag == "cpu-budget") saved.cpu_budget = given.cpu_budget;
   else if (flag == "ram-budget") saved.ram_budget = given.ram_budget;
   else if (flag == "fine-tune-epochs") saved.fine_tune_epochs = given.fine_tune_epochs;
+  else if (flag != "resume") throw InvalidArgument("--" + flag + " cannot change when a run resumes");
 }
 
 }  // namespace stoker::app

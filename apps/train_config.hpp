@@ -83,9 +83,11 @@ struct TrainConfig {
 constexpr const char* kRunSettingsFile = training::kRunSettingsFile;
 void save_run_settings(const TrainConfig& config);
 TrainConfig load_run_settings(const std::string& out);
-// The flags --resume takes along (they do not change the results); any other is refused.
+// The flags --resume takes along: those training::run_identity() says may change (they do not
+// change the results); any other is refused.
 bool resumable_override(const std::string& flag);
 std::string resumable_flags();  // "--epochs, --threads, ... and --fine-tune-epochs"
+// Sets `flag`'s value in `saved` from `given`; InvalidArgument for a flag that may not change.
 void apply_override(TrainConfig& saved, const TrainConfig& given, const std::string& flag);
 
 // The bundled default run: the sample photos and the MobileNetV2 α=0.35 backbone in data/.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 
 #include "stoker/augment/augmenter.hpp"
@@ -20,6 +21,7 @@
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/model_folder.hpp"
 #include "stoker/training/run_folder.hpp"
+#include "stoker/training/run_identity.hpp"
 #include "stoker/training/train.hpp"
 #include "test_support.hpp"
 
@@ -756,6 +758,53 @@ TEST_F(Resume, RefusesAnotherRunsCheckpointNamingTheDifference) {
       EXPECT_NE(std::string(e.what()).find(kCheckpointFile), std::string::npos) << e.what();
     }
   }
+}
+
+// One description (run_identity.hpp) says what a resume may change: the checkpoint records every
+// defining setting and nothing that may change; a changed defining setting is refused naming it
+// and its flag, while more epochs and other threads continue the run.
+TEST_F(Resume, TheRunIdentityTableDecidesWhatMayChange) {
+  const TrainingData data = training_data((dir / "data").string(), 0.25);
+  TrainOptions o = small_run(dir / "run");
+  o.epochs = 1;
+  train(data, o);
+
+  const auto saved = nlohmann::json::parse(load_checkpoint(dir / "run" / kCheckpointFile).settings);
+  std::size_t defining = 0;
+  for (const RunSetting& s : run_identity()) {
+    EXPECT_EQ(saved.contains(s.name), !s.may_change) << s.name;
+    defining += s.may_change ? 0 : 1;
+  }
+  EXPECT_EQ(saved.size(), defining) << saved.dump();
+
+  const std::vector<std::pair<std::function<void(TrainOptions&)>, std::string>> changes = {
+      {[](TrainOptions& t) { t.loader.batch_size = 4; }, "batch_size = 8, this one 4 (--batch-size)"},
+      {[](TrainOptions& t) { t.loss.label_smoothing = 0.1; },
+       "label_smoothing = 0.0, this one 0.1 (--label-smoothing)"},
+      {[](TrainOptions& t) { t.prepare.preprocess = "torch"; },
+       "preprocess = \"tf\", this one \"torch\" (--preprocess)"},
+      {[](TrainOptions& t) { t.adam.beta_1 = 0.8f; }, "beta_1 = "},
+  };
+  for (const auto& [change, message] : changes) {
+    TrainOptions other = o;
+    other.resume = true;
+    change(other);
+    try {
+      train(data, other);
+      ADD_FAILURE() << "resumed with " << message;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(may_change_on_resume("epochs") && may_change_on_resume("threads"));
+  EXPECT_FALSE(may_change_on_resume("batch-size") || may_change_on_resume("learning-rate"));
+
+  TrainOptions longer = o;
+  longer.resume = true;
+  longer.epochs = 2;
+  longer.loader.threads = 1;
+  const TrainResult r = train(data, longer);
+  ASSERT_EQ(r.history.size(), 2u) << "the resumed run went on from its first epoch";
 }
 
 // The run folder's files told apart from the user's: recognised by name and content, removed
