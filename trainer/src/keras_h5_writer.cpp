@@ -1,9 +1,9 @@
 // A layer graph as a Keras 2 HDF5 full model, the layout tf_keras' legacy h5 format reads: the
 // Functional topology JSON in the root attribute `model_config`, and under `model_weights` one
 // group per layer (in the topology's order) whose `weight_names` list `<layer>/<weight>:0`
-// datasets in the order Keras' layers create their weights.
+// datasets in the order Keras' layers create their weights. Each node's Keras layers come from its
+// kind's Keras form (layers.hpp); this file writes them as HDF5.
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -14,216 +14,17 @@
 #include <stoker/trainer/model.hpp>
 
 #include "hdf5_handles.hpp"
+#include "layers.hpp"
 
 namespace stoker::trainer {
 namespace {
 
 using detail::Hid;
+using detail::KerasLayer;
 using detail::QuietHdf5;
 using nlohmann::json;
 
 constexpr const char* kKerasVersion = "2.15.0";  // the tf_keras line whose h5 layout this writes
-
-const char* padding_name(Padding p) { return p == Padding::Same ? "same" : "valid"; }
-
-// A fused activation Keras can name; a ReLU with a cap, slope or threshold is a separate layer.
-bool nameable(const ActivationSpec& a) {
-  return a.kind != ActKind::ReLU ||
-         (a.max_value == std::numeric_limits<float>::infinity() && a.negative_slope == 0 && a.threshold == 0);
-}
-std::string activation_name(const ActivationSpec& a) { return a.kind == ActKind::ReLU ? "relu" : to_string(a); }
-
-json relu_config(const ActivationSpec& a) {
-  return {{"max_value", a.max_value == std::numeric_limits<float>::infinity() ? json(nullptr) : json(a.max_value)},
-          {"negative_slope", a.negative_slope},
-          {"threshold", a.threshold}};
-}
-
-struct KerasLayer {
-  std::string class_name;
-  json config;
-  std::vector<std::string> inputs;
-  std::vector<std::pair<std::string, const Weight*>> weights;  // Keras' creation order
-};
-
-// The Keras layers of one node (two when a fused activation or a scale needs a layer of its own).
-std::vector<KerasLayer> keras_layers(const LayerNode& n, const std::vector<std::string>& inputs) {
-  json c = {{"name", n.name}, {"trainable", true}, {"dtype", "float32"}};
-  KerasLayer l{"", {}, inputs, {}};
-  auto with_weights = [&](std::initializer_list<const char*> names) {
-    for (const char* w : names)
-      if (const Weight* p = n.weight(w)) l.weights.emplace_back(w, p);
-  };
-  bool split_activation = false;
-  switch (n.kind) {
-    case LayerKind::Conv2D:
-    case LayerKind::DepthwiseConv2D: {
-      const bool depthwise = n.kind == LayerKind::DepthwiseConv2D;
-      l.class_name = depthwise ? "DepthwiseConv2D" : "Conv2D";
-      if (depthwise) c["depth_multiplier"] = n.depth_multiplier;
-      else c["filters"] = n.filters, c["groups"] = 1;
-      c["kernel_size"] = {n.kernel_h, n.kernel_w};
-      c["strides"] = {n.stride_h, n.stride_w};
-      c["padding"] = padding_name(n.padding);
-      c["data_format"] = "channels_last";
-      c["dilation_rate"] = {n.dilation_h, n.dilation_w};
-      c["use_bias"] = n.use_bias;
-      split_activation = !nameable(n.activation);
-      c["activation"] = split_activation ? "linear" : activation_name(n.activation);
-      with_weights({depthwise ? "depthwise_kernel" : "kernel", "bias"});
-      break;
-    }
-    case LayerKind::SeparableConv2D:
-      l.class_name = "SeparableConv2D";
-      c["filters"] = n.filters;
-      c["kernel_size"] = {n.kernel_h, n.kernel_w};
-      c["strides"] = {n.stride_h, n.stride_w};
-      c["padding"] = padding_name(n.padding);
-      c["data_format"] = "channels_last";
-      c["dilation_rate"] = {n.dilation_h, n.dilation_w};
-      c["depth_multiplier"] = n.depth_multiplier;
-      c["use_bias"] = n.use_bias;
-      split_activation = !nameable(n.activation);
-      c["activation"] = split_activation ? "linear" : activation_name(n.activation);
-      with_weights({"depthwise_kernel", "pointwise_kernel", "bias"});
-      break;
-    case LayerKind::Normalization:
-      l.class_name = "Normalization";
-      c["axis"] = {n.axis};
-      c["invert"] = false;
-      c["mean"] = nullptr;
-      c["variance"] = nullptr;
-      with_weights({"mean", "variance", "count"});
-      break;
-    case LayerKind::LayerNormalization:
-      l.class_name = "LayerNormalization";
-      c["axis"] = {n.axis};
-      c["epsilon"] = n.epsilon;
-      c["center"] = n.use_bias;
-      c["scale"] = n.scale;
-      with_weights({"gamma", "beta"});
-      break;
-    case LayerKind::Dense:
-      l.class_name = "Dense";
-      c["units"] = n.filters;
-      c["use_bias"] = n.use_bias;
-      split_activation = !nameable(n.activation);
-      c["activation"] = split_activation ? "linear" : activation_name(n.activation);
-      with_weights({"kernel", "bias"});
-      break;
-    case LayerKind::BatchNormalization:
-      l.class_name = "BatchNormalization";
-      c["axis"] = n.axis;
-      c["momentum"] = 0.99;
-      c["epsilon"] = n.epsilon;
-      c["center"] = n.use_bias;
-      c["scale"] = n.scale;
-      with_weights({"gamma", "beta", "moving_mean", "moving_variance"});
-      break;
-    case LayerKind::Activation:
-      if (n.activation.kind == ActKind::ReLU && n.keras_class == "LeakyReLU" && n.activation.threshold == 0 &&
-          n.activation.max_value == std::numeric_limits<float>::infinity()) {
-        l.class_name = "LeakyReLU";
-        c["alpha"] = n.activation.negative_slope;
-      } else if (n.activation.kind == ActKind::ReLU && !nameable(n.activation)) {
-        l.class_name = "ReLU";
-        c.update(relu_config(n.activation));
-      } else {
-        l.class_name = "Activation";
-        c["activation"] = activation_name(n.activation);
-      }
-      break;
-    case LayerKind::ZeroPadding2D:
-      l.class_name = "ZeroPadding2D";
-      c["padding"] = {{n.pad_top, n.pad_bottom}, {n.pad_left, n.pad_right}};
-      c["data_format"] = "channels_last";
-      break;
-    case LayerKind::Cropping2D:
-      l.class_name = "Cropping2D";
-      c["cropping"] = {{n.crop_top, n.crop_bottom}, {n.crop_left, n.crop_right}};
-      c["data_format"] = "channels_last";
-      break;
-    case LayerKind::Add: l.class_name = "Add"; break;
-    case LayerKind::ScaledAdd: {
-      // inputs[0] + inputs[1] * scale as Rescaling(scale) + Add: the same two float operations,
-      // with layers every Keras has (InceptionResNetV2's CustomScaleLayer is not registered there).
-      KerasLayer scale{"Rescaling",
-                       {{"name", n.name + "_scale"},
-                        {"trainable", true},
-                        {"dtype", "float32"},
-                        {"scale", n.residual_scale},
-                        {"offset", 0.0}},
-                       {inputs.at(1)},
-                       {}};
-      KerasLayer add{"Add", c, {inputs.at(0), n.name + "_scale"}, {}};
-      return {scale, add};
-    }
-    case LayerKind::Concatenate:
-      l.class_name = "Concatenate";
-      c["axis"] = n.axis;
-      break;
-    case LayerKind::MaxPooling2D:
-    case LayerKind::AveragePooling2D:
-      l.class_name = n.kind == LayerKind::MaxPooling2D ? "MaxPooling2D" : "AveragePooling2D";
-      c["pool_size"] = {n.kernel_h, n.kernel_w};
-      c["strides"] = {n.stride_h, n.stride_w};
-      c["padding"] = padding_name(n.padding);
-      c["data_format"] = "channels_last";
-      break;
-    case LayerKind::GlobalAveragePooling2D:
-      l.class_name = "GlobalAveragePooling2D";
-      c["data_format"] = "channels_last";
-      c["keepdims"] = n.keepdims;
-      break;
-    case LayerKind::GlobalMaxPooling2D:
-      l.class_name = "GlobalMaxPooling2D";
-      c["data_format"] = "channels_last";
-      c["keepdims"] = n.keepdims;
-      break;
-    case LayerKind::Reshape:
-      l.class_name = "Reshape";
-      c["target_shape"] = n.target_shape;
-      break;
-    case LayerKind::Multiply: l.class_name = "Multiply"; break;
-    case LayerKind::Flatten:
-      l.class_name = "Flatten";
-      c["data_format"] = "channels_last";
-      break;
-    case LayerKind::Dropout:
-      l.class_name = "Dropout";
-      c["rate"] = n.rate;
-      break;
-    case LayerKind::Rescaling:
-      l.class_name = "Rescaling";
-      if (n.channel_multipliers.empty()) {
-        c["scale"] = n.multiplier;
-        c["offset"] = n.offset;
-      } else {
-        c["scale"] = n.channel_multipliers;
-        c["offset"] = n.channel_offsets;
-      }
-      break;
-    case LayerKind::LayerScale:  // Keras Applications' ConvNeXt layer (keras.applications.convnext.LayerScale)
-      l.class_name = "LayerScale";
-      c["init_values"] = 1e-6;
-      if (const Weight* g = n.weight("gamma")) c["projection_dim"] = static_cast<int>(g->size());
-      with_weights({"gamma"});
-      break;
-    case LayerKind::Input: break;  // written by the caller
-  }
-  l.config = c;
-  if (!split_activation) return {l};
-  KerasLayer act{"ReLU", {{"name", n.name + "_activation"}, {"trainable", true}, {"dtype", "float32"}}, {n.name}, {}};
-  act.config.update(relu_config(n.activation));
-  return {l, act};
-}
-
-// The Keras layer that holds a node's value: its last one when keras_layers() split it in two.
-std::string output_name(const LayerNode& n) {
-  const bool fused = n.kind == LayerKind::Conv2D || n.kind == LayerKind::DepthwiseConv2D ||
-                     n.kind == LayerKind::SeparableConv2D || n.kind == LayerKind::Dense;
-  return fused && !nameable(n.activation) ? n.name + "_activation" : n.name;
-}
 
 // A Keras layer name as an HDF5 path component.
 std::string checked_name(const std::string& name) {
@@ -283,19 +84,9 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
   std::vector<KerasLayer> layers;
   for (const LayerNode& n : graph.nodes) {
     checked_name(n.name);
-    if (n.kind == LayerKind::Input) {
-      json shape = json::array({nullptr});
-      for (int d : n.out_shape) shape.push_back(d);
-      layers.push_back(
-          {"InputLayer",
-           {{"batch_input_shape", shape}, {"dtype", "float32"}, {"sparse", false}, {"ragged", false}, {"name", n.name}},
-           {},
-           {}});
-      continue;
-    }
     std::vector<std::string> inputs;
-    for (int i : n.inputs) inputs.push_back(output_name(graph.nodes.at(static_cast<std::size_t>(i))));
-    for (KerasLayer& k : keras_layers(n, inputs)) layers.push_back(std::move(k));
+    for (int i : n.inputs) inputs.push_back(detail::keras_output_name(graph.nodes.at(static_cast<std::size_t>(i))));
+    for (KerasLayer& k : detail::keras_layers(n, inputs)) layers.push_back(std::move(k));
   }
   json config = {{"name", graph.name.empty() ? "model" : graph.name}, {"trainable", true}};
   config["layers"] = json::array();
@@ -312,7 +103,7 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
   config["input_layers"] = {{graph.nodes.at(static_cast<std::size_t>(graph.inputs[0])).name, 0, 0}};
   config["output_layers"] = json::array();
   for (int o : graph.outputs)
-    config["output_layers"].push_back({output_name(graph.nodes.at(static_cast<std::size_t>(o))), 0, 0});
+    config["output_layers"].push_back({detail::keras_output_name(graph.nodes.at(static_cast<std::size_t>(o))), 0, 0});
   const json model_config = {
       {"class_name", "Functional"}, {"config", config}, {"keras_version", kKerasVersion}, {"backend", "tensorflow"}};
 

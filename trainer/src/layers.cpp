@@ -1,14 +1,14 @@
-// The per-layer table (layers.hpp): for every layer kind its shape inference, its weights and its
-// lowering rule. The fusion rules are the layers' own: BatchNormalization folds into the
-// conv/dense before it, an activation into the op before it, a 2-input Add into the conv/dense
-// producing one input, a ZeroPadding2D into the convolution reading it (the last two where the
-// backend says it can, LoweringOptions).
+// The per-layer table (layers.hpp): for every layer kind its Keras form (keras_layers.cpp), its
+// shape inference, its weights and its lowering rule. The fusion rules are the layers' own: BatchNormalization folds
+// into the conv/dense before it, an activation into the op before it, a 2-input Add into the conv/dense producing one
+// input, a ZeroPadding2D into the convolution reading it (the last two where the backend says it can, LoweringOptions).
 #include "layers.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <string_view>
 
 #include <stoker/trainer/tensor.hpp>
 
@@ -521,31 +521,39 @@ void lower_multiply(Lowering& lw, int id) {
 // ---- the table ------------------------------------------------------------------------------------
 
 constexpr LayerRule kRules[] = {
-    {LayerKind::Input, "Input", infer_input, no_weights, lower_input},
-    {LayerKind::Conv2D, "Conv2D", infer_window, conv_weights, lower_conv2d},
-    {LayerKind::DepthwiseConv2D, "DepthwiseConv2D", infer_window, depthwise_weights, lower_depthwise},
-    {LayerKind::BatchNormalization, "BatchNormalization", infer_batch_norm, batch_norm_weights, lower_batch_norm},
-    {LayerKind::Activation, "Activation", infer_same, no_weights, lower_activation},
-    {LayerKind::ZeroPadding2D, "ZeroPadding2D", infer_zero_padding, no_weights, lower_zero_padding},
-    {LayerKind::Add, "Add", infer_add, no_weights, lower_add},
-    {LayerKind::ScaledAdd, "ScaledAdd", infer_scaled_add, no_weights, lower_scaled_add},
-    {LayerKind::Concatenate, "Concatenate", infer_concatenate, no_weights, lower_concatenate},
-    {LayerKind::MaxPooling2D, "MaxPooling2D", infer_window, no_weights, lower_max_pool},
-    {LayerKind::AveragePooling2D, "AveragePooling2D", infer_window, no_weights, lower_average_pool},
-    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", infer_global_average, no_weights,
-     lower_global_average},
-    {LayerKind::Flatten, "Flatten", infer_flatten, no_weights, lower_alias},
-    {LayerKind::Dense, "Dense", infer_dense, dense_weights, lower_dense},
-    {LayerKind::Dropout, "Dropout", infer_same, no_weights, lower_alias},
-    {LayerKind::Rescaling, "Rescaling", infer_rescaling, no_weights, lower_rescaling},
-    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", infer_global_average, no_weights, lower_global_max},
-    {LayerKind::Reshape, "Reshape", infer_reshape, no_weights, lower_alias},
-    {LayerKind::Multiply, "Multiply", infer_multiply, no_weights, lower_multiply},
-    {LayerKind::SeparableConv2D, "SeparableConv2D", infer_window, separable_weights, lower_separable},
-    {LayerKind::Normalization, "Normalization", infer_batch_norm, normalization_weights, lower_normalization},
-    {LayerKind::LayerNormalization, "LayerNormalization", infer_batch_norm, layer_norm_weights, lower_layer_norm},
-    {LayerKind::LayerScale, "LayerScale", infer_same, layer_scale_weights, lower_layer_scale},
-    {LayerKind::Cropping2D, "Cropping2D", infer_cropping, no_weights, lower_cropping},
+    {LayerKind::Input, "Input", &keras::input, infer_input, no_weights, lower_input},
+    {LayerKind::Conv2D, "Conv2D", &keras::conv2d, infer_window, conv_weights, lower_conv2d},
+    {LayerKind::DepthwiseConv2D, "DepthwiseConv2D", &keras::depthwise_conv2d, infer_window, depthwise_weights,
+     lower_depthwise},
+    {LayerKind::BatchNormalization, "BatchNormalization", &keras::batch_normalization, infer_batch_norm,
+     batch_norm_weights, lower_batch_norm},
+    {LayerKind::Activation, "Activation", &keras::activation, infer_same, no_weights, lower_activation},
+    {LayerKind::ZeroPadding2D, "ZeroPadding2D", &keras::zero_padding2d, infer_zero_padding, no_weights,
+     lower_zero_padding},
+    {LayerKind::Add, "Add", &keras::add, infer_add, no_weights, lower_add},
+    {LayerKind::ScaledAdd, "ScaledAdd", &keras::scaled_add, infer_scaled_add, no_weights, lower_scaled_add},
+    {LayerKind::Concatenate, "Concatenate", &keras::concatenate, infer_concatenate, no_weights, lower_concatenate},
+    {LayerKind::MaxPooling2D, "MaxPooling2D", &keras::max_pooling2d, infer_window, no_weights, lower_max_pool},
+    {LayerKind::AveragePooling2D, "AveragePooling2D", &keras::average_pooling2d, infer_window, no_weights,
+     lower_average_pool},
+    {LayerKind::GlobalAveragePooling2D, "GlobalAveragePooling2D", &keras::global_average_pooling2d,
+     infer_global_average, no_weights, lower_global_average},
+    {LayerKind::Flatten, "Flatten", &keras::flatten, infer_flatten, no_weights, lower_alias},
+    {LayerKind::Dense, "Dense", &keras::dense, infer_dense, dense_weights, lower_dense},
+    {LayerKind::Dropout, "Dropout", &keras::dropout, infer_same, no_weights, lower_alias},
+    {LayerKind::Rescaling, "Rescaling", &keras::rescaling, infer_rescaling, no_weights, lower_rescaling},
+    {LayerKind::GlobalMaxPooling2D, "GlobalMaxPooling2D", &keras::global_max_pooling2d, infer_global_average,
+     no_weights, lower_global_max},
+    {LayerKind::Reshape, "Reshape", &keras::reshape, infer_reshape, no_weights, lower_alias},
+    {LayerKind::Multiply, "Multiply", &keras::multiply, infer_multiply, no_weights, lower_multiply},
+    {LayerKind::SeparableConv2D, "SeparableConv2D", &keras::separable_conv2d, infer_window, separable_weights,
+     lower_separable},
+    {LayerKind::Normalization, "Normalization", &keras::normalization, infer_batch_norm, normalization_weights,
+     lower_normalization},
+    {LayerKind::LayerNormalization, "LayerNormalization", &keras::layer_normalization, infer_batch_norm,
+     layer_norm_weights, lower_layer_norm},
+    {LayerKind::LayerScale, "LayerScale", &keras::layer_scale, infer_same, layer_scale_weights, lower_layer_scale},
+    {LayerKind::Cropping2D, "Cropping2D", &keras::cropping2d, infer_cropping, no_weights, lower_cropping},
 };
 
 constexpr bool in_enum_order() {
@@ -555,11 +563,41 @@ constexpr bool in_enum_order() {
 }
 static_assert(in_enum_order(), "kRules: one rule per LayerKind, in the enum's order (layer_rule() indexes it)");
 
+// Calls f with each class of a space-separated list until it returns true.
+template <typename F>
+bool any_class(std::string_view classes, F&& f) {
+  while (!classes.empty()) {
+    const std::size_t end = std::min(classes.find(' '), classes.size());
+    if (f(classes.substr(0, end))) return true;
+    classes.remove_prefix(std::min(end + 1, classes.size()));
+  }
+  return false;
+}
+
 }  // namespace
 
 const LayerRule* layer_rule(LayerKind kind) {
   const auto i = static_cast<std::size_t>(kind);
   return i < std::size(kRules) ? &kRules[i] : nullptr;
+}
+
+const LayerRule* keras_rule(std::string_view keras_class) {
+  for (const LayerRule& rule : kRules)
+    if (rule.keras->read && any_class(rule.keras->classes, [&](std::string_view c) { return c == keras_class; }))
+      return &rule;
+  return nullptr;
+}
+
+std::string keras_classes_read() {
+  std::string list = "InputLayer";
+  for (const LayerRule& rule : kRules) {
+    if (!rule.keras->read) continue;
+    any_class(rule.keras->classes, [&](std::string_view c) {
+      list += ", " + std::string(c);
+      return false;
+    });
+  }
+  return list;
 }
 
 }  // namespace stoker::trainer::detail
