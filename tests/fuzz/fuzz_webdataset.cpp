@@ -2,11 +2,12 @@
 // key, the labels from .cls members or a .json field, class names from classes.txt or from the
 // labels, skipped samples, and the shard index written and read back.
 //
-// Input: byte 0 a mode, then the archive, optionally followed by "\n--classes--\n" and the text
-// of classes.txt. Mode bit 0: the harness rewrites every block's header checksum (as fuzz_tar);
-// bit 1: labels from the json member's "label" field; bit 2: skip bad samples; bit 3: no label
-// required; bit 4: through a shard index file (built, then read back by a second call that must
-// give the same samples).
+// Input: byte 0 a mode, then the archive, optionally followed by "\n--index--\n" and bytes to
+// XOR into the shard index, then optionally "\n--classes--\n" and the text of classes.txt. Mode
+// bit 0: the harness rewrites every block's header checksum (as fuzz_tar); bit 1: labels from the
+// json member's "label" field; bit 2: skip bad samples; bit 3: no label required; bit 4: through a
+// shard index file (built, then read back by a second call that must give the same samples; with
+// XOR bytes, the index is damaged first: the second call must still give only valid samples).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +41,16 @@ void check(const stoker::Dataset& ds, std::uintmax_t shard_size, bool labels_req
   }
 }
 
+std::string read_file(const std::filesystem::path& p) {
+  std::string out;
+  if (std::FILE* f = std::fopen(p.c_str(), "rb")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -52,6 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (named) {
     const auto at = archive.find(kSeparator);
     classes = archive.substr(at + kSeparator.size());
+    archive.resize(at);
+  }
+  static const std::string kIndexSeparator = "\n--index--\n";
+  std::string damage;
+  if (const auto at = archive.find(kIndexSeparator); at != std::string::npos) {
+    damage = archive.substr(at + kIndexSeparator.size());
     archive.resize(at);
   }
   if (mode & 1) fix_checksums(archive);
@@ -70,7 +87,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const stoker::Dataset first = stoker::dataset_from_webdataset({shard.string()}, options);
     check(first, archive.size(), options.require_labels);
-    if (mode & 16) {
+    if ((mode & 16) && !damage.empty()) {
+      // The index damaged in place (its size kept): read back, it is used or rebuilt, never trusted.
+      std::string index = read_file(dir / "shards.index");
+      for (std::size_t i = 0; i < index.size(); ++i) index[i] ^= damage[i % damage.size()];
+      stoker_fuzz::write_file(dir / "shards.index", index);
+      check(stoker::dataset_from_webdataset({shard.string()}, options), archive.size(), options.require_labels);
+    } else if (mode & 16) {
       stoker::WebDatasetReport report;
       const stoker::Dataset again = stoker::dataset_from_webdataset({shard.string()}, options, &report);
       if (again.samples.size() != first.samples.size() || again.class_names != first.class_names) std::abort();
@@ -81,7 +104,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   } catch (const stoker::DatasetError&) {
-  } catch (const stoker::IoError&) {
-  }
+  } catch (const stoker::IoError&) {}
   return 0;
 }
