@@ -174,7 +174,9 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   LoaderCore(Dataset dataset, LoaderOptions options);
   ~LoaderCore();
 
-  void begin_epoch(std::uint64_t epoch, std::int64_t first_batch = 0);  // first_batch: resume()
+  // first_batch: resume(); while_waiting: Loader::begin_epoch's
+  void begin_epoch(std::uint64_t epoch, std::int64_t first_batch = 0, const std::function<void()>& while_waiting = {},
+                   std::chrono::milliseconds interval = {});
   std::optional<Batch> next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
   LoaderState state() const;
   std::uint64_t digest() const;
@@ -387,12 +389,24 @@ void LoaderCore::cancel_locked() {
   cv_.notify_all();
 }
 
-void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch) {
+void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch, const std::function<void()>& while_waiting,
+                             std::chrono::milliseconds interval) {
   std::unique_lock lock(mu_);
   if (stopping_) throw Error("the loader was closed");
   cancel_locked();
-  submit_queued(lock);  // samples left queued by a failed submission must still run to finish their batch
-  cv_.wait(lock, [&] { return inflight_batches_ == 0; });
+  submit_queued(lock);    // samples left queued by a failed submission must still run to finish their batch
+  epoch_active_ = false;  // until the abandoned epoch's samples are done: an interrupted wait begins none
+  const auto idle = [&] { return inflight_batches_ == 0; };
+  if (!while_waiting) {
+    cv_.wait(lock, idle);
+  } else {
+    while (!cv_.wait_for(lock, std::max(interval, std::chrono::milliseconds(1)), idle)) {
+      lock.unlock();  // what it throws leaves with the lock released
+      while_waiting();
+      lock.lock();
+    }
+  }
+  if (stopping_) throw Error("the loader was closed");
   epoch_ = epoch;
   EpochPlan plan =
       epoch_plan(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle, sharding_);
@@ -941,6 +955,10 @@ Loader::~Loader() {
 }
 
 void Loader::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
+void Loader::begin_epoch(std::uint64_t epoch, const std::function<void()>& while_waiting,
+                         std::chrono::milliseconds interval) {
+  core_->begin_epoch(epoch, 0, while_waiting, interval);
+}
 LoaderState Loader::state() const { return core_->state(); }
 
 void Loader::resume(const LoaderState& st) {

@@ -172,8 +172,12 @@ class PyLoader {
 
   void begin_epoch(std::uint64_t epoch) {
     const std::shared_ptr<Loader> held = hold();
-    nb::gil_scoped_release unlocked;
-    held->begin_epoch(epoch);
+    try {
+      nb::gil_scoped_release unlocked;  // waits for the abandoned epoch's samples being decoded
+      held->begin_epoch(epoch, check_signals, kSignalPoll);
+    } catch (const SignalRaised&) {
+      throw nb::python_error();
+    }
   }
 
   std::optional<HostBatch> next() {

@@ -172,6 +172,10 @@ class Loader {
   // Starts (or restarts) an epoch: its order comes from (seed, epoch). An unfinished previous
   // epoch is abandoned. Decoding of the first `prefetch` batches starts immediately.
   void begin_epoch(std::uint64_t epoch);
+  // begin_epoch(), calling `while_waiting` about every `interval` while the samples of the
+  // abandoned epoch that are being decoded finish (without the loader's lock). What it throws
+  // leaves with no epoch begun: next() throws until begin_epoch() is called again.
+  void begin_epoch(std::uint64_t epoch, const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
 
   // The next batch of the current epoch, in plan order; std::nullopt at the end of the epoch.
   // Throws what stopped the epoch, with the type it was thrown with (DecodeError for a bad sample
