@@ -480,7 +480,26 @@ void discard_unstarted_run(const fs::path& out, bool remove_folder) {
   }
 }
 
+void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Collective& collective);
+
+// Under mpirun or srun (a build with MPI), this is one rank of a data-parallel run: rank 0 checks
+// and writes --out and prints the log; the others write nothing and print nothing but errors. A
+// rank's error ends every rank (MPI_Abort), named with the rank: the others would wait for it.
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
+  const std::shared_ptr<training::Collective> collective = training::launcher_collective();
+  if (collective->size() == 1) return run_train_rank(given, cmd, *collective);
+  try {
+    run_train_rank(given, cmd, *collective);
+  } catch (const CLI::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker: error (rank %d of %d): %s\n", collective->rank(), collective->size(), e.what());
+    std::fflush(stderr);
+    collective->abort(dynamic_cast<const Error*>(&e) || dynamic_cast<const fs::filesystem_error*>(&e) ? 2 : 3);
+  }
+}
+
+void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Collective& collective) {
   if (!given.resume.empty() && given.overwrite)
     throw InvalidArgument("--overwrite starts a new run over an earlier one; --resume continues it: give one of them");
   const TrainConfig c = given.resume.empty() ? given : resumed_config(given, cmd);
@@ -489,7 +508,9 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   for (const auto& [value, flag] : {std::pair{&c.model, "--model"}, {&c.out, "--out"}}) {
     if (value->empty()) throw InvalidArgument(std::string(flag) + " is required (or --resume OUT to continue a run)");
   }
-  const training::RunFolder earlier = c.resume.empty() ? check_out_folder(c) : training::RunFolder{};
+  const bool ranks = collective.size() > 1;
+  const bool lead = collective.rank() == 0;
+  const training::RunFolder earlier = c.resume.empty() && lead ? check_out_folder(c) : training::RunFolder{};
   if (cmd.count("--label-mode") > 0) {
     throw InvalidArgument(
         "--label-mode does not apply to train: two classes train a sigmoid head (binary labels), more a softmax "
@@ -497,8 +518,14 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   }
   const training::TrainingData data = training_data(c);
   training::TrainOptions options = c.options();
+  if (ranks) {
+    options.collective = training::launcher_collective();
+    if (lead)
+      std::printf("data-parallel: %d ranks (%s), global batch %d split between them\n", collective.size(),
+                  collective.describe().c_str(), options.loader.batch_size);
+  }
   options.loss.class_weight = c.class_weights(data.train);
-  if (!options.loss.class_weight.empty()) {
+  if (!options.loss.class_weight.empty() && lead) {
     std::printf("class weights:");
     for (std::size_t k = 0; k < options.loss.class_weight.size(); ++k)
       std::printf("%s %s %.4g", k ? "," : "", data.train.class_names[k].c_str(), options.loss.class_weight[k]);
@@ -511,7 +538,7 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
   // An earlier run is removed (--overwrite) only once this one's setup has held: a mistyped
   // --cut-at fails with the earlier run still in place.
   bool started = false;  // this run has written into --out (an earlier run's files are gone)
-  if (c.resume.empty()) {
+  if (c.resume.empty() && lead) {
     observer.before_first_write([&] {
       started = true;
       clear_earlier_run(earlier);
@@ -520,12 +547,18 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     });
   }
   // Ctrl-C or SIGTERM: the run stops after its batch, with a checkpoint there (a second one kills).
-  const StopSignals signals;
-  options.should_stop = [] { return StopSignals::received() != 0; };
+  // Across ranks a signal ends every rank (the launcher's), the checkpoint of the last epoch kept:
+  // ranks that saw it at different batches would wait for each other for ever.
+  std::optional<StopSignals> signals;
+  if (!ranks) {
+    signals.emplace();
+    options.should_stop = [] { return StopSignals::received() != 0; };
+  }
   training::TrainResult result;
   try {
-    result = training::train(data, options, &observer);
+    result = training::train(data, options, lead ? &observer : nullptr);
   } catch (...) {
+    if (!lead) throw;
     // A new run that stops before its first epoch ends (a --cut-at that does not exist, a file
     // that cannot be read) has nothing to resume: its files go, so that the corrected command
     // finds the folder as it was. A resumed run keeps everything.
@@ -542,6 +575,7 @@ void run_train(const TrainConfig& given, const CLI::App& cmd) {
     std::fflush(stdout);
     throw CLI::RuntimeError(StopSignals::exit_status());  // CLI11 exits with the code, printing nothing
   }
+  if (!lead) return;
   const EpochLog& b = log.at(static_cast<std::size_t>(result.best_epoch));
   std::printf("best epoch %d by %s: validation accuracy %.4f, validation loss %.4f\n", result.best_epoch + 1,
               c.monitor.c_str(), b.validation.accuracy, b.validation.loss);

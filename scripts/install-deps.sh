@@ -11,6 +11,7 @@ packages=(
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz; its runtime), run briefly by test.sh --sanitize
   python3-dev python3-venv  # the Python package (scripts/test_python.sh builds it with pip)
   python3-torch python3-torchvision  # its PyTorch tests (PyPI's torch wheels carry CUDA: gigabytes)
+  libopenmpi-dev openmpi-bin  # data-parallel training across processes (STOKER_DISTRIBUTED, docs/distributed.md)
 )
 missing=()
 for p in "${packages[@]}"; do

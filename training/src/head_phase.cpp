@@ -3,6 +3,7 @@
 namespace stoker::training {
 
 void HeadPhase::values_computed(const Features& values) {
+  if (!run_.writes) return;
   save_features(run_.options.out / kCheckpointFeaturesFile, values);
   run_.features_saved = true;
 }
@@ -14,6 +15,10 @@ trainer::StepResult HeadPhase::step(const float* x, const int* y, int n) {
 
 trainer::EpochStats HeadPhase::train_on_values(const Features& values, int epoch) {
   const TrainOptions& o = run_.options;
+  if (run_.exchange)
+    return run_.exchange->train_epoch(run_.head, values, o.loader.batch_size, static_cast<std::uint64_t>(epoch),
+                                      o.loader.seed, o.loss,
+                                      [this](trainer::Head& h, std::int64_t steps) { run_.before_step(h, steps); });
   return run_.head.train_epoch(values.x.data(), values.y.data(), values.n, o.loader.batch_size,
                                static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
                                [this](trainer::Head& h) { run_.before_step(h); });

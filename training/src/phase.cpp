@@ -65,6 +65,7 @@ EpochReport values_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
     phase.values = extract(loop.source, phase.values_name(), loop.observer, [&] {
       if (should_stop && should_stop()) throw StopRequested{{epoch, 0}};
     });
+    if (loop.gather) phase.values = loop.gather(std::move(*phase.values));
     if (phase.values->n == 0)
       throw DatasetError("none of the " + std::to_string(loop.train_images) + " training images could be read");
     e.times = phase.values->times;
@@ -92,12 +93,13 @@ void end_epoch(Phase& phase, EpochReport& e, trainer::Monitor monitor) {
 
 }  // namespace
 
-void RunState::before_step(trainer::Head& h) const {
-  if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
+void RunState::before_step(trainer::Head& h, std::int64_t steps) const {
+  if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, steps, decay_steps));
 }
 
 void RunState::save(int epoch, const LoaderState& loader, const EpochProgress& progress,
                     const FineTuneProgress* fine_tune, const trainer::BestEpoch* phase_best) const {
+  if (!writes) return;
   const trainer::BestEpoch& b = phase_best ? *phase_best : best;
   Checkpoint c;
   c.settings = settings;

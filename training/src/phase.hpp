@@ -4,10 +4,12 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "data_parallel.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/checkpoint.hpp"
 #include "stoker/training/train.hpp"
@@ -29,9 +31,15 @@ struct RunState {
   ReduceLrOnPlateau reduce_lr_on_plateau;
   std::int64_t decay_steps = 0;  // of the cosine schedule; 0 without it
   bool features_saved = false;
+  // Only rank 0 of a data-parallel run writes the model folder: save() does nothing elsewhere.
+  bool writes = true;
+  // With more than one rank: the head's optimizer across them (else the head's own Adam).
+  HeadExchange* exchange = nullptr;
 
-  // Before each optimizer step: the cosine schedule's rate for it.
-  void before_step(trainer::Head& h) const;
+  // Before each optimizer step: the cosine schedule's rate for it, the `steps`-th (the head's own
+  // count by default).
+  void before_step(trainer::Head& h) const { before_step(h, h.steps()); }
+  void before_step(trainer::Head& h, std::int64_t steps) const;
 
   // In the fine-tuning phase `fine_tune` is where it stands and `phase_best` its best epoch (that
   // phase's BestEpoch, whose head refers to the fine-tuned backbone).
@@ -89,6 +97,8 @@ struct PhaseLoop {
   FeatureSource& source;
   TrainObserver& observer;
   std::vector<EpochReport>& history;
+  // With more than one rank: the values this rank computed become every rank's (gather_features).
+  std::function<Features(Features)> gather = {};
 };
 
 // The phase's epochs from `done` (those a resumed run had finished) to `epochs`, or until early

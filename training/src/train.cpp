@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "data_parallel.hpp"
 #include "fine_tune_phase.hpp"
 #include "head_phase.hpp"
 #include "placement.hpp"
@@ -11,6 +12,7 @@
 #include "run_settings.hpp"
 #include "sources.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/plan.hpp"
 
 // train() sets a run up and hands its epochs to run_phase() (phase.hpp), once per phase:
 // sources.cpp makes the features, placement.cpp checks the GPU's, resume.cpp continues a
@@ -32,12 +34,35 @@ void check_options(const TrainingData& data, const TrainOptions& given) {
   if (given.early_stopping.patience < 0)
     throw InvalidArgument("early stopping's patience must be >= 0, received " +
                           std::to_string(given.early_stopping.patience));
-  // One process trains on all of the data: no gradients are exchanged between ranks (yet).
+  // Several ranks train together only through a collective that exchanges their gradients.
   const Sharding sharding = given.loader.sharding ? *given.loader.sharding : sharding_from_environment();
-  if (sharding.world_size > 1) {
-    throw InvalidArgument("train() runs in one process on the whole dataset, but this is rank " +
-                          std::to_string(sharding.rank) + " of " + std::to_string(sharding.world_size) +
-                          " (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, or the loader's sharding): run it once");
+  const int ranks = given.collective ? given.collective->size() : 1;
+  if (ranks == 1 && sharding.world_size > 1) {
+    throw InvalidArgument("this is rank " + std::to_string(sharding.rank) + " of " +
+                          std::to_string(sharding.world_size) +
+                          " (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS, or the loader's sharding), but no gradients "
+                          "are exchanged without MPI: launch the ranks with mpirun or srun and a stoker built with "
+                          "STOKER_DISTRIBUTED (docs/distributed.md), or run it once");
+  }
+  if (ranks > 1) {
+    const int rank = given.collective->rank();
+    if (sharding.world_size > 1 && (sharding.rank != rank || sharding.world_size != ranks))
+      throw InvalidArgument("the loader's sharding says rank " + std::to_string(sharding.rank) + " of " +
+                            std::to_string(sharding.world_size) + ", MPI rank " + std::to_string(rank) + " of " +
+                            std::to_string(ranks) + ": leave --rank/--world-size out under an MPI launcher");
+    const std::string on = "training on " + std::to_string(ranks) + " ranks: ";
+    if (given.augmentation)
+      throw InvalidArgument(on + "augmentation is not supported across ranks yet; train without it, or in one process");
+    if (given.fine_tune.enabled())
+      throw InvalidArgument(on +
+                            "fine-tuning is not supported across ranks yet; train the head alone, or in one "
+                            "process");
+    if (given.resume)
+      throw InvalidArgument(on + "--resume is not supported across ranks yet; resume is for one process");
+    if (given.loader.drop_last)
+      throw InvalidArgument(on +
+                            "the loader's drop_last is not supported across ranks (the head's epochs use "
+                            "every image)");
   }
 }
 
@@ -76,8 +101,9 @@ Features validation_features(const TrainingData& data, const TrainOptions& o, So
 
 // The whole classifier, for Keras and for predict without the original backbone file.
 void write_classifier(const TrainOptions& o, const trainer::Graph& backbone, const trainer::BestEpoch& best,
-                      TrainResult& result) {
+                      TrainResult& result, bool writes) {
   result.best_epoch = best.epoch();
+  if (!writes) return;
   if (o.prepare.samplewise_center || o.prepare.samplewise_std_normalization) {
     result.classifier_note =
         "model.h5 not written: sample-wise standardisation depends on each image, no Keras "
@@ -142,13 +168,26 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   check_options(data, given);
   // After the checks: the fit reads every training image.
-  const TrainOptions o = with_featurewise_statistics(given, data.train, observer);
+  TrainOptions shared = with_featurewise_statistics(given, data.train, observer);
+  // Several ranks: each reads its share; only rank 0 writes.
+  const std::shared_ptr<Collective> collective = shared.collective;
+  const int ranks = collective ? collective->size() : 1;
+  const bool writes = ranks == 1 || collective->rank() == 0;
+  if (ranks > 1) {
+    Sharding s = shared.loader.sharding.value_or(Sharding{});
+    s.rank = collective->rank();
+    s.world_size = ranks;
+    shared.loader.sharding = s;
+  }
+  const TrainOptions o = std::move(shared);
   TrainResult result;
   result.device = choose_device(o.device);
   DeviceChoice& device = result.device;
-  std::error_code ec;
-  fs::create_directories(o.out, ec);
-  if (ec || !fs::is_directory(o.out)) throw IoError(o.out.string() + ": cannot create the output folder");
+  if (writes) {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    if (ec || !fs::is_directory(o.out)) throw IoError(o.out.string() + ": cannot create the output folder");
+  }
 
   trainer::BackboneRef ref = backbone_ref(o);
   trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);
@@ -167,20 +206,42 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
 
   // The cosine schedule spans the run's planned steps (an epoch whose files were all skipped in
   // one batch has one step fewer).
-  const std::int64_t decay_steps = o.cosine_decay ? static_cast<std::int64_t>(o.epochs) *
-                                                        static_cast<std::int64_t>(sources.train().batches_per_epoch())
-                                                  : 0;
-  const std::string settings =
-      run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
+  // Across ranks the head's epochs are global batches of the gathered features.
+  const std::size_t batches_per_epoch = ranks > 1
+                                            ? (data.train.size() + static_cast<std::size_t>(o.loader.batch_size) - 1) /
+                                                  static_cast<std::size_t>(o.loader.batch_size)
+                                            : sources.train().batches_per_epoch();
+  const std::int64_t decay_steps =
+      o.cosine_decay ? static_cast<std::int64_t>(o.epochs) * static_cast<std::int64_t>(batches_per_epoch) : 0;
+  nlohmann::json settings_json = run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps);
+  // A checkpoint of several ranks does not hold the head's optimizer state: no one-process resume.
+  if (ranks > 1) settings_json["ranks"] = ranks;
+  const std::string settings = settings_json.dump();
   const std::optional<Checkpoint> resumed = resume_point(o, settings, sources.train().state(), top);
   trainer::Head head = resumed        ? *resumed->head
                        : classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
                                       : trainer::Head::softmax(dim, classes, o.adam, o.loader.seed);
-  write_model_info(o.out, {ref, o.prepare, data.train.class_names});
+  if (writes) write_model_info(o.out, {ref, o.prepare, data.train.class_names});
 
+  // Across ranks, every rank gathers the features of all in one process's order (the validation
+  // set's and, in the first epoch, the training set's): all validate alike and decide alike.
+  auto in_order = [&](const Dataset& d, bool shuffle) {
+    return epoch_plan(static_cast<std::uint32_t>(d.size()), o.loader.seed, 0, shuffle, Sharding{}).samples;
+  };
   Features validation = validation_features(data, o, sources, backbone, gpu, device, observer);
-  trainer::BestEpoch best(o.monitor, o.out / "head.stkh", ref);
+  if (ranks > 1) validation = gather_features(*collective, std::move(validation), in_order(data.validation, false));
+  trainer::BestEpoch best(o.monitor, writes ? o.out / "head.stkh" : fs::path(), ref);
   RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
+  run.writes = writes;
+  std::optional<HeadExchange> exchange;
+  std::function<Features(Features)> gather;
+  if (ranks > 1) {
+    exchange.emplace(*collective, head);
+    run.exchange = &*exchange;
+    gather = [&, order = in_order(data.train, o.loader.shuffle)](Features f) {
+      return gather_features(*collective, std::move(f), order);
+    };
+  }
   HeadPhase first(run, sources.train());  // the sources are where they stay after the GPU feed's check
   first.validation = std::move(validation);
   if (resumed) {
@@ -191,7 +252,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   const Checkpoint* in_fine_tuning = resumed && resumed->fine_tune ? &*resumed : nullptr;
   std::optional<trainer::Graph> tuned;
   try {
-    run_phase(first, {o, data.train.size(), sources.train(), observer, result.history}, o.epochs,
+    run_phase(first, {o, data.train.size(), sources.train(), observer, result.history, gather}, o.epochs,
               resumed ? resumed->epoch : 0, resumed && !in_fine_tuning ? &*resumed : nullptr);
     // The second phase's best head refers to the fine-tuned backbone it writes into the folder.
     if (top)
@@ -202,7 +263,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
     result.best_epoch = best.epoch();
     return result;
   }
-  write_classifier(o, tuned ? *tuned : backbone.graph(), best, result);
+  write_classifier(o, tuned ? *tuned : backbone.graph(), best, result, writes);
   return result;
 }
 

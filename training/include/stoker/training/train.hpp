@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "stoker/pipeline/loader.hpp"
 #include "stoker/trainer/fine_tune.hpp"
 #include "stoker/trainer/head.hpp"
+#include "stoker/training/collective.hpp"
 #include "stoker/training/device.hpp"
 #include "stoker/training/feature_source.hpp"
 #include "stoker/training/model_folder.hpp"
@@ -114,6 +116,13 @@ struct TrainOptions {
   // would, and returns with TrainResult::stopped set; `resume` continues it. An epoch without
   // augmentation (the head on computed values) stops at its end. Empty: never asked.
   std::function<bool()> should_stop;
+  // The ranks of a data-parallel run (collective.hpp, docs/distributed.md); null or one rank: this
+  // process trains alone. With more: each rank computes the features of its share (the loader's
+  // sharding is this rank of the collective's size), the ranks gather them and train the head on
+  // global batches of loader.batch_size split between them, its gradients summed over the ranks
+  // every step; every rank holds the same head and makes the same decisions, and only rank 0
+  // writes `out`. Not yet with augmentation, fine-tuning or resume (InvalidArgument).
+  std::shared_ptr<Collective> collective;
 };
 
 // What the run is about to do, for the log.

@@ -1,0 +1,60 @@
+// What the ranks of a data-parallel run exchange (docs/distributed.md): their number and place,
+// sums of float and double buffers, gathers of byte strings, broadcasts and barriers. Every rank
+// calls each operation in the same order with buffers of the same size.
+//
+// Sums are taken in rank order (rank 0's values + rank 1's + ...), the same on every rank, so two
+// runs with the same world size are bit-identical and every rank holds the same weights.
+//
+//   std::shared_ptr<Collective> c = launcher_collective();  // MPI under mpirun/srun, else one process
+//   c->allreduce_sum(gradients);                            // every rank: the sum over the ranks
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace stoker::training {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "single process", or the library and its version.
+  virtual std::string describe() const = 0;
+
+  // In place: each element becomes the sum over the ranks, added in rank order.
+  virtual void allreduce_sum(std::span<float> values) = 0;
+  virtual void allreduce_sum(std::span<double> values) = 0;
+  // Every rank's bytes (of any length), indexed by rank, on every rank.
+  virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+  // `bytes` becomes root's on every rank (its size must be the same on every rank).
+  virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank with `exit_code` (a rank that failed: the others would wait in their next
+  // operation for ever). One process: std::exit.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+// One process: rank 0 of 1; the operations leave their buffers as they are.
+std::shared_ptr<Collective> single_process();
+
+// Whether this build has the MPI collective (the CMake component STOKER_DISTRIBUTED).
+bool mpi_available();
+
+// Whether an MPI launcher started this process (Open MPI's mpirun, or a PMI/PMIx launcher such as
+// Slurm's srun): the variables it sets.
+bool launched_by_mpi();
+
+// The MPI collective over MPI_COMM_WORLD, initialised on the first call and finalised at exit.
+// Error (saying how to build it) when this build has no MPI.
+std::shared_ptr<Collective> mpi_collective();
+
+// The collective of the launcher that started this process: MPI's when launched_by_mpi() and
+// this build has it, else single_process(). Error when an MPI launcher started a build without MPI
+// with more than one process (each would train alone on its share).
+std::shared_ptr<Collective> launcher_collective();
+
+}  // namespace stoker::training

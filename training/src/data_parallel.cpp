@@ -1,0 +1,174 @@
+#include "data_parallel.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "stoker/core/error.hpp"
+
+namespace stoker::training {
+namespace {
+
+template <class T>
+void put(std::string& out, const T* p, std::size_t n) {
+  out.append(reinterpret_cast<const char*>(p), sizeof(T) * n);
+}
+
+template <class T>
+void take(const std::string& in, std::size_t& at, T* p, std::size_t n) {
+  if (in.size() - at < sizeof(T) * n)
+    throw Error("gather_features: a rank sent " + std::to_string(in.size()) + " bytes, fewer than it announced");
+  std::memcpy(p, in.data() + at, sizeof(T) * n);
+  at += sizeof(T) * n;
+}
+
+// Rows, their dimension and labels, ids, then the unreadable samples' indices.
+std::string serialize(const Features& f) {
+  std::string out;
+  const std::int64_t head[3] = {f.n, f.dim, static_cast<std::int64_t>(f.skipped.size())};
+  put(out, head, 3);
+  put(out, f.x.data(), f.x.size());
+  put(out, f.y.data(), f.y.size());
+  put(out, f.ids.data(), f.ids.size());
+  for (const SkippedSample& s : f.skipped) {
+    const std::int64_t index = s.sample_id, length = static_cast<std::int64_t>(s.path.size());
+    put(out, &index, 1);
+    put(out, &length, 1);
+    put(out, s.path.data(), s.path.size());
+    const std::int64_t reason = static_cast<std::int64_t>(s.reason.size());
+    put(out, &reason, 1);
+    put(out, s.reason.data(), s.reason.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+Features gather_features(Collective& collective, Features local, const std::vector<std::uint32_t>& order) {
+  if (collective.size() == 1) return local;
+  const std::vector<std::string> all = collective.allgather(serialize(local));
+  struct Rows {
+    int n = 0, dim = 0;
+    std::vector<float> x;
+    std::vector<int> y;
+    std::vector<std::int64_t> ids;
+  };
+  std::vector<Rows> ranks(all.size());
+  std::vector<SkippedSample> skipped;
+  std::unordered_map<std::int64_t, std::pair<std::size_t, int>> where;  // id -> (rank, row), first copy
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    std::size_t at = 0;
+    std::int64_t head[3];
+    take(all[r], at, head, 3);
+    Rows& rows = ranks[r];
+    rows.n = static_cast<int>(head[0]);
+    rows.dim = static_cast<int>(head[1]);
+    if (rows.n > 0 && rows.dim != local.dim && local.n > 0)
+      throw Error("gather_features: rank " + std::to_string(r) + " has features of " + std::to_string(rows.dim) +
+                  " values, this rank " + std::to_string(local.dim));
+    rows.x.resize(static_cast<std::size_t>(rows.n) * static_cast<std::size_t>(rows.dim));
+    rows.y.resize(static_cast<std::size_t>(rows.n));
+    rows.ids.resize(static_cast<std::size_t>(rows.n));
+    take(all[r], at, rows.x.data(), rows.x.size());
+    take(all[r], at, rows.y.data(), rows.y.size());
+    take(all[r], at, rows.ids.data(), rows.ids.size());
+    for (std::int64_t k = 0; k < head[2]; ++k) {
+      SkippedSample s;
+      std::int64_t index = 0, length = 0;
+      take(all[r], at, &index, 1);
+      take(all[r], at, &length, 1);
+      s.sample_id = index;
+      s.path.resize(static_cast<std::size_t>(length));
+      take(all[r], at, s.path.data(), s.path.size());
+      take(all[r], at, &length, 1);
+      s.reason.resize(static_cast<std::size_t>(length));
+      take(all[r], at, s.reason.data(), s.reason.size());
+      skipped.push_back(std::move(s));
+    }
+    for (int i = 0; i < rows.n; ++i) where.try_emplace(rows.ids[static_cast<std::size_t>(i)], r, i);
+  }
+  Features out;
+  out.dim = 0;
+  for (const Rows& rows : ranks) out.dim = std::max(out.dim, rows.dim);
+  out.times = local.times;
+  for (const std::uint32_t id : order) {
+    const auto it = where.find(static_cast<std::int64_t>(id));
+    if (it == where.end()) continue;  // unreadable
+    const Rows& rows = ranks[it->second.first];
+    const auto row = static_cast<std::size_t>(it->second.second);
+    const float* x = rows.x.data() + row * static_cast<std::size_t>(rows.dim);
+    out.x.insert(out.x.end(), x, x + rows.dim);
+    out.y.push_back(rows.y[row]);
+    out.ids.push_back(static_cast<std::int64_t>(id));
+    where.erase(it);
+  }
+  out.n = static_cast<int>(out.y.size());
+  std::sort(skipped.begin(), skipped.end(),
+            [](const SkippedSample& a, const SkippedSample& b) { return a.sample_id < b.sample_id; });
+  skipped.erase(std::unique(skipped.begin(), skipped.end(),
+                            [](const SkippedSample& a, const SkippedSample& b) { return a.sample_id == b.sample_id; }),
+                skipped.end());
+  out.skipped = std::move(skipped);
+  return out;
+}
+
+HeadExchange::HeadExchange(Collective& collective, const trainer::Head& head)
+    : collective_(collective),
+      optimizer_({trainer::OptimizerKind::Adam, head.adam().learning_rate, head.adam().beta_1, head.adam().beta_2,
+                  head.adam().epsilon}) {
+  kernel_ = optimizer_.add(head.kernel().size());
+  bias_ = optimizer_.add(head.bias().size());
+}
+
+trainer::EpochStats HeadExchange::train_epoch(trainer::Head& head, const Features& values, int batch_size,
+                                              std::uint64_t epoch, std::uint64_t seed, const trainer::LossOptions& loss,
+                                              const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
+  const int n = values.n, dim = values.dim;
+  if (n <= 0 || batch_size <= 0)
+    throw InvalidArgument("train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
+                          std::to_string(batch_size));
+  const std::vector<int> order = trainer::epoch_rows(n, seed, epoch);
+  const auto ranks = static_cast<std::int64_t>(collective_.size());
+  const auto rank = static_cast<std::int64_t>(collective_.rank());
+  const std::size_t kernel_size = head.kernel().size(), bias_size = head.bias().size();
+  std::vector<float> bx(static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(dim));
+  std::vector<int> by(static_cast<std::size_t>(batch_size));
+  std::vector<float> gradients(kernel_size + bias_size);
+  trainer::HeadGradients g;
+  double loss_sum = 0, correct = 0;
+  for (int start = 0; start < n; start += batch_size) {
+    const int nb = std::min(batch_size, n - start);
+    const int lo = static_cast<int>(nb * rank / ranks), hi = static_cast<int>(nb * (rank + 1) / ranks);
+    const int m = hi - lo;
+    for (int b = 0; b < m; ++b) {
+      const auto idx = static_cast<std::size_t>(order[static_cast<std::size_t>(start + lo + b)]);
+      std::memcpy(bx.data() + static_cast<std::size_t>(b) * dim, values.x.data() + idx * static_cast<std::size_t>(dim),
+                  sizeof(float) * static_cast<std::size_t>(dim));
+      by[static_cast<std::size_t>(b)] = values.y[idx];
+    }
+    if (before_step) before_step(head, optimizer_.steps());
+    // This rank's share of the batch's mean gradient: its slice's mean times m / nb.
+    double stats[2] = {0, 0};
+    std::fill(gradients.begin(), gradients.end(), 0.0f);
+    if (m > 0) {
+      const trainer::StepResult r = head.backward(bx.data(), by.data(), m, loss, g);
+      const double share = static_cast<double>(m) / nb;
+      for (std::size_t i = 0; i < kernel_size; ++i) gradients[i] = static_cast<float>(g.kernel[i] * share);
+      for (std::size_t i = 0; i < bias_size; ++i) gradients[kernel_size + i] = static_cast<float>(g.bias[i] * share);
+      stats[0] = r.loss * m;
+      stats[1] = r.correct;
+    }
+    collective_.allreduce_sum(std::span<float>(gradients));
+    collective_.allreduce_sum(std::span<double>(stats, 2));
+    optimizer_.set_learning_rate(head.adam().learning_rate);
+    optimizer_.begin_step();
+    optimizer_.update(kernel_, head.kernel().data(), gradients.data());
+    optimizer_.update(bias_, head.bias().data(), gradients.data() + kernel_size);
+    loss_sum += stats[0];
+    correct += stats[1];
+  }
+  return {loss_sum / n, correct / n, n};
+}
+
+}  // namespace stoker::training

@@ -1,0 +1,45 @@
+// Data-parallel training of the head across the ranks of a Collective (docs/distributed.md): the
+// ranks compute the features of their shares, gather them in the order one process would have
+// computed them, and split each global batch between them; the gradients are summed in rank order
+// and every rank applies the same update, so the ranks' heads stay bit-identical.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "stoker/trainer/fine_tune.hpp"
+#include "stoker/trainer/head.hpp"
+#include "stoker/training/collective.hpp"
+#include "stoker/training/feature_source.hpp"
+
+namespace stoker::training {
+
+// Every rank's rows of `local` on every rank, in `order` (dataset indices, as one process's plan
+// lists them); a row that pads a rank's share (a second copy of a sample) is kept once, and rows
+// whose sample is not in `order` are dropped. The times stay this rank's; the unreadable samples
+// become every rank's.
+Features gather_features(Collective& collective, Features local, const std::vector<std::uint32_t>& order);
+
+// The head's optimizer when the ranks exchange gradients: Keras' Adam with the head's settings
+// (trainer::Optimizer), its learning rate taken from the head before every step.
+class HeadExchange {
+ public:
+  HeadExchange(Collective& collective, const trainer::Head& head);
+
+  // One epoch over n rows of `values` in the order trainer::epoch_rows(n, seed, epoch) gives, in
+  // global batches of `batch_size` rows: each rank takes its slice of each (rows [b·r/W, b·(r+1)/W)
+  // of a batch of b), their gradients are summed over the ranks and divided by b, and every rank
+  // makes the same step. `before_step(head, steps)` runs before each (a schedule).
+  trainer::EpochStats train_epoch(trainer::Head& head, const Features& values, int batch_size, std::uint64_t epoch,
+                                  std::uint64_t seed, const trainer::LossOptions& loss,
+                                  const std::function<void(trainer::Head&, std::int64_t)>& before_step);
+  std::int64_t steps() const { return optimizer_.steps(); }
+
+ private:
+  Collective& collective_;
+  trainer::Optimizer optimizer_;
+  int kernel_ = 0, bias_ = 0;
+};
+
+}  // namespace stoker::training
