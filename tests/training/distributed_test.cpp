@@ -119,6 +119,23 @@ TEST_F(Distributed, TwoRanksEqualOneProcessAndOnlyRankZeroWrites) {
   EXPECT_LT(most, 1e-5) << "largest kernel difference";
 }
 
+// The gradients are summed in rank order, not in the order MPI's reduction algorithm picks: two
+// runs of the same world size end with the same head, bit for bit.
+TEST_F(Distributed, TwoRunsOfTwoRanksAreBitIdentical) {
+  const CommandResult a = run(mpirun((dir / "a").string(), (dir / "a1").string()));
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  const CommandResult b = run(mpirun((dir / "b").string(), (dir / "b1").string()));
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_EQ(stoker::trainer::Head::load(dir / "a" / "head.stkh").serialize(),
+            stoker::trainer::Head::load(dir / "b" / "head.stkh").serialize());
+  const nlohmann::json ha = history(dir / "a"), hb = history(dir / "b");
+  ASSERT_EQ(ha["epochs"].size(), hb["epochs"].size());
+  for (std::size_t e = 0; e < ha["epochs"].size(); ++e) {
+    EXPECT_EQ(ha["epochs"][e]["loss"], hb["epochs"][e]["loss"]) << e;
+    EXPECT_EQ(ha["epochs"][e]["val_loss"], hb["epochs"][e]["val_loss"]) << e;
+  }
+}
+
 // Refusals name the reason: augmentation across ranks is not there yet.
 TEST_F(Distributed, AugmentationAcrossRanksIsRefused) {
   const CommandResult two = run(mpirun((dir / "two").string(), (dir / "rank1").string()) + " --horizontal-flip");
