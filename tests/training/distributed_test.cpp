@@ -36,12 +36,12 @@ CommandResult run(const std::string& cmd) {
   return r;
 }
 
-// Two classes that differ in colour; 11 images each, so that with a validation split of 0.3 the
-// training (15) and validation (7) sets do not divide between two ranks: their shares are padded.
+// Two classes that differ in colour, 11 and 10 images: with a validation split of 0.3 the 15
+// training images do not divide between two ranks (a share is padded with a repeat).
 void make_dataset(const fs::path& root) {
   for (int c = 0; c < 2; ++c) {
     fs::create_directories(root / (c ? "dog" : "cat"));
-    for (int i = 0; i < 11; ++i) {
+    for (int i = 0; i < 11 - c; ++i) {
       cv::Mat img = stoker::test::make_pattern_rgb(90 + i, 120, i);
       img.forEach<cv::Vec3b>(
           [&](cv::Vec3b& px, const int*) { px[c ? 2 : 0] = static_cast<unsigned char>(150 + 9 * i); });
@@ -95,19 +95,21 @@ TEST_F(Distributed, TwoRanksEqualOneProcessAndOnlyRankZeroWrites) {
   EXPECT_EQ(two.out.find("epoch 1/3"), two.out.rfind("epoch 1/3")) << two.out;
 
   // The same figures: the same samples in each global batch, the gradients summed in another
-  // order (halves, then their sum) — float32 rounding, a few ulps a step, over 12 Adam steps.
+  // order (halves, then their sum) — float32 rounding, a few ulps a step, over 12 Adam steps
+  // (measured: the losses within 3e-8).
   const nlohmann::json h1 = history(dir / "one"), h2 = history(dir / "two");
   ASSERT_EQ(h1["epochs"].size(), 3u);
   ASSERT_EQ(h2["epochs"].size(), 3u);
   EXPECT_EQ(h1["best_epoch"], h2["best_epoch"]);
   for (std::size_t e = 0; e < 3; ++e) {
     const auto &a = h1["epochs"][e], &b = h2["epochs"][e];
-    EXPECT_EQ(a["images"], b["images"]) << e;
+    EXPECT_EQ(a["images"], 15) << e;
+    EXPECT_EQ(b["images"], 15) << e;
     EXPECT_EQ(a["val_images"], b["val_images"]) << e;
     EXPECT_EQ(a["accuracy"], b["accuracy"]) << e;
     EXPECT_EQ(a["val_accuracy"], b["val_accuracy"]) << e;
-    EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-5) << e;
-    EXPECT_NEAR(a["val_loss"].get<double>(), b["val_loss"].get<double>(), 1e-5) << e;
+    EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6) << e;
+    EXPECT_NEAR(a["val_loss"].get<double>(), b["val_loss"].get<double>(), 1e-6) << e;
     EXPECT_EQ(a["improved"], b["improved"]) << e;
   }
   const auto head1 = stoker::trainer::Head::load(dir / "one" / "head.stkh");
