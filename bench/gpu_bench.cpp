@@ -36,6 +36,7 @@
 #include "stoker/augment/cuda_augmenter.hpp"
 #include "stoker/core/cuda.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/core/half.hpp"
 #include "stoker/pipeline/gpu_feed.hpp"
 
 namespace fs = std::filesystem;
@@ -86,13 +87,6 @@ double median(std::vector<double> v) {
 }
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-float bf16_to_float(std::uint16_t bits) {
-  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // Keras-style training augmentation with torchvision normalisation, f32 spec (bf16 on the GPU).
 // bench/torch_augment_peer.py draws the same ranges: rotation +-20 deg, shift +-10 %, shear
@@ -246,7 +240,7 @@ KernelResult kernel_alone(const Args& a) {
     gpu.run_on_host(std::span(&view, 1), std::span(&params, 1), ref.data());
     const std::uint16_t* got = dev_out.data() + (out_sample / 2) * static_cast<std::size_t>(i);
     for (std::size_t e = 0; e < ref.size(); ++e, ++total) {
-      const float g = bf16_to_float(got[e]), h = bf16_to_float(ref[e]);
+      const float g = stoker::convert::bf16_value(got[e]), h = stoker::convert::bf16_value(ref[e]);
       const double d = std::fabs(static_cast<double>(g) - h);
       if (!std::isfinite(g) || !(d <= 0.05 + 0.01 * std::fabs(h))) ++bad;
       if (std::isfinite(d)) worst = std::max(worst, d);

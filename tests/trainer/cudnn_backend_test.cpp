@@ -974,6 +974,26 @@ TEST(CudnnBackend, EveryLayerKindMatchesCpuBackend) {
   }
 }
 
+// On the emulated device the backend is the real class, not a stand-in: its construction (cuDNN
+// handle, buffers, the algorithm choice) reports its cold start, and every convolution runs through
+// the cuDNN seam (emulated_conv.cpp) that replaces cuDNN there, at the batch sizes called.
+TEST(CudnnBackend, TheEmulatedDeviceRunsTheRealBackend) {
+  REQUIRE_GPU();
+  if (!cuda_is_emulated()) GTEST_SKIP() << "a real GPU: the check runs cuDNN itself";
+  Builder b({9, 9, 3});
+  const int x = b.add(conv(8, 3, 2, Padding::Same, true, relu(6.0f)), {0});  // asymmetric: explicit padding
+  Graph g = b.done({b.add(conv(4, 1, 1, Padding::Valid), {x})});
+  CudnnBackendOptions o;
+  o.max_batch = 4;
+  auto gpu = make_cudnn_backend(g, o);
+  const auto in = random_input(g, 3, 2);
+  const auto out = gpu->forward(in.data(), 3);
+  const std::string d = gpu->describe();
+  EXPECT_NE(d.find("cold start: cudnnCreate"), std::string::npos) << d;
+  EXPECT_NE(d.find("cudnn emulated (host loops), batches 3"), std::string::npos) << d;
+  EXPECT_LT(max_rel_error(out[0].data, make_cpu_backend(g)->forward(in.data(), 3)[0].data), 1e-2);
+}
+
 TEST(CudnnBackend, AsymmetricSamePaddingStride2) {
   REQUIRE_GPU();
   for (int size : {224, 225, 16, 17}) {
@@ -1066,8 +1086,8 @@ TEST(CudnnEnvironment, ReportsVersionsAndSmallChannelSupport) {
 TEST(CudnnBackend, InceptionResNetV2MatchesCpuBackend) {
   REQUIRE_GPU();
   if (cuda_is_emulated()) {
-    GTEST_SKIP() << "emulated device: its backend is the plan's host executor, checked on this model at 75x75 by "
-                    "CudnnPlan.InceptionResNetV2OnTheHost (299 takes minutes there)";
+    GTEST_SKIP() << "emulated device: 299x299 is minutes of host convolutions there; the model's plan is checked "
+                    "at 75x75 by CudnnPlan.InceptionResNetV2OnTheHost";
   }
   const Graph g = inception_resnet_v2(299);  // the size the user trains at
   const auto x = random_input(g, 2, 9);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <stoker/core/error.hpp>
+#include <stoker/core/half.hpp>
 #include <stoker/trainer/model.hpp>
 
 #include "import.hpp"
@@ -52,15 +53,6 @@ std::filesystem::path shard_path(const std::filesystem::path& dir, const std::st
   if (name.empty() || rel.has_root_path() || climbs)
     throw InvalidArgument(where + ": weight shard path '" + name + "' must be relative to model.json's folder");
   return dir / rel;
-}
-
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -v : v;
 }
 
 std::size_t dtype_bytes(const std::string& dtype, const std::string& where) {
@@ -139,7 +131,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
           } else if (dtype == "float16") {
             std::uint16_t v;
             std::memcpy(&v, p + 2 * i, 2);
-            w.data[i] = half_to_float(v);
+            w.data[i] = convert::f16_value(v);
           } else if (dtype == "uint16") {
             std::uint16_t v;
             std::memcpy(&v, p + 2 * i, 2);

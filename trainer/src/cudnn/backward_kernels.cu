@@ -3,7 +3,7 @@
 // Parameter gradients in two passes of fixed order (column_partial blocks, then the blocks summed
 // in order), so a step's gradients are the same on every run. 64-bit indices throughout.
 #include "backward_kernels.hpp"
-#include "storage.cuh"
+#include "kernel_support.hpp"
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 using I = std::size_t;
 
 struct Ones {
-  __host__ __device__ float operator()(std::size_t) const { return 1.0f; }
+  STOKER_KERNEL_FN float operator()(std::size_t) const { return 1.0f; }
 };
 
 template <typename T>
@@ -138,7 +138,7 @@ void add_storage(DType storage, const void* src, float* dst, std::size_t n, Stre
   if (n == 0) return;
   dispatch(storage, "add_storage", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    add_storage_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), dst, n);
+    LAUNCH(n, stream, add_storage_kernel)(static_cast<const T*>(src), dst, n);
   });
   STOKER_CUDA_CHECK_LAUNCH("add_storage_kernel");
 }
@@ -147,11 +147,11 @@ void pad_backward(DType dy_type, const void* dy, float* dx, std::size_t images, 
   const I total = images * g.h * g.w * g.c;
   if (total == 0) return;
   if (dy_type == DType::F32) {
-    pad_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const float*>(dy), dx, total, g);
+    LAUNCH(total, stream, pad_backward_kernel)(static_cast<const float*>(dy), dx, total, g);
   } else {
     dispatch(dy_type, "pad_backward", [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      pad_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(dy), dx, total, g);
+      LAUNCH(total, stream, pad_backward_kernel)(static_cast<const T*>(dy), dx, total, g);
     });
   }
   STOKER_CUDA_CHECK_LAUNCH("pad_backward_kernel");
@@ -164,9 +164,9 @@ void affine_backward(DType storage, const void* x, const void* z, const void* y,
   const bool linear = static_cast<ActKind>(act.kind) == ActKind::Linear;
   dispatch(storage, "affine_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    affine_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(y), dy, dx, dz, dv, total, channels,
-        scale, bias, z_scale, act, linear);
+    LAUNCH(total, stream, affine_backward_kernel)
+    (static_cast<const T*>(x), static_cast<const T*>(z), static_cast<const T*>(y), dy, dx, dz, dv, total, channels,
+     scale, bias, z_scale, act, linear);
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_backward_kernel");
 }
@@ -178,20 +178,19 @@ void column_sums(const float* a, const void* b, DType b_type, std::size_t rows, 
   const I n = blocks * static_cast<I>(c);
   if (n > 0) {
     if (!b) {
-      column_partial_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, Ones{}, rows, c, blocks, partial);
+      LAUNCH(n, stream, column_partial_kernel)(a, Ones{}, rows, c, blocks, partial);
     } else if (b_type == DType::F32) {
-      column_partial_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, Loader<float>{static_cast<const float*>(b)},
-                                                                    rows, c, blocks, partial);
+      LAUNCH(n, stream, column_partial_kernel)
+      (a, Loader<float>{static_cast<const float*>(b)}, rows, c, blocks, partial);
     } else {
       dispatch(b_type, "column_sums", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        column_partial_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, Loader<T>{static_cast<const T*>(b)}, rows, c,
-                                                                      blocks, partial);
+        LAUNCH(n, stream, column_partial_kernel)(a, Loader<T>{static_cast<const T*>(b)}, rows, c, blocks, partial);
       });
     }
     STOKER_CUDA_CHECK_LAUNCH("column_partial_kernel");
   }
-  sum_blocks_kernel<<<blocks_for(static_cast<I>(c)), kThreads, 0, stream>>>(partial, blocks, static_cast<I>(c), out);
+  LAUNCH(static_cast<I>(c), stream, sum_blocks_kernel)(partial, blocks, static_cast<I>(c), out);
   STOKER_CUDA_CHECK_LAUNCH("sum_blocks_kernel");
 }
 
@@ -199,7 +198,7 @@ void depthwise_backward_input(const float* dy, const float* weights, float* dx, 
                               StreamHandle stream) {
   const I total = images * g.h * g.w * g.c;
   if (total == 0) return;
-  depthwise_input_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dy, weights, dx, total, g);
+  LAUNCH(total, stream, depthwise_input_kernel)(dy, weights, dx, total, g);
   STOKER_CUDA_CHECK_LAUNCH("depthwise_input_kernel");
 }
 
@@ -211,19 +210,18 @@ void depthwise_backward_weights(DType storage, const void* x, const float* dy, s
   if (blocks > 0) {
     dispatch(storage, "depthwise_backward_weights", [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      depthwise_weight_kernel<<<blocks_for(blocks * n), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, pixels, g,
-                                                                               blocks, partial);
+      LAUNCH(blocks * n, stream, depthwise_weight_kernel)(static_cast<const T*>(x), dy, pixels, g, blocks, partial);
     });
     STOKER_CUDA_CHECK_LAUNCH("depthwise_weight_kernel");
   }
-  sum_blocks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, blocks, n, dw);
+  LAUNCH(n, stream, sum_blocks_kernel)(partial, blocks, n, dw);
   STOKER_CUDA_CHECK_LAUNCH("sum_blocks_kernel");
 }
 
 void concat_backward(const float* dy, float* dx, std::size_t rows, int ck, int oc, int offset, StreamHandle stream) {
   const I total = rows * static_cast<I>(ck);
   if (total == 0) return;
-  concat_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dy, dx, total, ck, oc, offset);
+  LAUNCH(total, stream, concat_backward_kernel)(dy, dx, total, ck, oc, offset);
   STOKER_CUDA_CHECK_LAUNCH("concat_backward_kernel");
 }
 
@@ -233,8 +231,7 @@ void pool_backward(DType storage, bool is_max, const void* x, const float* dy, f
   if (total == 0) return;
   dispatch(storage, "pool_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, dx, total, g,
-                                                                     is_max);
+    LAUNCH(total, stream, pool_backward_kernel)(static_cast<const T*>(x), dy, dx, total, g, is_max);
   });
   STOKER_CUDA_CHECK_LAUNCH("pool_backward_kernel");
 }
@@ -245,8 +242,7 @@ void global_pool_backward(DType storage, bool is_max, const void* x, const float
   if (total == 0) return;
   dispatch(storage, "global_pool_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    global_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, dx, total, hw,
-                                                                            c, is_max);
+    LAUNCH(total, stream, global_pool_backward_kernel)(static_cast<const T*>(x), dy, dx, total, hw, c, is_max);
   });
   STOKER_CUDA_CHECK_LAUNCH("global_pool_backward_kernel");
 }
@@ -257,12 +253,10 @@ void mul_backward(DType storage, const void* a, const void* b, const float* dy, 
   dispatch(storage, "mul_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (da)
-      mul_backward_a_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(b), dy, da, total, per, c,
-                                                                        channel_broadcast);
+      LAUNCH(total, stream, mul_backward_a_kernel)(static_cast<const T*>(b), dy, da, total, per, c, channel_broadcast);
     if (db) {
       const I n = channel_broadcast ? total / per * static_cast<I>(c) : total;
-      mul_backward_b_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(a), dy, db, n, per, c,
-                                                                    channel_broadcast);
+      LAUNCH(n, stream, mul_backward_b_kernel)(static_cast<const T*>(a), dy, db, n, per, c, channel_broadcast);
     }
   });
   STOKER_CUDA_CHECK_LAUNCH("mul_backward kernels");
@@ -273,7 +267,7 @@ void softmax_backward(DType storage, const void* y, const float* dy, float* dx, 
   if (rows == 0) return;
   dispatch(storage, "softmax_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    softmax_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(y), dy, dx, rows, n);
+    LAUNCH(rows, stream, softmax_backward_kernel)(static_cast<const T*>(y), dy, dx, rows, n);
   });
   STOKER_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
 }
@@ -283,8 +277,7 @@ void layer_norm_backward(DType storage, const void* x, const float* dy, float* d
   if (rows == 0) return;
   dispatch(storage, "layer_norm_backward", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    layer_norm_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), dy, dx, xhat, rows,
-                                                                          c, epsilon, scale);
+    LAUNCH(rows, stream, layer_norm_backward_kernel)(static_cast<const T*>(x), dy, dx, xhat, rows, c, epsilon, scale);
   });
   STOKER_CUDA_CHECK_LAUNCH("layer_norm_backward_kernel");
 }

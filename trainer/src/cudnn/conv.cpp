@@ -159,19 +159,6 @@ void CudnnHandle::set_stream(StreamHandle stream) {
   STOKER_CUDNN_CHECK(cudnnSetStream(static_cast<cudnnHandle_t>(h_), stream));
 }
 
-ConvGeometry conv_geometry(const Op& op, DType storage) {
-  ConvGeometry g;
-  g.c = op.c, g.oc = op.oc, g.oh = op.oh, g.ow = op.ow;
-  g.h = op.explicit_pad ? op.padded_h() : op.h;
-  g.w = op.explicit_pad ? op.padded_w() : op.w;
-  g.pad_h = op.explicit_pad ? 0 : op.pad_top;
-  g.pad_w = op.explicit_pad ? 0 : op.pad_left;
-  g.kh = op.kh, g.kw = op.kw, g.sh = op.sh, g.sw = op.sw, g.dh = op.dh, g.dw = op.dw;
-  g.groups = op.groups;
-  g.storage = storage;
-  return g;
-}
-
 std::string cudnn_version_string() {
   const std::size_t v = cudnnGetVersion();  // 9.19.0 -> 91900
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);

@@ -11,6 +11,7 @@
 #include <stoker/core/cuda.hpp>
 #include <stoker/core/image.hpp>
 
+#include "conv_reference.hpp"
 #include "plan.hpp"
 
 namespace stoker::trainer::cudnn::gpu {
@@ -44,18 +45,6 @@ std::string cudnn_environment();
 // cannot work on this machine (a sub-library missing, an incompatible driver or runtime, an
 // architecture it was not built for).
 std::vector<std::string> probe_small_channel_convolutions(CudnnHandle& handle, DType storage);
-
-// One convolution: x images × h × w × c (NHWC, storage type) with padding pad_h/pad_w on both sides,
-// weights KRSC, groups, output images × oh × ow × oc. `images` varies per call (≤ max_images).
-struct ConvGeometry {
-  int c = 0, h = 0, w = 0, oc = 0, oh = 0, ow = 0;
-  int kh = 1, kw = 1, pad_h = 0, pad_w = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
-  DType storage = DType::F16;
-};
-
-// The cuDNN convolution running a plan's Conv op: over its explicitly padded input (then with no
-// padding of its own) or with the op's symmetric padding.
-ConvGeometry conv_geometry(const Op& op, DType storage);
 
 class Conv {
  public:

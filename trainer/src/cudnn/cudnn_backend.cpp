@@ -3,19 +3,16 @@
 // through the small kernels in kernels.cu. Memory is allocated once, in the constructor, for
 // max_batch samples: weights, one arena holding the plan's activation buffers, the explicit-padding
 // scratch, the cuDNN workspace, an input buffer and float32 output buffers. Without CUDA (or
-// without cuDNN) make_cudnn_backend() throws CudaError; on the emulated device (a build with
-// STOKER_CUDA_EMULATION) it returns the plan's host executor behind this interface
-// (emulated_backend.cpp).
+// without cuDNN) make_cudnn_backend() throws CudaError. On the emulated device (a build with
+// STOKER_CUDA_EMULATION) this same class runs, with the kernels compiled for the host and
+// emulated_conv.cpp in cuDNN's place.
 #include <stoker/trainer/cudnn_backend.hpp>
 
 #include <stoker/core/error.hpp>
 
 #include "plan.hpp"
-#if defined(STOKER_CUDA_EMULATION)
-#include "emulated_backend.hpp"
-#endif
 
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,7 +28,7 @@
 
 namespace stoker::trainer {
 
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
 namespace {
 
 using cudnn::Op;
@@ -234,7 +231,7 @@ class CudnnBackendImpl final : public CudnnBackend {
       const auto bb = to_storage_bits(b, opt_.storage);
       g.bias_st = upload(bb.data(), bb.size() * 2, "conv bias (storage type)");
     }
-    g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, cudnn::gpu::conv_geometry(op, opt_.storage),
+    g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, cudnn::conv_geometry(op, opt_.storage),
                                                 opt_.max_batch * op.rows, fused, opt_.workspace_limit);
     return g;
   }
@@ -376,7 +373,7 @@ class CudnnBackendImpl final : public CudnnBackend {
 #endif
 
 bool built_with_cudnn() noexcept {
-#if (defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)) || defined(STOKER_CUDA_EMULATION)
+#if defined(STOKER_HAVE_CUDNN)
   return true;
 #else
   return false;
@@ -395,14 +392,11 @@ std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const Cudnn
   po.fuse_residual_add = options.fuse_residual_add;
   po.cudnn_depthwise = options.cudnn_depthwise;
   cudnn::Plan plan = cudnn::lower_graph(graph, po);  // unsupported layers fail here, GPU or not
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
   require_cuda_device("cudnn backend");
   // Built on options.device; the caller's current device (which PyTorch shares) is given back.
   const DeviceGuard on(options.device);
   return std::make_shared<CudnnBackendImpl>(std::move(plan), options);
-#elif defined(STOKER_CUDA_EMULATION)
-  const DeviceGuard on(options.device);  // as above
-  return cudnn::make_emulated_backend(std::move(plan), options);
 #elif defined(STOKER_HAVE_CUDA)
   (void)plan;
   throw CudaError(

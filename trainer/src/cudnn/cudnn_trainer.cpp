@@ -3,16 +3,15 @@
 // backward-data, backward-filter, deterministic algorithms first), the rest through the backend's
 // kernels (kernels.cu) and the backward kernels (backward_kernels.cu). One stream; forward() and
 // backward() return when their results are on the host. Without CUDA or cuDNN
-// make_gpu_train_executor() throws CudaError; on the emulated device it returns the host twin.
-//
-// Not yet run on a GPU: the host twin checks the kernels' math and the plan everywhere, but the
-// cuDNN calls and the launches themselves run only on a GPU (scripts/gpu_check.sh).
+// make_gpu_train_executor() throws CudaError. On the emulated device this same executor runs, with
+// the kernels compiled for the host and emulated_conv.cpp in cuDNN's place; the cuDNN calls
+// themselves (conv.cpp) run only on a GPU (scripts/gpu_check.sh).
 #include "train_plan.hpp"
 
 #include <stoker/core/cuda.hpp>
 #include <stoker/core/error.hpp>
 
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
 #include <algorithm>
 
 #include <stoker/core/half.hpp>
@@ -24,7 +23,7 @@
 
 namespace stoker::trainer::cudnn {
 
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
 namespace {
 
 constexpr DType kStorage = DType::BF16;
@@ -197,8 +196,8 @@ class CudnnTrainExecutor final : public TrainExecutor {
       if (op.type == OpType::Conv && op.depthwise_kernel)
         partial = std::max(partial, (blocks_of(mb * op.oh * op.ow) + 1) * op.weights.size());
       if (op.type == OpType::Conv && !op.depthwise_kernel) {
-        g.conv = std::make_unique<gpu::Conv>(*handle_, op.name, gpu::conv_geometry(op, kStorage),
-                                             opt_.max_batch * op.rows, false, opt_.workspace_limit);
+        g.conv = std::make_unique<gpu::Conv>(*handle_, op.name, conv_geometry(op, kStorage), opt_.max_batch * op.rows,
+                                             false, opt_.workspace_limit);
         workspace = std::max(workspace, g.conv->prepare_backward(*handle_, opt_.workspace_limit));
         g.dweights_bf16 = take(op.weights.size() * 2, "weight gradients (bf16)");
       }
@@ -405,15 +404,11 @@ std::unique_ptr<TrainExecutor> make_gpu_train_executor(const TrainPlan& plan, co
   if (options.max_batch < 1)
     throw InvalidArgument("gpu fine-tuning: max_batch must be at least 1, received " +
                           std::to_string(options.max_batch));
-#if defined(STOKER_HAVE_CUDA) && defined(STOKER_HAVE_CUDNN)
+#if defined(STOKER_HAVE_CUDNN)
   require_cuda_device("gpu fine-tuning");
   // Built on options.device; the caller's current device is given back.
   const DeviceGuard on(options.device);
   return std::make_unique<CudnnTrainExecutor>(plan, options);
-#elif defined(STOKER_CUDA_EMULATION)
-  require_cuda_device("gpu fine-tuning");
-  { const DeviceGuard on(options.device); }  // a device that does not exist is an error
-  return make_host_train_executor(plan, options.max_batch, DType::BF16);
 #else
   (void)plan;
   throw CudaError("gpu fine-tuning: stoker was built without CUDA and cuDNN; the CPU trains instead", -1);

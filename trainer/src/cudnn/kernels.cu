@@ -3,8 +3,8 @@
 // values stored as fp16 or bf16, math in float32. Grid-stride loops; one launcher per kernel.
 #include <cstdint>
 
+#include "kernel_support.hpp"
 #include "kernels.hpp"
-#include "storage.cuh"
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {
@@ -38,7 +38,8 @@ template <typename T, typename I>
 __global__ void pad_kernel(const T* x, T* y, I total, PadGeometry g) {
   GRID_STRIDE(I, e, total) {
     I src = 0;
-    y[e] = pad_source(g, e, &src) ? x[src] : T(0.0f);
+    if (pad_source(g, e, &src)) y[e] = x[src];
+    else store(y, e, 0.0f);
   }
 }
 
@@ -100,15 +101,9 @@ void convert_input(const void* in, DType in_type, void* out, DType storage, std:
     using T = std::remove_pointer_t<decltype(tag)>;
     T* o = static_cast<T*>(out);
     switch (in_type) {
-      case DType::F32:
-        convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), o, n);
-        break;
-      case DType::F16:
-        convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), o, n);
-        break;
-      case DType::BF16:
-        convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), o, n);
-        break;
+      case DType::F32: LAUNCH(n, stream, convert_kernel)(static_cast<const float*>(in), o, n); break;
+      case DType::F16: LAUNCH(n, stream, convert_kernel)(static_cast<const Half*>(in), o, n); break;
+      case DType::BF16: LAUNCH(n, stream, convert_kernel)(static_cast<const BFloat16*>(in), o, n); break;
       default:
         throw InvalidArgument(std::string("cudnn backend: input type must be F32, F16 or BF16, received ") +
                               to_string(in_type));
@@ -121,7 +116,7 @@ void to_float(const void* in, DType storage, float* out, std::size_t n, StreamHa
   if (n == 0) return;
   dispatch(storage, "to_float", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
+    LAUNCH(n, stream, convert_kernel)(static_cast<const T*>(in), out, n);
   });
   STOKER_CUDA_CHECK_LAUNCH("convert_kernel (to float)");
 }
@@ -135,11 +130,9 @@ void affine(DType storage, const void* x, const void* z, void* y, std::size_t to
     const T* zz = static_cast<const T*>(z);
     T* yy = static_cast<T*>(y);
     if (fits32(total))
-      affine_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          xx, zz, yy, static_cast<std::uint32_t>(total), channels, scale, bias, z_scale, act);
-    else
-      affine_kernel<T, std::size_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, zz, yy, total, channels, scale, bias, z_scale, act);
+      LAUNCH(total, stream, affine_kernel<T, std::uint32_t>)
+      (xx, zz, yy, static_cast<std::uint32_t>(total), channels, scale, bias, z_scale, act);
+    else LAUNCH(total, stream, affine_kernel<T, std::size_t>)(xx, zz, yy, total, channels, scale, bias, z_scale, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_kernel");
 }
@@ -155,11 +148,9 @@ void depthwise(DType storage, const void* x, const float* weights, const float* 
     const T* zz = static_cast<const T*>(z);
     T* yy = static_cast<T*>(y);
     if (fits32(total, in_total))
-      depthwise_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          xx, weights, bias, zz, z_scale, yy, static_cast<std::uint32_t>(total), g, act);
-    else
-      depthwise_kernel<T, std::size_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, weights, bias, zz, z_scale, yy, total, g, act);
+      LAUNCH(total, stream, depthwise_kernel<T, std::uint32_t>)
+      (xx, weights, bias, zz, z_scale, yy, static_cast<std::uint32_t>(total), g, act);
+    else LAUNCH(total, stream, depthwise_kernel<T, std::size_t>)(xx, weights, bias, zz, z_scale, yy, total, g, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
@@ -174,9 +165,8 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(total, images * h * w * c))
-      pad_kernel<T, std::uint32_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g);
-    else pad_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g);
+      LAUNCH(total, stream, pad_kernel<T, std::uint32_t>)(xx, yy, static_cast<std::uint32_t>(total), g);
+    else LAUNCH(total, stream, pad_kernel<T, std::size_t>)(xx, yy, total, g);
   });
   STOKER_CUDA_CHECK_LAUNCH("pad_kernel");
 }
@@ -189,9 +179,8 @@ void pool(DType storage, bool max, const void* x, void* y, std::size_t images, P
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(total, images * g.h * g.w * g.c))
-      pool_kernel<T, std::uint32_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), g, max);
-    else pool_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, g, max);
+      LAUNCH(total, stream, pool_kernel<T, std::uint32_t>)(xx, yy, static_cast<std::uint32_t>(total), g, max);
+    else LAUNCH(total, stream, pool_kernel<T, std::size_t>)(xx, yy, total, g, max);
   });
   STOKER_CUDA_CHECK_LAUNCH("pool_kernel");
 }
@@ -205,9 +194,8 @@ void global_average(DType storage, const void* x, void* y, std::size_t images, i
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(images * hw * c))
-      gap_kernel<T, std::uint32_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
-    else gap_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
+      LAUNCH(total, stream, gap_kernel<T, std::uint32_t>)(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
+    else LAUNCH(total, stream, gap_kernel<T, std::size_t>)(xx, yy, total, hw, c, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("gap_kernel");
 }
@@ -221,9 +209,8 @@ void global_max(DType storage, const void* x, void* y, std::size_t images, int h
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(images * hw * c))
-      gmp_kernel<T, std::uint32_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
-    else gmp_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, hw, c, act);
+      LAUNCH(total, stream, gmp_kernel<T, std::uint32_t>)(xx, yy, static_cast<std::uint32_t>(total), hw, c, act);
+    else LAUNCH(total, stream, gmp_kernel<T, std::size_t>)(xx, yy, total, hw, c, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("gmp_kernel");
 }
@@ -237,11 +224,9 @@ void multiply(DType storage, const void* a, const void* b, void* y, std::size_t 
     const T* bb = static_cast<const T*>(b);
     T* yy = static_cast<T*>(y);
     if (fits32(total))
-      mul_kernel<T, std::uint32_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          aa, bb, yy, static_cast<std::uint32_t>(total), static_cast<std::uint32_t>(per), c, channel_broadcast, act);
-    else
-      mul_kernel<T, std::size_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(aa, bb, yy, total, per, c, channel_broadcast, act);
+      LAUNCH(total, stream, mul_kernel<T, std::uint32_t>)
+      (aa, bb, yy, static_cast<std::uint32_t>(total), static_cast<std::uint32_t>(per), c, channel_broadcast, act);
+    else LAUNCH(total, stream, mul_kernel<T, std::size_t>)(aa, bb, yy, total, per, c, channel_broadcast, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("mul_kernel");
 }
@@ -251,8 +236,8 @@ void layer_norm(DType storage, const void* x, void* y, std::size_t rows, int c, 
   if (rows == 0) return;
   dispatch(storage, "layer_norm", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    layer_norm_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, c,
-                                                                 epsilon, scale, bias, act);
+    LAUNCH(rows, stream, layer_norm_kernel)
+    (static_cast<const T*>(x), static_cast<T*>(y), rows, c, epsilon, scale, bias, act);
   });
   STOKER_CUDA_CHECK_LAUNCH("layer_norm_kernel");
 }
@@ -266,9 +251,8 @@ void concat_part(DType storage, const void* x, void* y, std::size_t rows, int ck
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
     if (fits32(rows * oc))
-      concat_kernel<T, std::uint32_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, static_cast<std::uint32_t>(total), ck, oc, offset);
-    else concat_kernel<T, std::size_t><<<blocks_for(total), kThreads, 0, stream>>>(xx, yy, total, ck, oc, offset);
+      LAUNCH(total, stream, concat_kernel<T, std::uint32_t>)(xx, yy, static_cast<std::uint32_t>(total), ck, oc, offset);
+    else LAUNCH(total, stream, concat_kernel<T, std::size_t>)(xx, yy, total, ck, oc, offset);
   });
   STOKER_CUDA_CHECK_LAUNCH("concat_kernel");
 }
@@ -277,7 +261,7 @@ void softmax_rows(DType storage, void* y, std::size_t rows, int n, StreamHandle 
   if (rows == 0) return;
   dispatch(storage, "softmax_rows", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    softmax_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(static_cast<T*>(y), rows, n);
+    LAUNCH(rows, stream, softmax_kernel)(static_cast<T*>(y), rows, n);
   });
   STOKER_CUDA_CHECK_LAUNCH("softmax_kernel");
 }

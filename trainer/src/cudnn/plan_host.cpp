@@ -10,32 +10,14 @@
 #include <stoker/core/error.hpp>
 #include <stoker/core/half.hpp>
 
+#include "conv_reference.hpp"
 #include "op_math.hpp"
 #include "plan.hpp"
 
 namespace stoker::trainer::cudnn {
 
 float storage_to_float(std::uint16_t bits, DType dtype) {
-  float f;
-  if (dtype == DType::BF16) {
-    const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  // binary16 bits -> float
-  const std::uint32_t sign = (bits & 0x8000u) << 16;
-  const std::uint32_t exp = (bits >> 10) & 0x1fu, man = bits & 0x3ffu;
-  if (exp == 0x1f) {
-    const std::uint32_t u = sign | 0x7f800000u | (man << 13);
-    std::memcpy(&f, &u, 4);
-  } else if (exp == 0) {
-    f = std::ldexp(static_cast<float>(man), -24);
-    if (sign) f = -f;
-  } else {
-    const std::uint32_t u = sign | ((exp + 112u) << 23) | (man << 13);
-    std::memcpy(&f, &u, 4);
-  }
-  return f;
+  return dtype == DType::BF16 ? convert::bf16_value(bits) : convert::f16_value(bits);
 }
 
 float round_to_storage(float v, DType dtype) {
@@ -128,38 +110,22 @@ void cudnn_conv_host(const Op& op, const float* x, const float* z, float* y, con
   const std::size_t imgs = run.nb * static_cast<std::size_t>(op.rows);
   std::vector<float> w = op.weights;
   round_all(w.data(), w.size(), run.round_to);
-  int h = op.h, wd = op.w, pt = op.pad_top, pl = op.pad_left;
   if (op.explicit_pad) {
     const int ph = op.padded_h(), pw = op.padded_w();
     run.scratch.assign(imgs * ph * pw * op.c, 0.0f);
-    pad_host(x, run.scratch.data(), imgs, PadGeometry{h, wd, op.c, ph, pw, op.pad_top, op.pad_left});
+    pad_host(x, run.scratch.data(), imgs, PadGeometry{op.h, op.w, op.c, ph, pw, op.pad_top, op.pad_left});
     x = run.scratch.data();
-    h = ph, wd = pw, pt = 0, pl = 0;
   }
   const float* bias = op.bias.empty() ? nullptr : op.bias.data();
-  const int cg = op.c / op.groups, og = op.oc / op.groups;
-  for (std::size_t i = 0; i < imgs; ++i)
-    for (int oy = 0; oy < op.oh; ++oy)
-      for (int ox = 0; ox < op.ow; ++ox)
-        for (int o = 0; o < op.oc; ++o) {
-          const int g = o / og;
-          float acc = 0.0f;
-          for (int ky = 0; ky < op.kh; ++ky) {
-            const int iy = oy * op.sh - pt + ky * op.dh;
-            if (iy < 0 || iy >= h) continue;
-            for (int kx = 0; kx < op.kw; ++kx) {
-              const int ix = ox * op.sw - pl + kx * op.dw;
-              if (ix < 0 || ix >= wd) continue;
-              const float* xs = x + ((i * h + iy) * wd + ix) * op.c + static_cast<std::size_t>(g) * cg;
-              const float* ws = w.data() + ((static_cast<std::size_t>(o) * op.kh + ky) * op.kw + kx) * cg;
-              for (int ci = 0; ci < cg; ++ci) acc += xs[ci] * ws[ci];
-            }
-          }
-          acc = round_to_storage(acc, run.round_to);
-          const std::size_t e = ((i * op.oh + oy) * op.ow + ox) * op.oc + o;
-          y[e] = round_to_storage(
-              affine_value(acc, nullptr, bias, o, z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act), run.round_to);
-        }
+  const ConvGeometry g = conv_geometry(op, run.round_to);
+  std::vector<float> sums(imgs * op.oh * op.ow * op.oc);
+  conv_forward_sums(g, imgs, x, w.data(), sums.data());
+  for (std::size_t e = 0; e < sums.size(); ++e) {
+    const float acc = round_to_storage(sums[e], run.round_to);
+    y[e] = round_to_storage(affine_value(acc, nullptr, bias, static_cast<int>(e % static_cast<std::size_t>(op.oc)),
+                                         z != nullptr, z ? z[e] : 0.0f, op.residual_scale, act),
+                            run.round_to);
+  }
 }
 
 void affine_host(const Op& op, const float* x, const float* z, float* y, std::size_t total, const HostRun& run) {

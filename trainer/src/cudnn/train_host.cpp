@@ -9,6 +9,7 @@
 #include <stoker/core/error.hpp>
 
 #include "backward_math.hpp"
+#include "conv_reference.hpp"
 #include "train_plan.hpp"
 
 namespace stoker::trainer::cudnn {
@@ -260,9 +261,8 @@ class HostTrainExecutor final : public TrainExecutor {
   void conv_backward(const Op& op, const float* dy, cpu::OpGradients* g) {
     const std::size_t imgs = nb_ * static_cast<std::size_t>(op.rows);
     const int ph = op.explicit_pad ? op.padded_h() : op.h, pw = op.explicit_pad ? op.padded_w() : op.w;
-    const int pt = op.explicit_pad ? 0 : op.pad_top, pl = op.explicit_pad ? 0 : op.pad_left;
     const std::size_t in_n = imgs * ph * pw * op.c;
-    std::vector<float> dys(dy, dy + total(op.out)), w = op.weights, xs(in_n, 0.0f), dxs(in_n, 0.0f);
+    std::vector<float> dys(dy, dy + total(op.out)), w = op.weights, xs(in_n, 0.0f), dxs(in_n);
     for (float& v : dys) v = round_to_storage(v, st_);
     for (float& v : w) v = round_to_storage(v, st_);
     const float* x = value(op.in[0]);
@@ -275,29 +275,8 @@ class HostTrainExecutor final : public TrainExecutor {
     } else {
       std::copy(x, x + in_n, xs.begin());
     }
-    const int cg = op.c / op.groups, og = op.oc / op.groups;
-    std::vector<float> dw(op.weights.size(), 0.0f);
-    for (std::size_t i = 0; i < imgs; ++i)
-      for (int oy = 0; oy < op.oh; ++oy)
-        for (int ox = 0; ox < op.ow; ++ox)
-          for (int o = 0; o < op.oc; ++o) {
-            const float d = dys[((i * op.oh + oy) * op.ow + ox) * op.oc + o];
-            const int group = o / og;
-            for (int ky = 0; ky < op.kh; ++ky) {
-              const int iy = oy * op.sh - pt + ky * op.dh;
-              if (iy < 0 || iy >= ph) continue;
-              for (int kx = 0; kx < op.kw; ++kx) {
-                const int ix = ox * op.sw - pl + kx * op.dw;
-                if (ix < 0 || ix >= pw) continue;
-                const std::size_t xi = ((i * ph + iy) * pw + ix) * op.c + static_cast<std::size_t>(group) * cg;
-                const std::size_t wi = ((static_cast<std::size_t>(o) * op.kh + ky) * op.kw + kx) * cg;
-                for (int ci = 0; ci < cg; ++ci) {
-                  dxs[xi + ci] += d * w[wi + ci];
-                  dw[wi + ci] += d * xs[xi + ci];
-                }
-              }
-            }
-          }
+    std::vector<float> dw(op.weights.size());
+    conv_backward_sums(conv_geometry(op, st_), imgs, xs.data(), w.data(), dys.data(), dxs.data(), dw.data());
     if (float* dx = grad(op.in[0])) {
       const std::size_t n = total(op.in[0]);
       if (op.explicit_pad) {

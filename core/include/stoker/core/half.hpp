@@ -45,6 +45,33 @@ STOKER_HOST_DEVICE inline std::uint16_t f16_bits(float f) {
   return static_cast<std::uint16_t>(sign | (r >> 13));
 }
 
+// bfloat16 bits -> float (exact).
+STOKER_HOST_DEVICE inline float bf16_value(std::uint16_t bits) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// binary16 bits -> float (exact, subnormals, infinities and NaN included).
+STOKER_HOST_DEVICE inline float f16_value(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exp = (bits >> 10) & 0x1fu, man = bits & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else {  // zero or subnormal: man * 2^-24, exact in float
+    const float magnitude = static_cast<float>(man) * (1.0f / 16777216.0f);
+    std::memcpy(&u, &magnitude, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // Stores v as element `index` of a dtype-typed array.
 STOKER_HOST_DEVICE inline void store(DType dtype, void* out, std::size_t index, float v) {
   switch (dtype) {
