@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -379,6 +380,47 @@ class TrainLog final : public training::TrainObserver {
   bool extracting_validation_ = false;
 };
 
+// The length of the UTF-8 sequence at text[i], or 0 where the bytes there are not UTF-8 (overlong
+// forms and surrogates included).
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b = byte(i);
+  if (b < 0x80) return 1;
+  const std::size_t n = b >= 0xf0 && b <= 0xf4 ? 4 : b >= 0xe0 ? (b <= 0xef ? 3 : 0) : b >= 0xc2 && b <= 0xdf ? 2 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+  if (n == 3 && ((b == 0xe0 && byte(i + 1) < 0xa0) || (b == 0xed && byte(i + 1) >= 0xa0))) return 0;
+  if (n == 4 && ((b == 0xf0 && byte(i + 1) < 0x90) || (b == 0xf4 && byte(i + 1) >= 0x90))) return 0;
+  return n;
+}
+
+// A run writes its class names into model.h5, stoker_model.json and its history, which hold UTF-8
+// only: a class named otherwise is refused before anything is computed, its bytes shown.
+void check_class_names_are_utf8(const Dataset& d, const std::string& source) {
+  for (const std::string& name : d.class_names) {
+    std::string shown;
+    bool valid = true;
+    for (std::size_t i = 0; i < name.size();) {
+      const std::size_t n = utf8_sequence(name, i);
+      if (n == 0) {
+        char hex[5];
+        std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(name[i]));
+        shown += hex;
+        valid = false;
+        ++i;
+      } else {
+        shown.append(name, i, n);
+        i += n;
+      }
+    }
+    if (!valid)
+      throw DatasetError(source + ": the class '" + shown +
+                         "' has a name that is not UTF-8; a run writes its class names into model.h5 and JSON "
+                         "files, which hold UTF-8 only: rename it");
+  }
+}
+
 // The training and validation sets: class folders or tar shards (--data, --val), split as Keras'
 // validation_split when there is no --val.
 training::TrainingData training_data(const TrainConfig& c) {
@@ -386,6 +428,7 @@ training::TrainingData training_data(const TrainConfig& c) {
   WebDatasetReport report;
   Dataset all = c.loader.dataset(&report);
   std::optional<Dataset> validation;
+  check_class_names_are_utf8(all, c.loader.source());
   if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report, all.class_names);
   if (report.shards > 0)
     print_shard_report(report, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

@@ -224,6 +224,17 @@ TEST_F(Cli, UnreadableFilesAreSkippedCountedAndNamed) {
   EXPECT_NE(pf.out.find(bad[1].string()), std::string::npos) << pf.out;
 }
 
+// A class folder whose name is not UTF-8 (a Latin-1 "café"): refused with its bytes shown before
+// anything is computed, never an internal error from a JSON writer, and no run folder made.
+TEST_F(Cli, AClassNameThatIsNotUtf8IsRefusedNamingIt) {
+  fs::rename(dir / "data" / "cat", dir / "data" / std::string("caf\xe9"));
+  const CommandResult r = stoker(train_args("--device cpu --epochs 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("the class 'caf\\xe9' has a name that is not UTF-8"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out")) << r.out;
+}
+
 // verify: every file decoded once; exit 0 when all are readable, 1 with each unreadable one named.
 TEST_F(Cli, VerifyListsTheUnreadableFiles) {
   const std::string data = (dir / "data").string();
