@@ -129,10 +129,12 @@ void affine(DType storage, const void* x, const void* z, void* y, std::size_t to
     const T* xx = static_cast<const T*>(x);
     const T* zz = static_cast<const T*>(z);
     T* yy = static_cast<T*>(y);
-    if (fits32(total))
+    if (fits32(total)) {
       LAUNCH(total, stream, affine_kernel<T, std::uint32_t>)
       (xx, zz, yy, static_cast<std::uint32_t>(total), channels, scale, bias, z_scale, act);
-    else LAUNCH(total, stream, affine_kernel<T, std::size_t>)(xx, zz, yy, total, channels, scale, bias, z_scale, act);
+    } else {
+      LAUNCH(total, stream, affine_kernel<T, std::size_t>)(xx, zz, yy, total, channels, scale, bias, z_scale, act);
+    }
   });
   STOKER_CUDA_CHECK_LAUNCH("affine_kernel");
 }
@@ -147,10 +149,12 @@ void depthwise(DType storage, const void* x, const float* weights, const float* 
     const T* xx = static_cast<const T*>(x);
     const T* zz = static_cast<const T*>(z);
     T* yy = static_cast<T*>(y);
-    if (fits32(total, in_total))
+    if (fits32(total, in_total)) {
       LAUNCH(total, stream, depthwise_kernel<T, std::uint32_t>)
       (xx, weights, bias, zz, z_scale, yy, static_cast<std::uint32_t>(total), g, act);
-    else LAUNCH(total, stream, depthwise_kernel<T, std::size_t>)(xx, weights, bias, zz, z_scale, yy, total, g, act);
+    } else {
+      LAUNCH(total, stream, depthwise_kernel<T, std::size_t>)(xx, weights, bias, zz, z_scale, yy, total, g, act);
+    }
   });
   STOKER_CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
@@ -223,10 +227,12 @@ void multiply(DType storage, const void* a, const void* b, void* y, std::size_t 
     const T* aa = static_cast<const T*>(a);
     const T* bb = static_cast<const T*>(b);
     T* yy = static_cast<T*>(y);
-    if (fits32(total))
+    if (fits32(total)) {
       LAUNCH(total, stream, mul_kernel<T, std::uint32_t>)
       (aa, bb, yy, static_cast<std::uint32_t>(total), static_cast<std::uint32_t>(per), c, channel_broadcast, act);
-    else LAUNCH(total, stream, mul_kernel<T, std::size_t>)(aa, bb, yy, total, per, c, channel_broadcast, act);
+    } else {
+      LAUNCH(total, stream, mul_kernel<T, std::size_t>)(aa, bb, yy, total, per, c, channel_broadcast, act);
+    }
   });
   STOKER_CUDA_CHECK_LAUNCH("mul_kernel");
 }
