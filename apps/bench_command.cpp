@@ -11,6 +11,7 @@
 
 #include "bench_suites.hpp"
 #include "commands.hpp"
+#include "json_text.hpp"
 #include "plot.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
@@ -124,7 +125,7 @@ void run_bench(BenchArgs& args) {
                               {"note", r.note}});
   }
   if (!args.json.empty()) {
-    write_file_atomically(args.json, report.dump(2) + "\n");
+    write_file_atomically(args.json, json_text(report, 2) + "\n");
     std::printf("\nwrote %s\n", args.json.c_str());
   }
   if (!args.chart.empty()) {

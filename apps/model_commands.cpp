@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_text.hpp"
 #include "progress.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/dataset.hpp"
@@ -72,12 +73,11 @@ void run_evaluate(const UseArgs& a) {
   if (a.json) {
     nlohmann::json skipped = nlohmann::json::array();
     for (const auto& k : r.skipped) skipped.push_back({{"path", k.path}, {"reason", k.reason}});
-    std::printf("%s\n", nlohmann::json({{"images", s.samples},
-                                        {"skipped", r.skipped.size()},
-                                        {"loss", s.loss},
-                                        {"accuracy", s.accuracy},
-                                        {"skipped_files", skipped}})
-                            .dump()
+    std::printf("%s\n", json_text(nlohmann::json({{"images", s.samples},
+                                                  {"skipped", r.skipped.size()},
+                                                  {"loss", s.loss},
+                                                  {"accuracy", s.accuracy},
+                                                  {"skipped_files", skipped}}))
                             .c_str());
   } else {
     std::printf("%d images: loss %.4f, accuracy %.4f", s.samples, s.loss, s.accuracy);
@@ -129,7 +129,7 @@ void run_predict(const UseArgs& a) {
   for (const auto& s : p.failed)
     if (a.json) out.push_back({{"path", s.path}, {"error", s.reason}});
   print_skipped(p.failed);
-  if (a.json) std::printf("%s\n", out.dump(2).c_str());
+  if (a.json) std::printf("%s\n", json_text(out, 2).c_str());
   if (!p.failed.empty()) {
     std::fflush(stdout);
     std::fprintf(stderr, "stoker: %zu of %zu images could not be read; the others were predicted\n", p.failed.size(),

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_text.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
 #include "stoker/core/atomic_file.hpp"
@@ -211,7 +212,7 @@ void write_reports(const TrainConfig& c, const std::vector<EpochLog>& log, const
   j["skipped_files"] = nlohmann::json::array();
   for (const SkippedSample& f : skipped.files) j["skipped_files"].push_back({{"path", f.path}, {"reason", f.reason}});
   j["throughput"] = {{"seconds", throughput.x}, {"images_per_second", throughput.y}};
-  write_file_atomically(fs::path(c.out) / training::kHistoryFile, j.dump(2) + "\n");
+  write_file_atomically(fs::path(c.out) / training::kHistoryFile, json_text(j, 2) + "\n");
 
   Series loss{"loss", {}, {}}, val_loss{"val_loss", {}, {}}, acc{"accuracy", {}, {}}, val_acc{"val_accuracy", {}, {}};
   Series cpu{"CPU %", {}, {}}, wait{"data wait %", {}, {}}, gpu{"GPU busy % (NVML)", {}, {}};
@@ -395,30 +396,28 @@ std::size_t utf8_sequence(std::string_view text, std::size_t i) {
   return n;
 }
 
-// A run writes its class names into model.h5, stoker_model.json and its history, which hold UTF-8
-// only: a class named otherwise is refused before anything is computed, its bytes shown.
-void check_class_names_are_utf8(const Dataset& d, const std::string& source) {
-  for (const std::string& name : d.class_names) {
-    std::string shown;
-    bool valid = true;
-    for (std::size_t i = 0; i < name.size();) {
-      const std::size_t n = utf8_sequence(name, i);
-      if (n == 0) {
-        char hex[5];
-        std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(name[i]));
-        shown += hex;
-        valid = false;
-        ++i;
-      } else {
-        shown.append(name, i, n);
-        i += n;
-      }
+// A run writes its data's path and class names into model.h5, stoker_model.json and its settings,
+// which hold UTF-8 only: a name otherwise is refused before anything is computed, its bytes shown.
+void require_utf8(const std::string& name, const std::string& what) {
+  std::string shown;
+  bool valid = true;
+  for (std::size_t i = 0; i < name.size();) {
+    const std::size_t n = utf8_sequence(name, i);
+    if (n == 0) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(name[i]));
+      shown += hex;
+      valid = false;
+      ++i;
+    } else {
+      shown.append(name, i, n);
+      i += n;
     }
-    if (!valid)
-      throw DatasetError(source + ": the class '" + shown +
-                         "' has a name that is not UTF-8; a run writes its class names into model.h5 and JSON "
-                         "files, which hold UTF-8 only: rename it");
   }
+  if (!valid)
+    throw DatasetError(what + " '" + shown +
+                       "' has a name that is not UTF-8; a run writes it into model.h5 and JSON files, which hold "
+                       "UTF-8 only: rename it");
 }
 
 // The training and validation sets: class folders or tar shards (--data, --val), split as Keras'
@@ -428,7 +427,9 @@ training::TrainingData training_data(const TrainConfig& c) {
   WebDatasetReport report;
   Dataset all = c.loader.dataset(&report);
   std::optional<Dataset> validation;
-  check_class_names_are_utf8(all, c.loader.source());
+  require_utf8(c.loader.source(), "the data");
+  if (!c.val.empty()) require_utf8(c.val, "the validation data");
+  for (const std::string& name : all.class_names) require_utf8(name, c.loader.source() + ": the class");
   if (!c.val.empty()) validation = c.loader.dataset_at(c.val, &report, all.class_names);
   if (report.shards > 0)
     print_shard_report(report, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

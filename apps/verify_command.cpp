@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "json_text.hpp"
 #include "loader_flags.hpp"
 #include "progress.hpp"
 
@@ -57,12 +58,12 @@ std::size_t run_verify(VerifyArgs args) {
   if (args.json) {
     nlohmann::json bad = nlohmann::json::array();
     for (const auto& s : unreadable) bad.push_back({{"path", s.path}, {"reason", s.reason}});
-    std::printf("%s\n", nlohmann::json({{"data", args.loader.data},
-                                        {"files", ds.size() + report.skipped.size()},
-                                        {"readable", readable},
-                                        {"unreadable", bad},
-                                        {"seconds", seconds}})
-                            .dump(2)
+    std::printf("%s\n", json_text(nlohmann::json({{"data", args.loader.data},
+                                                  {"files", ds.size() + report.skipped.size()},
+                                                  {"readable", readable},
+                                                  {"unreadable", bad},
+                                                  {"seconds", seconds}}),
+                                  2)
                             .c_str());
   } else {
     std::printf("%s: %zu files, %zu readable, %zu unreadable (%.1f s)\n", args.loader.data.c_str(),

@@ -224,15 +224,28 @@ TEST_F(Cli, UnreadableFilesAreSkippedCountedAndNamed) {
   EXPECT_NE(pf.out.find(bad[1].string()), std::string::npos) << pf.out;
 }
 
-// A class folder whose name is not UTF-8 (a Latin-1 "café"): refused with its bytes shown before
-// anything is computed, never an internal error from a JSON writer, and no run folder made.
-TEST_F(Cli, AClassNameThatIsNotUtf8IsRefusedNamingIt) {
-  fs::rename(dir / "data" / "cat", dir / "data" / std::string("caf\xe9"));
+// Names that are not UTF-8 (a Latin-1 "café"): a class folder is refused by train with its bytes
+// shown, before anything is computed and without making a run folder; an image so named is
+// predicted, its path in the JSON report with U+FFFD. Never an internal error from a JSON writer.
+TEST_F(Cli, NamesThatAreNotUtf8) {
+  const fs::path latin1 = dir / "data" / std::string("caf\xe9");
+  fs::rename(dir / "data" / "cat", latin1);
   const CommandResult r = stoker(train_args("--device cpu --epochs 1"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("the class 'caf\\xe9' has a name that is not UTF-8"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out")) << r.out;
+
+  fs::rename(latin1, dir / "data" / "cat");
+  ASSERT_EQ(stoker(train_args("--device cpu --epochs 1 --image-size 96")).exit_code, 0);
+  const fs::path image = dir / std::string("x\xe9.jpg");
+  fs::copy_file(dir / "data" / "dog" / "img3.jpg", image);
+  const CommandResult p = stoker("predict --json --model-dir " + (dir / "out").string() + " " + image.string());
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  const auto rows = nlohmann::json::parse(p.out.substr(p.out.find('[')));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["path"], (dir / "x").string() + "\xef\xbf\xbd.jpg");  // U+FFFD in UTF-8
+  EXPECT_TRUE(rows[0].contains("probabilities")) << p.out;
 }
 
 // verify: every file decoded once; exit 0 when all are readable, 1 with each unreadable one named.
