@@ -33,7 +33,7 @@ def slow_loader(path, samples=8):
 
 
 def test_ctrl_c_while_waiting_for_a_batch_raises_keyboard_interrupt_promptly(slow_image):
-    # A real SIGINT to a process of its own (a stray KeyboardInterrupt must not end this session).
+    # A real SIGINT to a process of its own (a stray KeyboardInterrupt must not end the test run).
     script = textwrap.dedent(f"""
         import os, signal, sys, threading, time
         sys.path[:0] = {sys.path!r}

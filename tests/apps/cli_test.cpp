@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,22 +26,11 @@ using stoker::test::make_dataset;
 using stoker::test::stoker_binary;
 using stoker::test::TempDir;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+using stoker::test::CommandResult;
 
 // `prefix` runs before the command in the same shell (a limit: "ulimit -f 4; exec").
 CommandResult stoker(const std::string& args, const std::string& prefix = "") {
-  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + stoker_binary() + " " + args + " 2>&1";
-  CommandResult r;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return stoker::test::run_command(prefix + (prefix.empty() ? "" : " ") + stoker_binary() + " " + args);
 }
 
 std::string repo(const std::string& rel) { return (stoker::test::source_dir() / rel).string(); }

@@ -63,6 +63,13 @@ void write_cmyk_jpeg(const std::filesystem::path& file, const cv::Mat& cmyk, int
 void write_png(const std::filesystem::path& file, const cv::Mat& rgb);
 void write_bmp(const std::filesystem::path& file, const cv::Mat& rgb);
 
+// A shell command's exit code (-1 when it did not exit normally) and its stdout and stderr together.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+};
+CommandResult run_command(const std::string& shell_command);
+
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& file);
 void write_bytes(const std::filesystem::path& file, const std::vector<std::uint8_t>& bytes);
 

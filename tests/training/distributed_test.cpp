@@ -3,7 +3,6 @@
 // writes. Skipped in a build without MPI (STOKER_DISTRIBUTED) or without mpirun.
 #include <unistd.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -20,21 +19,8 @@
 namespace {
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CommandResult run(const std::string& cmd) {
-  CommandResult r;
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using stoker::test::CommandResult;
+using stoker::test::run_command;
 
 // Two classes that differ in colour, 11 and 10 images: with a validation split of 0.3 the 15
 // training images do not divide between two ranks (a share is padded with a repeat).
@@ -84,9 +70,9 @@ class Distributed : public ::testing::Test {
 };
 
 TEST_F(Distributed, TwoRanksEqualOneProcessAndOnlyRankZeroWrites) {
-  const CommandResult one = run(train_args() + " --out " + (dir / "one").string());
+  const CommandResult one = run_command(train_args() + " --out " + (dir / "one").string());
   ASSERT_EQ(one.exit_code, 0) << one.out;
-  const CommandResult two = run(mpirun((dir / "two").string(), (dir / "rank1").string()));
+  const CommandResult two = run_command(mpirun((dir / "two").string(), (dir / "rank1").string()));
   ASSERT_EQ(two.exit_code, 0) << two.out;
   EXPECT_NE(two.out.find("data-parallel: 2 ranks"), std::string::npos) << two.out;
   // Rank 1 was given its own --out: it must not exist (rank 1 writes nothing), and rank 0 wrote
@@ -127,9 +113,9 @@ TEST_F(Distributed, TwoRanksEqualOneProcessAndOnlyRankZeroWrites) {
 // The gradients are summed in rank order, not in the order MPI's reduction algorithm picks: two
 // runs of the same world size end with the same head, bit for bit.
 TEST_F(Distributed, TwoRunsOfTwoRanksAreBitIdentical) {
-  const CommandResult a = run(mpirun((dir / "a").string(), (dir / "a1").string()));
+  const CommandResult a = run_command(mpirun((dir / "a").string(), (dir / "a1").string()));
   ASSERT_EQ(a.exit_code, 0) << a.out;
-  const CommandResult b = run(mpirun((dir / "b").string(), (dir / "b1").string()));
+  const CommandResult b = run_command(mpirun((dir / "b").string(), (dir / "b1").string()));
   ASSERT_EQ(b.exit_code, 0) << b.out;
   EXPECT_EQ(stoker::trainer::Head::load(dir / "a" / "head.stkh").serialize(),
             stoker::trainer::Head::load(dir / "b" / "head.stkh").serialize());
@@ -143,7 +129,8 @@ TEST_F(Distributed, TwoRunsOfTwoRanksAreBitIdentical) {
 
 // Refusals name the reason: augmentation across ranks is not there yet.
 TEST_F(Distributed, AugmentationAcrossRanksIsRefused) {
-  const CommandResult two = run(mpirun((dir / "two").string(), (dir / "rank1").string()) + " --horizontal-flip");
+  const CommandResult two =
+      run_command(mpirun((dir / "two").string(), (dir / "rank1").string()) + " --horizontal-flip");
   EXPECT_NE(two.exit_code, 0) << two.out;
   EXPECT_NE(two.out.find("augmentation is not supported across ranks yet"), std::string::npos) << two.out;
 }
