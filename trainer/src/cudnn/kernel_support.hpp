@@ -26,8 +26,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #else
-#include <utility>
-
 #include <stoker/core/detail/cuda_emulation.hpp>
 #include <stoker/core/half.hpp>
 #endif
@@ -52,7 +50,6 @@ struct BFloat16 {
   std::uint16_t bits;
 };
 #define __global__
-#define __restrict__
 #define STOKER_KERNEL_FN inline
 inline float load(const Half* p, std::size_t i) { return convert::f16_value(p[i].bits); }
 inline float load(const BFloat16* p, std::size_t i) { return convert::bf16_value(p[i].bits); }
