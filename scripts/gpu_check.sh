@@ -313,9 +313,9 @@ run_env() {
   grep -E "Driver Version|^NVIDIA|^name|H200|H100|A100|libcudnn from|not found|MISSING|compute-sanitizer" "$work/env_report.log" | head -20
   local rc=0
   gtest env "$bundle/bin/stoker_trainer_tests" 'CudnnEnvironment.*' || rc=$?
-  grep -E "^cuDNN |^NVIDIA|sm_|^BF16 |^F16 " "$work/env.log" | head -40
+  grep -E "^cuDNN |^NVIDIA|sm_|^bfloat16 |^float16 " "$work/env.log" | head -40
   summary+=("environment: $(grep -m1 -E "sm_[0-9]+" "$work/env.log"); $(grep -m1 "^cuDNN " "$work/env.log")")
-  summary+=("cuDNN small-channel probe (bf16): $(grep -c "^BF16 .*forward ok.*backward-data ok.*backward-filter ok" "$work/env.log") of $(grep -c "^BF16 " "$work/env.log") configurations run fully; see env.log")
+  summary+=("cuDNN small-channel probe (bf16): $(grep -c "^bfloat16 .*forward ok.*backward-data ok.*backward-filter ok" "$work/env.log") of $(grep -c "^bfloat16 " "$work/env.log") configurations run fully; see env.log")
   return $rc
 }
 
@@ -418,7 +418,7 @@ run_bench() {
   peer=$(awk '/^torch_mobilenet_peer img\/s:/ {print $3}' "$work/torch_mobilenet_peer.log" 2>/dev/null)
   summary+=("MobileNetV2 0.35 forward, batch 256, 224, bf16: stoker ${ours:-?} img/s, PyTorch ${peer:-?} img/s$(ratio "${ours:-}" "${peer:-}")")
   summary+=("cuDNN cold start: $(grep -m1 -o "cold start: .*" "$work/trainer_gpu_bench.log" || echo "?")")
-  summary+=("cuDNN choices: $(grep -c "fused bias+relu" "$work/trainer_gpu_bench.log") convolutions fused, $(grep -c "refused:" "$work/trainer_gpu_bench.log") with refusals, $(grep -c "not deterministic" "$work/trainer_gpu_bench.log") not deterministic (trainer_gpu_bench.log)")
+  summary+=("cuDNN choices: $(grep -c "fused bias+relu" "$work/trainer_gpu_bench.log") convolutions fused, $(grep -c "refused:" "$work/trainer_gpu_bench.log") with refusals, $(grep -c "channels padded" "$work/trainer_gpu_bench.log") on channels padded to 8, $(grep -c "not deterministic" "$work/trainer_gpu_bench.log") not deterministic (trainer_gpu_bench.log)")
 
   echo "== GPU fine-tuning step (MobileNetV2 0.35 from block_13_expand, batch 32, 224) and its PyTorch peer"
   step fine_tune_bench "$bundle/bin/fine_tune_bench" --device cuda --batch 32 --steps 20 || rc=1

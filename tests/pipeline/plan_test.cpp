@@ -13,6 +13,8 @@
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/plan.hpp"
 
+#include "test_support.hpp"
+
 namespace stoker {
 namespace {
 
@@ -135,34 +137,8 @@ TEST(Sharding, BadRanksAreRefusedNamingTheSetting) {
   EXPECT_THROW(parse_shard_mode("round-robin"), InvalidArgument);
 }
 
-// Sets environment variables for one test and restores them.
-class Env {
- public:
-  void set(const char* name, const char* value) {
-    const char* old = std::getenv(name);
-    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~Env() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) {
-        ::setenv(it->first.c_str(), it->second->c_str(), 1);
-      } else {
-        ::unsetenv(it->first.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
 TEST(Sharding, FromTheEnvironmentOfTorchrunAndSlurm) {
-  Env env;
+  test::Env env;
   for (const char* v : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"}) env.set(v, nullptr);
   EXPECT_EQ(sharding_from_environment().world_size, 1);
   env.set("SLURM_PROCID", "3");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -69,6 +70,16 @@ struct CommandResult {
   std::string out;
 };
 CommandResult run_command(const std::string& shell_command);
+
+// Sets environment variables for one test and restores them when it ends.
+class Env {
+ public:
+  void set(const char* name, const char* value);  // value null: unset
+  ~Env();
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
 
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& file);
 void write_bytes(const std::filesystem::path& file, const std::vector<std::uint8_t>& bytes);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -1080,6 +1081,115 @@ TEST(CudnnEnvironment, ReportsVersionsAndSmallChannelSupport) {
       }
     }
   }
+}
+
+// One convolution's forward, backward-data and backward-filter results, in storage bits.
+struct ConvResults {
+  std::vector<std::uint16_t> y, dx, dw;
+  bool padded = false;
+  std::string described;
+};
+
+ConvResults run_conv(const cudnn::ConvGeometry& g, int images, const std::vector<std::uint16_t>& x,
+                     const std::vector<std::uint16_t>& w, const std::vector<std::uint16_t>& dy) {
+  Stream s;
+  cudnn::gpu::CudnnHandle handle;
+  handle.set_stream(s.get());
+  cudnn::gpu::Conv conv(handle, "conv", g, images, false, std::size_t{1} << 20);
+  const std::size_t workspace_bytes = conv.prepare_backward(handle, std::size_t{1} << 20);
+  DeviceBuffer workspace(std::max<std::size_t>(workspace_bytes, 1), "test workspace");
+  auto upload = [&](const std::vector<std::uint16_t>& v) {
+    DeviceBuffer d(v.size() * 2, "test values");
+    copy_to_device_async(d.get(), v.data(), d.bytes(), s.get());
+    return d;
+  };
+  const DeviceBuffer dx_in = upload(x), dw_in = upload(w), ddy = upload(dy);
+  DeviceBuffer y(dy.size() * 2, "test output"), dx(x.size() * 2, "test dx"), dw(w.size() * 2, "test dw");
+  conv.run(handle, images, dx_in.get(), dw_in.get(), y.get(), nullptr, 0.0f, nullptr, workspace.get(),
+           workspace.bytes());
+  conv.backward_data(handle, images, ddy.get(), dw_in.get(), dx.get(), workspace.get(), workspace.bytes());
+  conv.backward_filter(handle, images, dx_in.get(), ddy.get(), dw.get(), workspace.get(), workspace.bytes());
+  ConvResults r{std::vector<std::uint16_t>(dy.size()), std::vector<std::uint16_t>(x.size()),
+                std::vector<std::uint16_t>(w.size()), conv.channels_padded(), conv.describe()};
+  copy_to_host_async(r.y.data(), y.get(), y.bytes(), s.get());
+  copy_to_host_async(r.dx.data(), dx.get(), dx.bytes(), s.get());
+  copy_to_host_async(r.dw.data(), dw.get(), dw.bytes(), s.get());
+  s.synchronize();
+  return r;
+}
+
+// cuDNN may offer no fp16/bf16 NHWC algorithm for channel counts that are not multiples of 8 (the
+// probe above says which on a GPU). Then Conv runs the convolution on channels padded with zeros:
+// forward, backward-data and backward-filter equal the unpadded convolution's bit for bit (the
+// padded channels add exact zeros to float32 sums) — whether cuDNN refuses the whole convolution or
+// only its backward calls. The emulated device's cuDNN stand-in refuses them when asked to.
+TEST(CudnnConv, RunsOnChannelsPaddedTo8WhereCudnnRefusesTheirs) {
+  REQUIRE_GPU();
+  if (!cuda_is_emulated()) GTEST_SKIP() << "on a GPU cuDNN decides what it refuses (the probe reports it)";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto values = [&](std::size_t n) {
+    std::vector<std::uint16_t> v(n);
+    for (auto& b : v) b = convert::bf16_bits(normal(rng));
+    return v;
+  };
+  // C 3 -> K 5 (both unaligned), C 8 -> K 3 (K alone), C 3 -> K 16 with stride 2 (C alone).
+  for (const auto& [c, k, stride] : {std::tuple{3, 5, 1}, std::tuple{8, 3, 1}, std::tuple{3, 16, 2}}) {
+    cudnn::ConvGeometry g;
+    g.c = c, g.h = 7, g.w = 6, g.oc = k, g.kh = 3, g.kw = 3, g.pad_h = 1, g.pad_w = 1, g.sh = stride, g.sw = stride;
+    g.oh = (7 + 2 - 3) / stride + 1, g.ow = (6 + 2 - 3) / stride + 1, g.storage = DType::BF16;
+    const int images = 3;
+    const auto x = values(std::size_t{images} * 7 * 6 * c), w = values(static_cast<std::size_t>(k) * 9 * c);
+    const auto dy = values(std::size_t{images} * g.oh * g.ow * k);
+    const ConvResults plain = run_conv(g, images, x, w, dy);
+    EXPECT_FALSE(plain.padded);
+    for (const char* refusal : {"unaligned-channels", "unaligned-channels-backward"}) {
+      test::Env env;
+      env.set("STOKER_EMULATED_CUDNN_REFUSE", refusal);
+      const ConvResults padded = run_conv(g, images, x, w, dy);
+      const std::string what = std::to_string(c) + " -> " + std::to_string(k) + ", " + refusal;
+      EXPECT_TRUE(padded.padded) << what;
+      EXPECT_NE(
+          padded.described.find("channels padded " + std::to_string(c) + " -> " + std::to_string((c + 7) / 8 * 8)),
+          std::string::npos)
+          << padded.described;
+      EXPECT_EQ(padded.y, plain.y) << what;
+      EXPECT_EQ(padded.dx, plain.dx) << what;
+      EXPECT_EQ(padded.dw, plain.dw) << what;
+    }
+  }
+  // A grouped convolution keeps its channels (padding would move them between groups): the refusal
+  // stands, with cuDNN's reason.
+  test::Env env;
+  env.set("STOKER_EMULATED_CUDNN_REFUSE", "unaligned-channels");
+  cudnn::ConvGeometry g;
+  g.c = 6, g.h = 4, g.w = 4, g.oc = 6, g.oh = 4, g.ow = 4, g.groups = 2, g.storage = DType::BF16;
+  cudnn::gpu::CudnnHandle handle;
+  EXPECT_THROW(cudnn::gpu::Conv(handle, "grouped", g, 2, false, 1 << 20), cudnn::gpu::ConvNotSupported);
+}
+
+// The backend takes the padded convolutions as they are: with the stand-in refusing every
+// convolution of unaligned channels, its outputs still match the CPU backend's (the padded
+// convolution leaves the fused bias + ReLU to the backend's epilogue).
+TEST(CudnnBackend, ConvolutionsOnPaddedChannelsGiveTheSameOutputs) {
+  REQUIRE_GPU();
+  if (!cuda_is_emulated()) GTEST_SKIP() << "on a GPU cuDNN decides what it refuses";
+  Builder b({9, 9, 3});
+  const int x = b.add(conv(8, 3, 2, Padding::Same, true, relu(6.0f)), {0});  // C 3
+  const int y = b.add(conv(5, 1, 1, Padding::Valid, true, relu()), {x});     // K 5, fused ReLU asked
+  Graph g = b.done({b.add(conv(8, 3, 1, Padding::Same), {y})});              // C 5
+  CudnnBackendOptions o;
+  o.max_batch = 4;
+  const auto in = random_input(g, 3, 2);
+  const auto cpu = make_cpu_backend(g)->forward(in.data(), 3);
+  test::Env env;
+  env.set("STOKER_EMULATED_CUDNN_REFUSE", "unaligned-channels");
+  auto padded = make_cudnn_backend(g, o);
+  const auto out = padded->forward(in.data(), 3);
+  const std::string d = padded->describe();
+  EXPECT_NE(d.find("channels padded 3 -> 8"), std::string::npos) << d;
+  EXPECT_NE(d.find("channels padded 8 -> 8, 5 -> 8"), std::string::npos) << d;
+  EXPECT_LT(max_rel_error(out[0].data, cpu[0].data), 1e-2);
 }
 #endif
 

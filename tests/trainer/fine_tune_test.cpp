@@ -678,6 +678,27 @@ TEST(GpuFineTune, RunsOnTheDevice) {
   EXPECT_LE(check.gpu, check.limit(2e-2));
 }
 
+// Convolutions whose channels cuDNN refuses run on channels padded to 8 (conv.hpp's Conv) in
+// training too: grad_se's three convolutions (C 4, K 3, C 3) on the emulated device, its cuDNN
+// stand-in refusing them whole or in their backward calls only, keep the CPU's gradients.
+TEST(GpuFineTune, ConvolutionsCudnnRefusesTrainOnPaddedChannels) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  if (!cuda_is_emulated()) GTEST_SKIP() << "on a GPU cuDNN decides what it refuses";
+  const Model model = load_model(gradient_vectors() / "grad_se.h5");
+  for (const char* refusal : {"unaligned-channels", "unaligned-channels-backward"}) {
+    test::Env env;
+    env.set("STOKER_EMULATED_CUDNN_REFUSE", refusal);
+    TrainableTop cpu(model.graph(), model.graph().nodes[1].name), gpu(model.graph(), model.graph().nodes[1].name);
+    const int n = 4;
+    GpuTrainOptions o;
+    o.max_batch = n;
+    gpu.run_on_gpu(o);
+    const std::vector<float> x = noise(Tensor::element_count(cpu.input_shape()) * n, 73);
+    const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu.features()) * n, 74);
+    gradient_error_to_cpu(cpu, gpu, x, n, upstream, refusal, 0.1);
+  }
+}
+
 // The recipe's top on the device: MobileNetV2 from block_13_expand, held to train()'s check. On a
 // GPU the figures say how far cuDNN's sums move bf16's roundings (docs/trainer.md).
 TEST(GpuFineTune, MobileNetTopOnTheDevice) {

@@ -22,6 +22,7 @@
 // Written against cuDNN 9's status codes and legacy-API semantics (refused() below); another major
 // version must be read against its documentation first.
 static_assert(CUDNN_MAJOR == 9, "stoker's cuDNN backend is written for cuDNN 9");
+static_assert(stoker::trainer::cudnn::gpu::ConvNotSupported::kStatus == CUDNN_STATUS_NOT_SUPPORTED);
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {
@@ -157,6 +158,7 @@ CudnnHandle::~CudnnHandle() {
 }
 void CudnnHandle::set_stream(StreamHandle stream) {
   STOKER_CUDNN_CHECK(cudnnSetStream(static_cast<cudnnHandle_t>(h_), stream));
+  stream_ = stream;
 }
 
 std::string cudnn_version_string() {
@@ -295,7 +297,7 @@ std::vector<std::string> probe_small_channel_convolutions(CudnnHandle& handle, D
   return lines;
 }
 
-struct Conv::Impl {
+struct CudnnConv::Impl {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnActivationDescriptor_t act = nullptr;
@@ -325,8 +327,8 @@ struct Conv::Impl {
   }
 };
 
-Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
-           std::size_t workspace_limit)
+CudnnConv::CudnnConv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
+                     std::size_t workspace_limit)
     : impl_(std::make_unique<Impl>()), name_(std::move(name)), g_(g), fused_(fused_relu) {
   const cudnnDataType_t dt = data_type(g.storage);
   STOKER_CUDNN_CHECK(cudnnCreateFilterDescriptor(&impl_->w));
@@ -377,18 +379,17 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
     found = true;
   }
   if (!found)
-    throw CudaError("cudnn backend: layer '" + name_ + "': cuDNN offers no forward algorithm for " +
-                        std::to_string(g.h) + "x" + std::to_string(g.w) + "x" + std::to_string(g.c) + " -> " +
-                        std::to_string(g.oh) + "x" + std::to_string(g.ow) + "x" + std::to_string(g.oc) + " (groups " +
-                        std::to_string(g.groups) + ") within a workspace of " + std::to_string(workspace_limit) +
-                        " bytes",
-                    static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
+    throw ConvNotSupported("cudnn backend: layer '" + name_ + "': cuDNN offers no forward algorithm for " +
+                           std::to_string(g.h) + "x" + std::to_string(g.w) + "x" + std::to_string(g.c) + " -> " +
+                           std::to_string(g.oh) + "x" + std::to_string(g.ow) + "x" + std::to_string(g.oc) +
+                           " (groups " + std::to_string(g.groups) + ") within a workspace of " +
+                           std::to_string(workspace_limit) + " bytes");
   max_workspace_ = pb.workspace;
   max_images_ = max_images;
 }
 
-void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace,
-                std::size_t workspace_size) {
+void CudnnConv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace,
+                     std::size_t workspace_size) {
   // Runs and times every algorithm on the real buffers at the largest batch; the fastest that
   // succeeds within the workspace wins. When cuDNN cannot measure, the heuristic choice stays.
   auto& pb = impl_->per_batch.at(max_images_);
@@ -419,9 +420,9 @@ void Conv::find(CudnnHandle& handle, const void* x, const void* w, void* y, void
   }
 }
 
-Conv::~Conv() = default;
+CudnnConv::~CudnnConv() = default;
 
-std::string Conv::describe() const {
+std::string CudnnConv::describe() const {
   std::ostringstream s;
   s << "cudnn";
   for (const auto& [n, p] : impl_->per_batch) {
@@ -439,8 +440,8 @@ std::string Conv::describe() const {
   return s.str();
 }
 
-void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
-               const void* bias, void* workspace, std::size_t workspace_size) {
+void CudnnConv::run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z,
+                    float z_scale, const void* bias, void* workspace, std::size_t workspace_size) {
   auto it = impl_->per_batch.find(images);
   if (it == impl_->per_batch.end()) {
     prepare_batch(handle, images, workspace_size);
@@ -505,7 +506,7 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
                   static_cast<int>(s));
 }
 
-void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size) {
+void CudnnConv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_size) {
   // A batch size met for the first time: descriptors and an algorithm that fits the workspace.
   const cudnnDataType_t dt = data_type(g_.storage);
   Impl::PerBatch fresh;
@@ -555,7 +556,7 @@ void Conv::prepare_batch(CudnnHandle& handle, int images, std::size_t workspace_
 }
 
 // The backward algorithms of a batch size, in the order to try them (backward_candidates).
-void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspace_size) {
+void CudnnConv::choose_backward(CudnnHandle& handle, int images, std::size_t workspace_size) {
   auto it = impl_->per_batch.find(images);
   if (it == impl_->per_batch.end()) {
     prepare_batch(handle, images, workspace_size);
@@ -564,11 +565,10 @@ void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspac
   auto& p = it->second;
   if (p.backward_chosen) return;
   auto fail = [&](const char* what) {
-    return CudaError("cudnn trainer: layer '" + name_ + "': cuDNN offers no " + what + " algorithm for " +
-                         std::to_string(images) + " images of " + std::to_string(g_.h) + "x" + std::to_string(g_.w) +
-                         "x" + std::to_string(g_.c) + " within a workspace of " + std::to_string(workspace_size) +
-                         " bytes",
-                     static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED));
+    return ConvNotSupported("cudnn trainer: layer '" + name_ + "': cuDNN offers no " + what + " algorithm for " +
+                            std::to_string(images) + " images of " + std::to_string(g_.h) + "x" + std::to_string(g_.w) +
+                            "x" + std::to_string(g_.c) + " within a workspace of " + std::to_string(workspace_size) +
+                            " bytes");
   };
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -601,13 +601,13 @@ void Conv::choose_backward(CudnnHandle& handle, int images, std::size_t workspac
   p.backward_chosen = true;
 }
 
-std::size_t Conv::prepare_backward(CudnnHandle& handle, std::size_t workspace_limit) {
+std::size_t CudnnConv::prepare_backward(CudnnHandle& handle, std::size_t workspace_limit) {
   choose_backward(handle, max_images_, workspace_limit);
   return std::max(max_workspace_, max_backward_workspace_);
 }
 
-void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
-                         std::size_t workspace_size) {
+void CudnnConv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
+                              std::size_t workspace_size) {
   choose_backward(handle, images, workspace_size);
   auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
@@ -618,8 +618,8 @@ void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const 
                });
 }
 
-void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
-                           std::size_t workspace_size) {
+void CudnnConv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw,
+                                void* workspace, std::size_t workspace_size) {
   choose_backward(handle, images, workspace_size);
   auto& p = impl_->per_batch.at(images);
   const float one = 1.0f, zero = 0.0f;
@@ -630,15 +630,15 @@ void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const
                });
 }
 
-bool Conv::backward_deterministic() const {
+bool CudnnConv::backward_deterministic() const {
   for (const auto& [n, p] : impl_->per_batch)
     if (p.backward_chosen && (!p.data_algos.front().deterministic || !p.filter_algos.front().deterministic))
       return false;
   return true;
 }
 
-bool Conv::try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
-                     void* workspace, std::size_t workspace_size) {
+bool CudnnConv::try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
+                          void* workspace, std::size_t workspace_size) {
   if (!fused_) return false;
   run(handle, images, x, w, y, nullptr, 0.0f, bias, workspace, workspace_size);  // clears fused_ when refused
   return fused_;

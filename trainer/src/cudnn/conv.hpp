@@ -24,10 +24,20 @@ class CudnnHandle {
   CudnnHandle(const CudnnHandle&) = delete;
   CudnnHandle& operator=(const CudnnHandle&) = delete;
   void set_stream(StreamHandle stream);
+  StreamHandle stream() const noexcept { return stream_; }
   void* get() const noexcept { return h_; }
 
  private:
   void* h_ = nullptr;
+  StreamHandle stream_ = nullptr;
+};
+
+// cuDNN offers no algorithm for a convolution's configuration (within the workspace): the one
+// failure Conv answers by padding channels; every other cuDNN failure is a CudaError as it is.
+class ConvNotSupported : public CudaError {
+ public:
+  static constexpr int kStatus = 3000;  // CUDNN_STATUS_NOT_SUPPORTED
+  explicit ConvNotSupported(const std::string& what) : CudaError(what, kStatus) {}
 };
 
 // cudnnGetVersion() as "9.19.0".
@@ -46,17 +56,18 @@ std::string cudnn_environment();
 // architecture it was not built for).
 std::vector<std::string> probe_small_channel_convolutions(CudnnHandle& handle, DType storage);
 
-class Conv {
+// One convolution as cuDNN runs it (conv.cpp; emulated_conv.cpp on the emulated device).
+class CudnnConv {
  public:
   // Creates the descriptors, checks cuDNN's output size against the plan's (a mismatch throws
   // Error naming `name`) and picks the fastest algorithm by cuDNN's heuristics for max_images
-  // within workspace_limit bytes. fused_relu: run through cudnnConvolutionBiasActivationForward
-  // with a ReLU (the bias in the storage type).
-  Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
-       std::size_t workspace_limit);
-  ~Conv();
-  Conv(const Conv&) = delete;
-  Conv& operator=(const Conv&) = delete;
+  // within workspace_limit bytes (ConvNotSupported when there is none). fused_relu: run through
+  // cudnnConvolutionBiasActivationForward with a ReLU (the bias in the storage type).
+  CudnnConv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
+            std::size_t workspace_limit);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
 
   // Measures every algorithm on real buffers at max_images (cudnnFindConvolutionForwardAlgorithmEx)
   // and keeps the fastest that fits workspace_size; keeps the heuristic choice when cuDNN cannot.
@@ -106,6 +117,52 @@ class Conv {
   std::vector<std::string> refusals_;  // what cuDNN refused and the fallback taken, for describe()
   int max_images_ = 0;
   float measured_ms_ = -1.0f;
+};
+
+// A convolution of the backend and the trainer (the interface of CudnnConv). When cuDNN offers no
+// algorithm for its channel counts — fp16/bf16 NHWC convolutions may want C and K multiples of 8,
+// which a first convolution (C 3), a squeeze-excitation 1x1 or a small head is not — it runs on
+// channels padded with zeros to multiples of 8: each call widens its inputs (and the weights,
+// which training changes) into its own buffers, runs cuDNN there and narrows the result. The
+// padded form takes no fused epilogue (fused() false: the caller applies it).
+class Conv {
+ public:
+  Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
+       std::size_t workspace_limit);
+  ~Conv();
+  Conv(const Conv&) = delete;
+  Conv& operator=(const Conv&) = delete;
+
+  void find(CudnnHandle& handle, const void* x, const void* w, void* y, void* workspace, std::size_t workspace_size);
+  std::size_t workspace_bytes() const noexcept { return conv_->workspace_bytes(); }
+  bool fused() const noexcept { return conv_->fused(); }
+  bool channels_padded() const noexcept { return padded_ != nullptr; }
+  std::string describe() const;
+  void run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
+           const void* bias, void* workspace, std::size_t workspace_size);
+  std::size_t prepare_backward(CudnnHandle& handle, std::size_t workspace_limit);
+  void backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void* workspace,
+                     std::size_t workspace_size);
+  void backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void* workspace,
+                       std::size_t workspace_size);
+  bool backward_deterministic() const { return conv_->backward_deterministic(); }
+  bool try_fused(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* bias,
+                 void* workspace, std::size_t workspace_size);
+
+ private:
+  struct Padded;
+  // Replaces conv_ by one on padded channels, or rethrows `why` when padding cannot help.
+  void pad_channels(CudnnHandle& handle, const ConvNotSupported& why);
+  // x (images of the unpadded input) and w into the padded buffers.
+  void widen_input(CudnnHandle& handle, int images, const void* x);
+  void widen_weights(CudnnHandle& handle, const void* w);
+
+  std::string name_;
+  ConvGeometry g_;
+  int max_images_;
+  std::size_t workspace_limit_;
+  std::unique_ptr<CudnnConv> conv_;
+  std::unique_ptr<Padded> padded_;
 };
 
 }  // namespace stoker::trainer::cudnn::gpu

@@ -6,6 +6,7 @@
 // explicit-padding scratch, conversions and gradient copies. It says nothing of cuDNN's
 // algorithms or their speed: those exist only on a GPU (conv.cpp).
 #include <cstdint>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -18,12 +19,6 @@
 
 namespace stoker::trainer::cudnn::gpu {
 namespace {
-
-struct EmulatedHandle {
-  StreamHandle stream = nullptr;
-};
-
-StreamHandle stream_of(CudnnHandle& handle) { return static_cast<EmulatedHandle*>(handle.get())->stream; }
 
 std::vector<float> read_storage(const void* p, std::size_t n, DType storage) {
   std::vector<float> v(n);
@@ -52,6 +47,19 @@ void check_storage_type(DType storage) {
     throw InvalidArgument(std::string("cudnn backend: storage must be F16 or BF16, received ") + to_string(storage));
 }
 
+// STOKER_EMULATED_CUDNN_REFUSE (tests): "unaligned-channels" makes the stand-in offer no
+// algorithm, as cuDNN may for NHWC fp16/bf16, when C or K is not a multiple of 8 — at the
+// construction, or with "unaligned-channels-backward" for the backward calls only (prepare_backward).
+void refuse_if_asked(const ConvGeometry& g, const std::string& name, const char* what, bool backward) {
+  const char* env = std::getenv("STOKER_EMULATED_CUDNN_REFUSE");
+  if (!env || (g.c % 8 == 0 && g.oc % 8 == 0)) return;
+  const std::string asked = env;
+  if (asked == (backward ? "unaligned-channels-backward" : "unaligned-channels"))
+    throw ConvNotSupported("cudnn (emulated): layer '" + name + "': no " + what + " algorithm for C " +
+                           std::to_string(g.c) + ", K " + std::to_string(g.oc) +
+                           " (STOKER_EMULATED_CUDNN_REFUSE=" + asked + ")");
+}
+
 void check_images(int images, int max_images, const std::string& name) {
   if (images < 1 || images > max_images)
     throw InvalidArgument("cudnn backend: layer '" + name + "': " + std::to_string(images) +
@@ -60,13 +68,13 @@ void check_images(int images, int max_images, const std::string& name) {
 
 }  // namespace
 
-struct Conv::Impl {
+struct CudnnConv::Impl {
   std::set<int> batches;  // the batch sizes run, for describe()
 };
 
-CudnnHandle::CudnnHandle() : h_(new EmulatedHandle) {}
-CudnnHandle::~CudnnHandle() { delete static_cast<EmulatedHandle*>(h_); }
-void CudnnHandle::set_stream(StreamHandle stream) { static_cast<EmulatedHandle*>(h_)->stream = stream; }
+CudnnHandle::CudnnHandle() = default;
+CudnnHandle::~CudnnHandle() = default;
+void CudnnHandle::set_stream(StreamHandle stream) { stream_ = stream; }
 
 std::string cudnn_version_string() { return "emulated"; }
 
@@ -77,9 +85,11 @@ std::vector<std::string> probe_small_channel_convolutions(CudnnHandle&, DType st
   return {"the emulated device runs every convolution (host loops): no cuDNN to probe"};
 }
 
-Conv::Conv(CudnnHandle&, std::string name, const ConvGeometry& g, int max_images, bool fused_relu, std::size_t)
+CudnnConv::CudnnConv(CudnnHandle&, std::string name, const ConvGeometry& g, int max_images, bool fused_relu,
+                     std::size_t)
     : impl_(std::make_unique<Impl>()), name_(std::move(name)), g_(g), fused_(fused_relu), max_images_(max_images) {
   check_storage_type(g.storage);
+  refuse_if_asked(g, name_, "forward", false);
   // The output size cuDNN computes, checked against the plan's as conv.cpp does.
   const int oh = (g.h + 2 * g.pad_h - (g.kh - 1) * g.dh - 1) / g.sh + 1;
   const int ow = (g.w + 2 * g.pad_w - (g.kw - 1) * g.dw - 1) / g.sw + 1;
@@ -89,11 +99,11 @@ Conv::Conv(CudnnHandle&, std::string name, const ConvGeometry& g, int max_images
                 std::to_string(g.ow) + "x" + std::to_string(g.oc));
 }
 
-Conv::~Conv() = default;
+CudnnConv::~CudnnConv() = default;
 
-void Conv::find(CudnnHandle&, const void*, const void*, void*, void*, std::size_t) {}
+void CudnnConv::find(CudnnHandle&, const void*, const void*, void*, void*, std::size_t) {}
 
-std::string Conv::describe() const {
+std::string CudnnConv::describe() const {
   std::ostringstream s;
   s << "cudnn emulated (host loops), batches";
   for (int n : impl_->batches) s << " " << n;
@@ -101,13 +111,13 @@ std::string Conv::describe() const {
   return s.str();
 }
 
-void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
-               const void* bias, void*, std::size_t) {
+void CudnnConv::run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z,
+                    float z_scale, const void* bias, void*, std::size_t) {
   check_images(images, max_images_, name_);
   impl_->batches.insert(images);
   const ConvGeometry g = g_;
   const bool fused = fused_;
-  emulation::launch(stream_of(handle), [g, images, x, w, y, z, z_scale, bias, fused] {
+  emulation::launch(handle.stream(), [g, images, x, w, y, z, z_scale, bias, fused] {
     const auto n = static_cast<std::size_t>(images);
     const std::vector<float> xs = read_storage(x, input_values(g, n), g.storage);
     const std::vector<float> ws = read_storage(w, weight_values(g), g.storage);
@@ -126,12 +136,16 @@ void Conv::run(CudnnHandle& handle, int images, const void* x, const void* w, vo
   STOKER_CUDA_CHECK_LAUNCH("emulated cudnnConvolutionForward");
 }
 
-std::size_t Conv::prepare_backward(CudnnHandle&, std::size_t) { return max_workspace_; }
+std::size_t CudnnConv::prepare_backward(CudnnHandle&, std::size_t) {
+  refuse_if_asked(g_, name_, "backward", true);
+  return max_workspace_;
+}
 
-void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void*, std::size_t) {
+void CudnnConv::backward_data(CudnnHandle& handle, int images, const void* dy, const void* w, void* dx, void*,
+                              std::size_t) {
   check_images(images, max_images_, name_);
   const ConvGeometry g = g_;
-  emulation::launch(stream_of(handle), [g, images, dy, w, dx] {
+  emulation::launch(handle.stream(), [g, images, dy, w, dx] {
     const auto n = static_cast<std::size_t>(images);
     const std::vector<float> dys = read_storage(dy, output_values(g, n), g.storage);
     const std::vector<float> ws = read_storage(w, weight_values(g), g.storage);
@@ -142,11 +156,11 @@ void Conv::backward_data(CudnnHandle& handle, int images, const void* dy, const 
   STOKER_CUDA_CHECK_LAUNCH("emulated cudnnConvolutionBackwardData");
 }
 
-void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void*,
-                           std::size_t) {
+void CudnnConv::backward_filter(CudnnHandle& handle, int images, const void* x, const void* dy, void* dw, void*,
+                                std::size_t) {
   check_images(images, max_images_, name_);
   const ConvGeometry g = g_;
-  emulation::launch(stream_of(handle), [g, images, x, dy, dw] {
+  emulation::launch(handle.stream(), [g, images, x, dy, dw] {
     const auto n = static_cast<std::size_t>(images);
     const std::vector<float> xs = read_storage(x, input_values(g, n), g.storage);
     const std::vector<float> dys = read_storage(dy, output_values(g, n), g.storage);
@@ -157,9 +171,9 @@ void Conv::backward_filter(CudnnHandle& handle, int images, const void* x, const
   STOKER_CUDA_CHECK_LAUNCH("emulated cudnnConvolutionBackwardFilter");
 }
 
-bool Conv::backward_deterministic() const { return true; }
+bool CudnnConv::backward_deterministic() const { return true; }
 
-bool Conv::try_fused(CudnnHandle&, int, const void*, const void*, void*, const void*, void*, std::size_t) {
+bool CudnnConv::try_fused(CudnnHandle&, int, const void*, const void*, void*, const void*, void*, std::size_t) {
   return fused_;
 }
 

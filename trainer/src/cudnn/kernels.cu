@@ -1,6 +1,7 @@
 // The cuDNN backend's own kernels: input/output conversion, the conv epilogue and element-wise
-// ops (affine), zero padding, pooling, global average pooling, concatenation, softmax. NHWC,
-// values stored as fp16 or bf16, math in float32. Grid-stride loops; one launcher per kernel.
+// ops (affine), zero padding (of pixels and of channels), pooling, global average pooling,
+// concatenation, softmax. NHWC, values stored as fp16 or bf16, math in float32. Grid-stride loops;
+// one launcher per kernel.
 #include <cstdint>
 
 #include "kernel_support.hpp"
@@ -39,6 +40,15 @@ __global__ void pad_kernel(const T* x, T* y, I total, PadGeometry g) {
   GRID_STRIDE(I, e, total) {
     I src = 0;
     if (pad_source(g, e, &src)) y[e] = x[src];
+    else store(y, e, 0.0f);
+  }
+}
+
+template <typename T, typename I>
+__global__ void copy_channels_kernel(const T* x, I xc, T* y, I yc, I total) {
+  GRID_STRIDE(I, e, total) {
+    const I k = e % yc;
+    if (k < xc) y[e] = x[e / yc * xc + k];
     else store(y, e, 0.0f);
   }
 }
@@ -173,6 +183,23 @@ void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w
     else LAUNCH(total, stream, pad_kernel<T, std::size_t>)(xx, yy, total, g);
   });
   STOKER_CUDA_CHECK_LAUNCH("pad_kernel");
+}
+
+void copy_channels(DType storage, const void* x, int xc, void* y, int yc, std::size_t pixels, StreamHandle stream) {
+  const std::size_t total = pixels * static_cast<std::size_t>(yc);
+  if (total == 0) return;
+  dispatch(storage, "copy_channels", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xx = static_cast<const T*>(x);
+    T* yy = static_cast<T*>(y);
+    if (fits32(total, pixels * static_cast<std::size_t>(xc)))
+      LAUNCH(total, stream, copy_channels_kernel<T, std::uint32_t>)
+      (xx, static_cast<std::uint32_t>(xc), yy, static_cast<std::uint32_t>(yc), static_cast<std::uint32_t>(total));
+    else
+      LAUNCH(total, stream, copy_channels_kernel<T, std::size_t>)
+      (xx, static_cast<std::size_t>(xc), yy, static_cast<std::size_t>(yc), total);
+  });
+  STOKER_CUDA_CHECK_LAUNCH("copy_channels_kernel");
 }
 
 void pool(DType storage, bool max, const void* x, void* y, std::size_t images, PoolGeometry g, StreamHandle stream) {

@@ -31,6 +31,10 @@ void depthwise(DType storage, const void* x, const float* weights, const float* 
 void pad(DType storage, const void* x, void* y, std::size_t images, int h, int w, int c, int oh, int ow, int top,
          int left, StreamHandle stream);
 
+// Channels widened with zeros or narrowed: pixels × xc -> pixels × yc, y[p][k] = x[p][k] for
+// k < xc, 0 beyond (a convolution cuDNN runs only on channels padded to 8: conv_channel_padding.cpp).
+void copy_channels(DType storage, const void* x, int xc, void* y, int yc, std::size_t pixels, StreamHandle stream);
+
 // Max / average pooling (average over the window's pixels inside the input, like TensorFlow).
 void pool(DType storage, bool max, const void* x, void* y, std::size_t images, PoolGeometry g, StreamHandle stream);
 
