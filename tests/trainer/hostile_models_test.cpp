@@ -6,6 +6,7 @@
 #include <hdf5.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -108,6 +109,53 @@ TEST(HostileModels, AWellFormedDenseModelLoads) {
     dense_weights(w, [&](hid_t g) { add_dataset(g, "dense/kernel:0", {48, 2}, &kernel); });
   });
   EXPECT_EQ(load_model(tmp / "ok.h5").output_shape(), (std::vector<int>{2}));
+}
+
+std::uint64_t little_endian(const std::vector<std::uint8_t>& bytes, std::size_t at, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = v << 8 | bytes[at + static_cast<std::size_t>(i)];
+  return v;
+}
+
+// libhdf5 walks the global heap collection that holds the variable-length strings (model_config,
+// layer_names, weight_names) trusting the sizes in it: a free space of size 0 made it loop for
+// ever, an object running past the collection made it read beyond its buffer. Both are refused,
+// naming the file, before libhdf5 reads the collection.
+TEST(HostileModels, ADamagedGlobalHeapIsRefusedNotLoopedOver) {
+  test::TempDir tmp;
+  const std::vector<float> kernel(48 * 2, 0.5f);
+  write_h5(tmp / "ok.h5", kDenseConfig, [&](hid_t w) {
+    dense_weights(w, [&](hid_t g) { add_dataset(g, "dense/kernel:0", {48, 2}, &kernel); });
+  });
+  const std::vector<std::uint8_t> good = test::read_bytes(tmp / "ok.h5");
+  // The collection: "GCOL", version 1, 3 reserved bytes, its size (8 bytes, libhdf5's default
+  // lengths), then objects — index (2), reference count (2), reserved (4), size (8), the data
+  // padded to 8 — and the free space (index 0) last.
+  const char kCollection[] = "GCOL\x01\0\0\0";
+  const auto found = std::search(good.begin(), good.end(), kCollection, kCollection + 8);
+  ASSERT_NE(found, good.end()) << "no global heap collection in the file libhdf5 wrote";
+  const auto at = static_cast<std::size_t>(found - good.begin());
+  const std::size_t end = at + little_endian(good, at + 8, 8);
+  std::size_t free_space = 0;
+  for (std::size_t p = at + 16; p + 16 <= end && !free_space;)
+    if (little_endian(good, p, 2) == 0) free_space = p;
+    else p += 16 + (little_endian(good, p + 8, 8) + 7) / 8 * 8;
+  ASSERT_NE(free_space, 0u);
+  const auto damaged = [&](const char* name, std::size_t size_at, std::uint64_t size) {
+    std::vector<std::uint8_t> bytes = good;
+    for (int i = 0; i < 8; ++i)
+      bytes[size_at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(size >> (8 * i));
+    test::write_bytes(tmp / name, bytes);
+    return refusal(tmp / name);
+  };
+  const std::string spin = damaged("spin.h5", free_space + 8, 0);
+  EXPECT_MENTIONS(spin, "spin.h5");
+  EXPECT_MENTIONS(spin, "free space of size 0");
+  const std::string past = damaged("past.h5", at + 16 + 8, end - at);  // the first object's size
+  EXPECT_MENTIONS(past, "past.h5");
+  EXPECT_MENTIONS(past, "running past its end");
+  const std::string huge = damaged("huge.h5", at + 8, std::uint64_t{1} << 40);  // the collection's size
+  EXPECT_MENTIONS(huge, "declares 1099511627776 bytes");
 }
 
 // A chunked dataset that was never written stores nothing: its declared shape must not be

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hdf5.h>
@@ -42,6 +44,14 @@ class QuietHdf5 {
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };
+
+// libhdf5 (Debian's 1.10) trusts the global heap collections that hold variable-length data (the
+// Keras files' string attributes): a free-space object of size 0 makes it loop for ever, an object
+// running past its collection makes it read beyond its buffer. Each collection among the file's
+// bytes (an HDF5 file, or its image in memory) is walked here as libhdf5 will walk it, before
+// libhdf5 opens the file: IoError naming `where` and the collection when one is damaged.
+void check_global_heaps_in_file(const std::filesystem::path& file, const std::string& where);
+void check_global_heaps_in_image(std::string_view image, const std::string& where);
 
 // A string attribute (scalar or list, fixed or variable length); empty when absent. IoError naming
 // `where` when it cannot be read.

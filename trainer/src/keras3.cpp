@@ -215,6 +215,7 @@ Model load_keras3(const std::filesystem::path& path, const LoadOptions& options)
 
   // The weights file, opened in memory (HDF5's core driver over a copy of the member).
   std::string image = read_member(archive.get(), "model.weights.h5", kMaxWeightsBytes, archive_bytes, where);
+  detail::check_global_heaps_in_image(image, where + ": model.weights.h5");
   QuietHdf5 quiet;
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0 ||

@@ -138,6 +138,7 @@ Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& option
   const std::string where = path.string();
   QuietHdf5 quiet;
   if (H5Fis_hdf5(where.c_str()) <= 0) throw IoError(where + ": not a readable HDF5 file");
+  detail::check_global_heaps_in_file(path, where);
   Hid file(H5Fopen(where.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw IoError(where + ": cannot open HDF5 file");
 
