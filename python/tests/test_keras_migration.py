@@ -1,7 +1,9 @@
 """The Keras migration table of docs/python.md ("### Migrating from Keras") kept true: each
 function's rows are exactly the arguments of Keras' function (tf_keras' ImageDataGenerator and its
 methods, Keras 3's image_dataset_from_directory), stoker's function takes each of them, every row
-says native / Keras' math / Keras' own, and each setting the table says falls back does."""
+says native / Keras' math / Keras' own, and each setting the table says falls back does; the table
+of Keras 3 preprocessing layers (image_dataset_from_directory's augment=) lists what augment=
+translates and refuses."""
 
 import inspect
 import os
@@ -110,3 +112,66 @@ def test_the_dataset_settings_said_to_fall_back_do():
     every = {"bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic"}
     said = {v for _, v in _settings(ROWS["image_dataset_from_directory"]["interpolation"], "Keras' own:")}
     assert said == every - {"bilinear", "nearest"}
+
+
+# ---- the Keras 3 preprocessing layers of image_dataset_from_directory(augment=...)
+def _layer_rows():
+    text = open(DOC, encoding="utf-8").read()
+    section = text.split("#### Keras 3 preprocessing layers (`augment=`)", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `(\w+)` \| (translated|refused)(.*) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2) + m.group(3)
+    return rows
+
+
+def _layer_examples():
+    """(translated form or None, refused form or None) of each layer of the table, at 16x16."""
+    L = keras.layers
+    return {
+        "RandomFlip": (L.RandomFlip("horizontal"), L.RandomFlip("horizontal_and_vertical")),
+        "RandomRotation": (L.RandomRotation(0.1), L.RandomRotation((-0.1, 0.2))),
+        "RandomTranslation": (L.RandomTranslation(0.1, 0.2), L.RandomTranslation(1.0, 0.2)),
+        "RandomZoom": (L.RandomZoom(0.2, 0.2), L.RandomZoom(0.2)),
+        "Rescaling": (L.Rescaling(1 / 127.5, offset=-1), L.Rescaling(0.0)),
+        "Resizing": (L.Resizing(16, 16), L.Resizing(8, 8)),
+        "RandomContrast": (None, L.RandomContrast(0.2)),
+        "RandomBrightness": (None, L.RandomBrightness(0.2)),
+        "RandomCrop": (None, L.RandomCrop(8, 8)),
+        "CenterCrop": (None, L.CenterCrop(8, 8)),
+        "RandomShear": (None, L.RandomShear(0.2)),
+        "RandomHue": (None, L.RandomHue(0.2)),
+        "RandomSaturation": (None, L.RandomSaturation(0.2)),
+        "RandomColorJitter": (None, L.RandomColorJitter(brightness_factor=0.2)),
+    }
+
+
+def test_the_layer_table_is_what_augment_does():
+    if keras.__version__.startswith("2"):
+        pytest.skip("augment= takes Keras 3's layers")
+    from stoker.keras._layers import _REFUSED, augment_spec
+
+    rows = _layer_rows()
+    examples = _layer_examples()
+    assert set(rows) == set(examples)
+    assert set(_REFUSED) <= {name for name, text in rows.items() if "refused" in text}
+    for name, text in rows.items():
+        translated, refused = examples[name]
+        assert (translated is not None) == text.startswith("translated"), name
+        if translated is not None:
+            augment_spec([translated], (16, 16), "channels_last")
+        assert (refused is not None) == ("refused" in text), name
+        if refused is not None:
+            with pytest.raises(ValueError, match=name):
+                augment_spec([refused], (16, 16), "channels_last")
+    L = keras.layers
+    warps = (lambda **kw: L.RandomRotation(0.1, **kw), lambda **kw: L.RandomTranslation(0.1, 0.1, **kw),
+             lambda **kw: L.RandomZoom(0.1, 0.1, **kw))
+    for make in warps:  # the fill modes and interpolations the paragraph under the table names
+        for fill in ("reflect", "nearest"):
+            for interpolation in ("bilinear", "nearest"):
+                augment_spec([make(fill_mode=fill, interpolation=interpolation)], (16, 16), "channels_last")
+        for fill in ("constant", "wrap"):
+            with pytest.raises(ValueError, match=f"fill_mode='{fill}'"):
+                augment_spec([make(fill_mode=fill)], (16, 16), "channels_last")

@@ -39,8 +39,25 @@ How it follows Keras
 The batches are prepared ahead on stoker's threads (one Loader per pass over the files in that
 pass's order), handed to tf.data by Dataset.from_generator, converted to float32 by a parallel
 map and prefetched (tf.data.AUTOTUNE). The dataset's cardinality is set, so len() works as on
-Keras' dataset. Augmentation: Keras' preprocessing layers (RandomFlip, Rescaling, ...) apply
-unchanged on top, in the model or with dataset.map, as with Keras' own dataset.
+Keras' dataset.
+
+Augmentation: Keras' preprocessing layers apply unchanged on top, in the model or with
+dataset.map, as with Keras' own dataset. Or, stoker's own keyword `augment=` (not Keras'): a list
+or a keras.Sequential of Keras 3 preprocessing layers, translated into stoker's augmentation (its
+AugmentSpec, built as ImageDataGenerator builds its own) and applied to the decoded images on
+stoker's threads, where the translation is exact (stoker.keras._layers says why each is):
+RandomFlip('horizontal' / 'vertical'); RandomRotation, RandomTranslation with symmetric factors,
+RandomZoom with width_factor equal to height_factor (two independent draws, as Keras then does),
+each with fill_mode 'reflect' (Keras' default) or 'nearest' and interpolation 'bilinear' or
+'nearest', one of the three at most; Rescaling(scale, offset). Every other layer or form raises a
+ValueError naming the layer's class and the reason (RandomContrast, RandomBrightness, crops,
+Resizing to another size, 'horizontal_and_vertical', asymmetric factors, fill_mode 'constant' or
+'wrap', ...), before any file is read. The images are then float32. stoker draws each sample's
+parameters on its own, keyed by (seed, the pass over the files, the file), so each pass draws
+anew; Keras 3's layers also draw per sample in a batch, but a layer called on a batch may draw
+once for the batch on some backends and versions, and their own seeds are not used here. The
+validation part of subset='both' is not augmented (a model's augmentation layers are inactive at
+inference); a setting served by Keras' own function (see above) cannot take augment=.
 """
 
 from __future__ import annotations
@@ -50,8 +67,10 @@ import warnings
 
 import numpy as np
 
+from .. import _stoker
 from ._common import _cpu_count
 from ._decode import open_loader
+from ._layers import augment_spec
 
 ALLOWLIST_FORMATS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")
 _INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
@@ -151,7 +170,7 @@ class _Passes:
     """The generator of one dataset: each call is one pass over the files, in the order the
     position shuffle gives for that pass, decoded `chunk` files at a time by one stoker Loader."""
 
-    def __init__(self, paths, y, image_size, resize, crop, chunk, batched, order_ds, threads):
+    def __init__(self, paths, y, image_size, resize, crop, chunk, batched, order_ds, threads, augmenter=None, seed=0):
         self.paths = paths
         self.y = y
         self.image_size = image_size
@@ -161,6 +180,9 @@ class _Passes:
         self.batched = batched
         self.order_ds = order_ds
         self.threads = threads
+        self.augmenter = augmenter  # augment=: applied to the decoded batches on stoker's threads
+        self.seed = int(seed)
+        self.passes = 0
 
     def order(self):
         n = len(self.paths)
@@ -170,6 +192,8 @@ class _Passes:
 
     def __call__(self):
         order = self.order()
+        epoch = self.passes  # the augmentation's draws: (seed, pass, file)
+        self.passes += 1
         prefetch = int(min(4, max(2, (256 << 20) // max(1, self.chunk * self.image_size[0] * self.image_size[1] * 3))))
         loader = open_loader([self.paths[j] for j in order], self.image_size, self.resize, self.crop, self.chunk,
                              prefetch, threads=self.threads)
@@ -179,9 +203,12 @@ class _Passes:
                 batch = loader.next()
                 if batch is None:
                     break
-                # Out of the loader's pooled buffer: tf.data may keep what it is given.
-                images = np.array(batch.images, copy=True)
                 index = order[np.asarray(batch.sample_ids, dtype=np.int64)]
+                if self.augmenter is not None:  # a new float32 array, each file's draws keyed by its index
+                    images = self.augmenter.apply_batch(batch.images, seed=self.seed, epoch=epoch,
+                                                        sample_ids=[int(j) for j in index], threads=self.threads)
+                else:  # out of the loader's pooled buffer: tf.data may keep what it is given
+                    images = np.array(batch.images, copy=True)
                 if self.batched:
                     yield (images, self.y[index]) if self.y is not None else images
                 else:
@@ -193,26 +220,27 @@ class _Passes:
 
 
 def _native_dataset(paths, labels, label_mode, num_classes, image_size, interpolation, data_format, crop, shuffle,
-                    shuffle_buffer, seed, batch_size):
+                    shuffle_buffer, seed, batch_size, spec=None):
     tf = _tf()
     h, w = image_size
     y = _label_array(labels, label_mode, num_classes) if label_mode else None
     order_ds = tf.data.Dataset.range(len(paths)).shuffle(shuffle_buffer, seed=seed) if shuffle else None
     batched = batch_size is not None
     chunk = int(batch_size) if batched else 32
-    image_spec = tf.TensorSpec((None, h, w, 3) if batched else (h, w, 3), tf.uint8)
+    image_spec = tf.TensorSpec((None, h, w, 3) if batched else (h, w, 3), tf.uint8 if spec is None else tf.float32)
     if y is not None:
         label_spec = tf.TensorSpec(((None,) if batched else ()) + y.shape[1:], tf.as_dtype(y.dtype))
         signature = (image_spec, label_spec)
     else:
         signature = image_spec
+    augmenter = _stoker.Augmenter(spec) if spec is not None else None
     passes = _Passes(list(paths), y, (h, w), _NATIVE_RESIZE[interpolation], crop, chunk, batched, order_ds,
-                     _cpu_count())
+                     _cpu_count(), augmenter, seed)
     ds = tf.data.Dataset.from_generator(passes, output_signature=signature)
     channels_first = data_format == "channels_first"
 
     def to_float(images):
-        if interpolation != "nearest":  # tf.image.resize gives float32, except nearest: the input's uint8
+        if interpolation != "nearest" and spec is None:  # tf.image.resize gives float32, except nearest: uint8
             images = tf.cast(images, tf.float32)
         if channels_first:
             images = tf.transpose(images, (0, 3, 1, 2) if batched else (2, 0, 1))
@@ -279,11 +307,20 @@ def _keras_own(directory, **kwargs):
 def image_dataset_from_directory(directory, labels="inferred", label_mode="int", class_names=None, color_mode="rgb",
                                  batch_size=32, image_size=(256, 256), shuffle=True, seed=None, validation_split=None,
                                  subset=None, interpolation="bilinear", follow_links=False, crop_to_aspect_ratio=False,
-                                 pad_to_aspect_ratio=False, data_format=None, format="tf", verbose=True):
+                                 pad_to_aspect_ratio=False, data_format=None, format="tf", verbose=True, *,
+                                 augment=None):
     """keras.utils.image_dataset_from_directory's arguments and result (a tf.data.Dataset with
     `class_names` and `file_paths`; a list of two for subset='both'), decoded by stoker's C++
     Loader. See the module's docstring for what follows Keras exactly and what falls back to
-    Keras' own function."""
+    Keras' own function.
+
+    augment (keyword only, stoker's own): None, or Keras 3 preprocessing layers (a list, a
+    keras.Sequential or one layer) applied to each image on stoker's threads as stoker's
+    augmentation, per sample: RandomFlip('horizontal' / 'vertical'), one of RandomRotation and
+    RandomTranslation (symmetric factors) and RandomZoom (width_factor equal to height_factor),
+    fill_mode 'reflect' or 'nearest', interpolation 'bilinear' or 'nearest', and Rescaling. Any
+    other layer or form raises a ValueError naming the layer's class and why; see the module's
+    docstring."""
     call = dict(labels=labels, label_mode=label_mode, class_names=class_names, color_mode=color_mode,
                 batch_size=batch_size, image_size=image_size, shuffle=shuffle, seed=seed,
                 validation_split=validation_split, subset=subset, interpolation=interpolation,
@@ -340,11 +377,16 @@ def image_dataset_from_directory(directory, labels="inferred", label_mode="int",
         raise ValueError("If using `validation_split` and shuffling the data, you must provide a `seed` argument, "
                          "to make sure that there is no overlap between the training and validation subset.")
     data_format = _data_format(data_format)
+    spec = augment_spec(augment, image_size, data_format) if augment is not None else None
     if seed is None:
         seed = np.random.randint(1e6)
     image_paths, labels, class_names = _index_directory(directory, labels, class_names, shuffle, seed, follow_links)
     reason = _fallback_reason(image_paths, color_mode, interpolation, pad_to_aspect_ratio, format)
     if reason is not None:
+        if spec is not None:
+            raise ValueError(f"stoker.keras.image_dataset_from_directory: augment= needs stoker's loader, and {reason} "
+                             "is served by Keras' own image_dataset_from_directory; apply the layers there with "
+                             "dataset.map(lambda x, y: (layers(x, training=True), y))")
         warnings.warn(f"stoker.keras.image_dataset_from_directory: {reason} is served by Keras' own "
                       "image_dataset_from_directory (TensorFlow decodes), not by stoker's loader", stacklevel=2)
         return _keras_own(directory, **dict(call, seed=seed))
@@ -369,8 +411,10 @@ def image_dataset_from_directory(directory, labels="inferred", label_mode="int",
             raise ValueError(f"No {what} found in directory {directory}. Allowed formats: {ALLOWLIST_FORMATS}")
         # subset='both': Keras shuffles the training part only.
         part_shuffle = shuffle and not (subset == "both" and part == "validation")
+        # augment=: not on the validation part of subset='both' (as a model's augmentation layers at inference)
+        part_spec = None if subset == "both" and part == "validation" else spec
         ds = _native_dataset(paths, part_labels, shuffle=part_shuffle, shuffle_buffer=shuffle_buffer, seed=seed,
-                             **args)
+                             spec=part_spec, **args)
         ds.class_names = class_names
         ds.file_paths = paths
         out.append(ds)
