@@ -44,8 +44,9 @@ def _image(h, w, rng):
 def test_signature_is_kerass():
     ours = inspect.signature(sk.image_dataset_from_directory).parameters
     theirs = inspect.signature(keras.utils.image_dataset_from_directory).parameters
-    assert list(ours) == list(theirs)
-    assert [p.default for p in ours.values()] == [p.default for p in theirs.values()]
+    assert list(ours) == list(theirs) + ["augment"]  # Keras' arguments, then stoker's keyword-only augment=
+    assert ours["augment"].kind == inspect.Parameter.KEYWORD_ONLY and ours["augment"].default is None
+    assert [ours[name].default for name in theirs] == [p.default for p in theirs.values()]
 
 
 @pytest.fixture(scope="module")

@@ -192,12 +192,14 @@ void copy_channels(DType storage, const void* x, int xc, void* y, int yc, std::s
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* xx = static_cast<const T*>(x);
     T* yy = static_cast<T*>(y);
-    if (fits32(total, pixels * static_cast<std::size_t>(xc)))
+    if (fits32(total, pixels * static_cast<std::size_t>(xc))) {
+      const auto x32 = static_cast<std::uint32_t>(xc), y32 = static_cast<std::uint32_t>(yc);
       LAUNCH(total, stream, copy_channels_kernel<T, std::uint32_t>)
-      (xx, static_cast<std::uint32_t>(xc), yy, static_cast<std::uint32_t>(yc), static_cast<std::uint32_t>(total));
-    else
-      LAUNCH(total, stream, copy_channels_kernel<T, std::size_t>)
-      (xx, static_cast<std::size_t>(xc), yy, static_cast<std::size_t>(yc), total);
+      (xx, x32, yy, y32, static_cast<std::uint32_t>(total));
+    } else {
+      const auto x64 = static_cast<std::size_t>(xc), y64 = static_cast<std::size_t>(yc);
+      LAUNCH(total, stream, copy_channels_kernel<T, std::size_t>)(xx, x64, yy, y64, total);
+    }
   });
   STOKER_CUDA_CHECK_LAUNCH("copy_channels_kernel");
 }
