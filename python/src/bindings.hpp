@@ -1,6 +1,11 @@
 // The pieces of the extension module stoker._stoker, one bind_* per file; module.cpp calls them.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
 #include <nanobind/nanobind.h>
 
 namespace stoker::python {
@@ -12,5 +17,20 @@ void bind_dataset(nb::module_& m);  // Dataset and its sources (folder, CSV, lis
 void bind_augment(nb::module_& m);  // AugmentSpec, Augmenter (batches of arrays), fit_featurewise
 void bind_loader(nb::module_& m);   // Loader and host Batch (NumPy views, DLPack)
 void bind_gpu(nb::module_& m);      // GpuFeed and device batches (DLPack CUDA with streams)
+
+// What the host and the device loaders' bindings share (loader_bindings.cpp).
+
+// Ctrl-C while next() waits: the wait wakes this often and runs Python's signal handlers (they
+// run in the main thread only), so KeyboardInterrupt comes within about this time, not after the
+// batch. What a handler raised is left set for the caller, who raises it with the GIL back.
+constexpr std::chrono::milliseconds kSignalPoll{20};
+struct SignalRaised {};
+void check_signals();  // takes the GIL; throws SignalRaised when a handler raised
+
+// A loader's decode threads (and a device feed's CUDA context) are not copied by fork(): in a
+// child, a loader made by the parent would wait for them forever. The child gets an error
+// instead, and leaves the parent's batches and loader as they are (returning a slot or joining
+// tasks there could wait forever too). `left_behind`: what stayed in the parent.
+std::string forked_message(pid_t parent, const char* left_behind);
 
 }  // namespace stoker::python

@@ -10,6 +10,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <unistd.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,26 +120,53 @@ class PyGpuFeed {
     // left as it was (GpuFeedOptions::device).
     fo.device = device;
     nb::gil_scoped_release unlocked;
-    feed_ = std::make_unique<GpuFeed>(std::move(dataset), std::move(loader), fo);
+    feed_ = std::make_shared<GpuFeed>(std::move(dataset), std::move(loader), fo);
   }
-  ~PyGpuFeed() { close(); }
-
-  void close() {
-    if (!feed_) return;
+  ~PyGpuFeed() {
+    if (::getpid() != pid_) {
+      new std::shared_ptr<GpuFeed>(std::move(feed_));  // a child of fork(): see forked_message()
+      return;
+    }
+    close();
     nb::gil_scoped_release unlocked;
     feed_.reset();
   }
 
+  // Stops the feed; the object lives on until this one goes, as a thread may still be in one of
+  // its calls (next() waiting in another thread returns with an error saying it was closed).
+  void close() {
+    if (!feed_ || closed_) return;
+    closed_ = true;
+    if (::getpid() != pid_) return;
+    const std::shared_ptr<GpuFeed> held = feed_;
+    nb::gil_scoped_release unlocked;  // waits for the feed's streams
+    held->shutdown();
+  }
+
   void begin_epoch(std::uint64_t epoch) {
-    nb::gil_scoped_release unlocked;
-    live().begin_epoch(epoch);
+    const std::shared_ptr<GpuFeed> held = hold();
+    try {
+      nb::gil_scoped_release unlocked;  // the feeder's batch and the abandoned epoch's samples
+      held->begin_epoch(epoch, check_signals, kSignalPoll);
+    } catch (const SignalRaised&) {
+      throw nb::python_error();
+    } catch (const Error&) {
+      if (closed_) throw Error("the loader was closed");
+      throw;
+    }
   }
 
   std::optional<GpuBatch> next() {
+    const std::shared_ptr<GpuFeed> feed = hold();  // close() from another thread cannot free it
     std::optional<DeviceBatch> b;
-    {
+    try {
       nb::gil_scoped_release unlocked;
-      b = live().next();
+      b = feed->next(check_signals, kSignalPoll);
+    } catch (const SignalRaised&) {
+      throw nb::python_error();  // KeyboardInterrupt, or what the handler raised
+    } catch (const Error&) {
+      if (closed_) throw Error("the loader was closed while next() waited for a batch");
+      throw;
     }
     if (!b) return std::nullopt;
     auto held = std::make_shared<DeviceBatch>(std::move(*b));
@@ -164,9 +193,12 @@ class PyGpuFeed {
     return out;
   }
 
-  GpuFeed& live() {
-    if (!feed_) throw Error("the loader was closed");
-    return *feed_;
+  GpuFeed& live() { return *hold(); }
+  // Called with the GIL held, as close() is.
+  const std::shared_ptr<GpuFeed>& hold() const {
+    if (::getpid() != pid_) throw Error(forked_message(pid_, "its decode threads and CUDA context"));
+    if (!feed_ || closed_) throw Error("the loader was closed");
+    return feed_;
   }
 
   const int rank;  // the loader's sharding, as resolved from the settings or the environment
@@ -175,7 +207,9 @@ class PyGpuFeed {
  private:
   int device_;
   LabelMode label_mode_;
-  std::unique_ptr<GpuFeed> feed_;
+  bool closed_ = false;
+  pid_t pid_ = ::getpid();
+  std::shared_ptr<GpuFeed> feed_;
 };
 
 }  // namespace

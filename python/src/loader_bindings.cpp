@@ -88,6 +88,18 @@ nb::object copy_if(nb::object array, bool copy) {
   return array.attr("copy")();
 }
 
+void check_signals() {
+  nb::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw SignalRaised{};
+}
+
+std::string forked_message(pid_t parent, const char* left_behind) {
+  return "this Loader was made in process " + std::to_string(parent) + " and cannot be used in process " +
+         std::to_string(::getpid()) + ", a child made by fork() (" + left_behind +
+         " stayed in the parent): make the Loader in the child (a DataLoader's worker_init_fn, or after the "
+         "fork), or start children with 'spawn'";
+}
+
 namespace {
 
 // What Python sees of a batch. The arrays own the slot; this object only refers to them.
@@ -104,26 +116,6 @@ struct HostBatch {
 std::shared_ptr<HostAllocator> pinned_allocator_if(bool pin_memory) {
   if (!pin_memory || !built_with_cuda() || cuda_device_count() == 0) return nullptr;
   return std::make_shared<PinnedHostAllocator>();
-}
-
-// Ctrl-C while next() waits: the wait wakes this often and runs Python's signal handlers (they
-// run in the main thread only), so KeyboardInterrupt comes within about this time, not after the
-// batch. What a handler raised is left set for the caller, who raises it with the GIL back.
-constexpr std::chrono::milliseconds kSignalPoll{20};
-struct SignalRaised {};
-void check_signals() {
-  nb::gil_scoped_acquire gil;
-  if (PyErr_CheckSignals() != 0) throw SignalRaised{};
-}
-
-// A loader's decode threads are not copied by fork(): in a child, a loader made by the parent
-// would wait for them forever. The child gets an error instead, and leaves the parent's batches
-// and loader as they are (returning a slot or joining tasks there could wait forever too).
-std::string forked_message(pid_t parent) {
-  return "this Loader was made in process " + std::to_string(parent) + " and cannot be used in process " +
-         std::to_string(::getpid()) +
-         ", a child made by fork() (its decode threads stayed in the parent): make the "
-         "Loader in the child (a DataLoader's worker_init_fn, or after the fork), or start children with 'spawn'";
 }
 
 // The owner of a batch's arrays: the Batch, given back when the last array goes, except in a
@@ -213,7 +205,7 @@ class PyLoader {
   Loader& live() { return *hold(); }
   // Called with the GIL held, as close() is.
   const std::shared_ptr<Loader>& hold() const {
-    if (::getpid() != pid_) throw Error(forked_message(pid_));
+    if (::getpid() != pid_) throw Error(forked_message(pid_, "its decode threads"));
     if (!loader_ || closed_) throw Error("the loader was closed");
     return loader_;
   }

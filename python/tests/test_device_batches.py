@@ -7,6 +7,13 @@ On a real GPU the same path is checked with torch (scripts/gpu_check_python.py).
 
 import ctypes
 import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,3 +215,97 @@ def test_state_dict_of_a_device_loader_resumes_with_the_same_batches(folder):
         for (ids, px), (want_ids, want_px) in zip(rest, reference[stop:]):
             np.testing.assert_array_equal(ids, want_ids)
             np.testing.assert_array_equal(px, want_px)
+
+
+# Misused as real programs misuse it, as the host loader is (test_loader_robustness.py): Ctrl-C
+# while a batch is awaited, close() from another thread, the loader inherited by a child of fork().
+
+@pytest.fixture(scope="module")
+def slow_image(tmp_path_factory):
+    """A 6000x6000 PNG of one colour: a few kilobytes on disk, seconds to decode and resize with
+    lanczos, so that a batch of them is seconds away."""
+    PIL = pytest.importorskip("PIL.Image", reason="the slow image is written with Pillow")
+    path = tmp_path_factory.mktemp("slow") / "big.png"
+    PIL.new("RGB", (6000, 6000), (10, 200, 30)).save(path)
+    return str(path)
+
+
+def slow_device_loader(path, samples=8):
+    data = stoker.dataset([path] * samples, labels=[0] * samples)
+    return stoker.Loader(data, 32, batch_size=4, threads=1, prefetch=1, shuffle=False, dct_scaling=False,
+                         interpolation="lanczos", augment=augment(32), device="cuda", depth=2)
+
+
+def test_ctrl_c_while_a_device_batch_is_awaited_raises_keyboard_interrupt_promptly(slow_image):
+    script = textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        sys.path[:0] = {sys.path!r}
+        from test_device_batches import slow_device_loader
+        loader = slow_device_loader({slow_image!r})
+        it = iter(loader)
+        sent = []
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.3, interrupt).start()
+        try:
+            next(it)
+            print("delivered", time.monotonic() - sent[0] if sent else -1.0)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - sent[0])
+        loader.close()
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    what, delay = out.stdout.split("\n")[0].split()
+    assert what == "interrupted", f"the batch came first ({delay} s after SIGINT): Ctrl-C waited for it"
+    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
+
+
+def test_close_from_another_thread_while_a_device_batch_is_awaited_raises_a_clear_error(slow_image):
+    loader = slow_device_loader(slow_image)
+    it = iter(loader)
+    closer = threading.Timer(0.3, loader.close)
+    closer.start()
+    with pytest.raises(stoker.Error, match="closed"):
+        next(it)
+    closer.join()
+    with pytest.raises(stoker.Error, match="closed"):
+        next(iter(loader))
+    loader.close()  # again: nothing to do
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_device_loader_used_in_a_child_of_fork_raises_a_clear_error(folder):
+    loader = stoker.Loader(folder, 32, batch_size=4, augment=augment(32), device="cuda")
+    it = iter(loader)
+    next(it)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        os.close(r)
+        try:
+            try:
+                next(iter(loader))
+                message = "no error"
+            except stoker.Error as e:
+                message = "Error: " + str(e)
+            os.write(w, message.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the child hung on the device loader it inherited")
+    message = os.read(r, 4096).decode()
+    os.close(r)
+    assert message.startswith("Error: ") and "fork" in message and "CUDA context" in message, message
+    assert sum(len(b) for b in it) == 16  # the parent's loader is unaffected

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -69,15 +70,31 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   ~FeedCore();
 
   void start();  // the feeder thread (after shared ownership exists)
-  // From the epoch's first batch, or (resume) from the state's next batch of its epoch.
-  void begin_epoch(std::uint64_t epoch, const LoaderState* resume = nullptr);
+  // From the epoch's first batch, or (resume) from the state's next batch of its epoch. With
+  // `while_waiting`, the waits call it about every `interval` without the lock (GpuFeed's overloads).
+  void begin_epoch(std::uint64_t epoch, const LoaderState* resume = nullptr,
+                   const std::function<void()>& while_waiting = {}, std::chrono::milliseconds interval = {});
   LoaderState state() const;
-  std::optional<DeviceBatch> next();
+  std::optional<DeviceBatch> next(const std::function<void()>& while_waiting = {},
+                                  std::chrono::milliseconds interval = {});
   // `given`: record the slot's reuse event on `consumer` (null = the legacy default stream);
   // otherwise on the last wait_on stream, or after the feed's own work.
   void release(int slot, StreamHandle consumer, bool given) noexcept;
   void shutdown();
   bool idle() const { return copy_.idle() && stage_.idle(); }
+
+  // cv_.wait(lock, ready), waking about every `interval` to call `while_waiting` (when given)
+  // without the lock. What it throws leaves the wait with the lock released.
+  template <typename Ready>
+  void wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::function<void()>& while_waiting,
+            std::chrono::milliseconds interval) {
+    if (!while_waiting) return cv_.wait(lock, ready);
+    while (!cv_.wait_for(lock, interval, ready)) {
+      lock.unlock();
+      while_waiting();
+      lock.lock();
+    }
+  }
   // A default stream (null, per-thread) names the current device's: the feed's device is made
   // current while it is used (DeviceGuard on this), and the caller's given back after.
   int device_for(StreamHandle stream) const { return is_default_stream(stream) ? device_ : -1; }
@@ -387,13 +404,15 @@ void FeedCore::feeder() {
   } catch (...) {}
 }
 
-void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume) {
+void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume, const std::function<void()>& while_waiting,
+                           std::chrono::milliseconds interval) {
   std::unique_lock lock(mu_);
   if (stopped_ || stop_) throw Error("GpuFeed: begin_epoch() after shutdown()");
   if (fatal_) std::rethrow_exception(fatal_);
   ++generation_;
   active_ = false;
-  cv_.wait(lock, [&] { return !busy_; });
+  wait(
+      lock, [&] { return !busy_; }, while_waiting, interval);
   // Batches copied but not delivered: their slots are free once their queued work is done.
   for (const Delivery& d : ready_) {
     if (d.slot < 0) continue;
@@ -405,6 +424,7 @@ void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume) {
   lock.unlock();
   // The feeder is idle: nobody else calls the loader now.
   if (resume) loader_->resume(*resume);
+  else if (while_waiting) loader_->begin_epoch(epoch, while_waiting, interval);
   else loader_->begin_epoch(epoch);
   lock.lock();
   active_ = true;
@@ -423,7 +443,8 @@ LoaderState FeedCore::state() const {
   return st;
 }
 
-std::optional<DeviceBatch> FeedCore::next() {
+std::optional<DeviceBatch> FeedCore::next(const std::function<void()>& while_waiting,
+                                          std::chrono::milliseconds interval) {
   std::unique_lock lock(mu_);
   if (stopped_ || stop_) throw Error("GpuFeed: next() after shutdown()");
   if (fatal_) std::rethrow_exception(fatal_);
@@ -441,7 +462,8 @@ std::optional<DeviceBatch> FeedCore::next() {
                 "(or raise depth)");
   }
   const auto t0 = Clock::now();
-  cv_.wait(lock, [&] { return !ready_.empty() || stop_ || fatal_; });
+  wait(
+      lock, [&] { return !ready_.empty() || stop_ || fatal_; }, while_waiting, interval);
   consumer_wait_ += seconds_since(t0);
   if (stop_) throw Error("GpuFeed: shutting down");
   if (fatal_) std::rethrow_exception(fatal_);
@@ -601,9 +623,17 @@ GpuFeed::~GpuFeed() {
 }
 
 void GpuFeed::begin_epoch(std::uint64_t epoch) { core_->begin_epoch(epoch); }
+void GpuFeed::begin_epoch(std::uint64_t epoch, const std::function<void()>& while_waiting,
+                          std::chrono::milliseconds interval) {
+  core_->begin_epoch(epoch, nullptr, while_waiting, interval);
+}
 void GpuFeed::resume(const LoaderState& state) { core_->begin_epoch(state.epoch, &state); }
 LoaderState GpuFeed::state() const { return core_->state(); }
 std::optional<DeviceBatch> GpuFeed::next() { return core_->next(); }
+std::optional<DeviceBatch> GpuFeed::next(const std::function<void()>& while_waiting,
+                                         std::chrono::milliseconds interval) {
+  return core_->next(while_waiting, interval);
+}
 void GpuFeed::shutdown() { core_->shutdown(); }
 bool GpuFeed::idle() const { return core_->idle(); }
 std::size_t GpuFeed::batches_per_epoch() const noexcept {

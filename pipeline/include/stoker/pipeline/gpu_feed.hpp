@@ -16,8 +16,10 @@
 // batches go back to the loader as soon as their copy has completed.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -123,6 +125,10 @@ class GpuFeed {
   GpuFeed& operator=(const GpuFeed&) = delete;
 
   void begin_epoch(std::uint64_t epoch);
+  // begin_epoch(), calling `while_waiting` about every `interval` while the feeder finishes its
+  // batch and the loader the abandoned epoch's samples (as Loader's overload; where a binding
+  // looks for Ctrl-C). What it throws leaves with no epoch begun.
+  void begin_epoch(std::uint64_t epoch, const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
   // The batches next() has delivered, as Loader::state() counts them (the loader itself runs
   // ahead), and the continuation from such a state: as Loader::resume.
   LoaderState state() const;
@@ -130,6 +136,9 @@ class GpuFeed {
   // The next batch in plan order; nullopt at the end of the epoch. Throws what the loader throws
   // (DecodeError under BadSamplePolicy::Fail), and Error when the consumer holds every slot.
   std::optional<DeviceBatch> next();
+  // next(), calling `while_waiting` about every `interval` while no batch is ready, without the
+  // feed's lock. What it throws leaves next() at once and the feed as it was.
+  std::optional<DeviceBatch> next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
 
   // Stops feeding and waits until no work of the feed is pending on its streams. Idempotent.
   void shutdown();
