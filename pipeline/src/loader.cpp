@@ -961,7 +961,9 @@ void Loader::begin_epoch(std::uint64_t epoch, const std::function<void()>& while
 }
 LoaderState Loader::state() const { return core_->state(); }
 
-void Loader::resume(const LoaderState& st) {
+void Loader::resume(const LoaderState& st) { resume(st, {}, {}); }
+void Loader::resume(const LoaderState& st, const std::function<void()>& while_waiting,
+                    std::chrono::milliseconds interval) {
   const LoaderState here = core_->state();
   auto refuse = [](const std::string& what) { throw InvalidArgument("cannot resume from this loader state: " + what); };
   if (st.digest != here.digest) {
@@ -977,7 +979,7 @@ void Loader::resume(const LoaderState& st) {
     refuse("its next batch " + std::to_string(st.next_batch) + " is outside the epoch's " +
            std::to_string(core_->batches_per_epoch_));
   }
-  core_->begin_epoch(st.epoch, st.next_batch);
+  core_->begin_epoch(st.epoch, st.next_batch, while_waiting, interval);
 }
 std::optional<Batch> Loader::next() { return core_->next(nullptr, {}); }
 std::optional<Batch> Loader::next(const std::function<void()>& while_waiting, std::chrono::milliseconds interval) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings.hpp"
 #include "stoker/augment/spec.hpp"
 #include "stoker/pipeline/loader.hpp"
 
@@ -41,8 +42,12 @@ void def_state_and_resume(nb::class_<Py, Extra...>& cls) {
           "resume",
           [](Py& self, const std::string& state) {
             const LoaderState st = LoaderState::parse(state);
-            nb::gil_scoped_release unlocked;
-            self.live().resume(st);
+            try {
+              nb::gil_scoped_release unlocked;  // waits for the abandoned epoch's samples (Ctrl-C polled)
+              self.live().resume(st, check_signals, kSignalPoll);
+            } catch (const SignalRaised&) {
+              throw nb::python_error();
+            }
           },
           nb::arg("state"), "Starts the saved epoch at its next batch");
 }

@@ -99,6 +99,38 @@ def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(tmp_
     assert lines[1] == "next epoch 4"
 
 
+def test_ctrl_c_while_a_restored_state_waits_for_the_last_epochs_samples_is_prompt(tmp_path):
+    # load_state_dict() begins the saved epoch: it too first waits for the samples of the
+    # abandoned epoch being decoded, and Ctrl-C there is as prompt.
+    big = tmp_path / "bigger.png"
+    PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(big)
+    script = textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        sys.path[:0] = {sys.path!r}
+        from test_loader_robustness import slow_loader
+        loader = slow_loader({str(big)!r}, samples=8)
+        loader._core.begin_epoch(0)  # its first sample is being decoded
+        state = loader._core.state()
+        time.sleep(0.1)
+        sent = []
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Timer(0.2, interrupt).start()
+        try:
+            loader._core.resume(state)
+            print("resumed", time.monotonic() - sent[0] if sent else -1.0)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - sent[0])
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    what, delay = out.stdout.split("\n")[0].split()
+    assert what == "interrupted", f"the wait ended first ({delay} s after SIGINT)"
+    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
+
+
 def test_close_from_another_thread_while_next_waits_raises_a_clear_error(slow_image):
     loader = slow_loader(slow_image)
     it = iter(loader)

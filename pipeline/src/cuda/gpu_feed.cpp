@@ -423,9 +423,8 @@ void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume, const
   ready_.clear();
   lock.unlock();
   // The feeder is idle: nobody else calls the loader now.
-  if (resume) loader_->resume(*resume);
-  else if (while_waiting) loader_->begin_epoch(epoch, while_waiting, interval);
-  else loader_->begin_epoch(epoch);
+  if (resume) loader_->resume(*resume, while_waiting, interval);
+  else loader_->begin_epoch(epoch, while_waiting, interval);
   lock.lock();
   active_ = true;
   exhausted_ = false;
@@ -628,6 +627,10 @@ void GpuFeed::begin_epoch(std::uint64_t epoch, const std::function<void()>& whil
   core_->begin_epoch(epoch, nullptr, while_waiting, interval);
 }
 void GpuFeed::resume(const LoaderState& state) { core_->begin_epoch(state.epoch, &state); }
+void GpuFeed::resume(const LoaderState& state, const std::function<void()>& while_waiting,
+                     std::chrono::milliseconds interval) {
+  core_->begin_epoch(state.epoch, &state, while_waiting, interval);
+}
 LoaderState GpuFeed::state() const { return core_->state(); }
 std::optional<DeviceBatch> GpuFeed::next() { return core_->next(); }
 std::optional<DeviceBatch> GpuFeed::next(const std::function<void()>& while_waiting,

@@ -133,6 +133,7 @@ class GpuFeed {
   // ahead), and the continuation from such a state: as Loader::resume.
   LoaderState state() const;
   void resume(const LoaderState& state);
+  void resume(const LoaderState& state, const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
   // The next batch in plan order; nullopt at the end of the epoch. Throws what the loader throws
   // (DecodeError under BadSamplePolicy::Fail), and Error when the consumer holds every slot.
   std::optional<DeviceBatch> next();

@@ -203,6 +203,8 @@ class Loader {
   // InvalidArgument naming what differs when the state comes from another dataset, other
   // settings, another seed or another rank.
   void resume(const LoaderState& state);
+  // resume(), calling `while_waiting` as begin_epoch()'s overload does.
+  void resume(const LoaderState& state, const std::function<void()>& while_waiting, std::chrono::milliseconds interval);
 
   std::size_t batches_per_epoch() const noexcept;
   std::size_t samples_per_epoch() const noexcept;  // this rank's share, padding included
