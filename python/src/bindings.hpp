@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <nanobind/nanobind.h>
 
@@ -17,6 +18,16 @@ void bind_dataset(nb::module_& m);  // Dataset and its sources (folder, CSV, lis
 void bind_augment(nb::module_& m);  // AugmentSpec, Augmenter (batches of arrays), fit_featurewise
 void bind_loader(nb::module_& m);   // Loader and host Batch (NumPy views, DLPack)
 void bind_gpu(nb::module_& m);      // GpuFeed and device batches (DLPack CUDA with streams)
+
+// Names from the file system (paths, class folders) as Python's os.fsdecode gives them: bytes
+// that are not UTF-8 become surrogate escapes (PEP 383), so that os.fsencode and open() get the
+// same bytes back; fs_bytes is os.fsencode (a str, surrogate escapes included, as the bytes it
+// names). message_str: a message for Python, bytes that are not UTF-8 shown as \xNN (fs_names.cpp).
+nb::str fs_str(const std::string& bytes);
+nb::list fs_strs(const std::vector<std::string>& names);
+std::string fs_bytes(nb::handle name);
+std::vector<std::string> fs_bytes(const std::vector<nb::object>& names);
+nb::str message_str(const char* text);
 
 // What the host and the device loaders' bindings share (loader_bindings.cpp).
 

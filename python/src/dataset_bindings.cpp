@@ -35,9 +35,8 @@ void bind_dataset(nb::module_& m) {
       .def_prop_ro(
           "paths",
           [](const Dataset& d) {
-            std::vector<std::string> p;
-            p.reserve(d.size());
-            for (const auto& s : d.samples) p.push_back(sample_name(s));
+            nb::list p;
+            for (const auto& s : d.samples) p.append(fs_str(sample_name(s)));
             return p;
           },
           "The file of each sample, in dataset order ('shard.tar:member' for a tar shard's).")
@@ -50,7 +49,9 @@ void bind_dataset(nb::module_& m) {
             return l;
           },
           "The class index of each sample (-1: unlabelled).")
-      .def_ro("class_names", &Dataset::class_names, "Class names; the index is the label.")
+      .def_prop_ro(
+          "class_names", [](const Dataset& d) { return fs_strs(d.class_names); },
+          "Class names; the index is the label.")
       .def("__repr__", [](const Dataset& d) {
         return "<stoker.Dataset: " + std::to_string(d.size()) + " samples, " + std::to_string(d.class_names.size()) +
                " classes>";
@@ -58,17 +59,17 @@ void bind_dataset(nb::module_& m) {
 
   m.def(
       "dataset_from_directory",
-      [](const std::filesystem::path& root, std::vector<std::string> classes, std::vector<std::string> extensions,
+      [](const std::filesystem::path& root, const std::vector<nb::object>& classes, std::vector<std::string> extensions,
          bool follow_links, double validation_split, const std::string& subset) {
         DirectoryOptions o;
-        o.classes = std::move(classes);
+        o.classes = fs_bytes(classes);
         if (!extensions.empty()) o.extensions = std::move(extensions);
         o.follow_links = follow_links;
         o.split = make_split(validation_split, subset);
         nb::gil_scoped_release unlocked;  // walks the folder tree
         return dataset_from_directory(root, o);
       },
-      nb::arg("root"), nb::arg("classes") = std::vector<std::string>{},
+      nb::arg("root"), nb::arg("classes") = std::vector<nb::object>{},
       nb::arg("extensions") = std::vector<std::string>{}, nb::arg("follow_links") = false,
       nb::arg("validation_split") = 0.0, nb::arg("subset") = "all",
       "One sub-folder per class, files found recursively and sorted, as Keras' flow_from_directory.");
@@ -109,7 +110,8 @@ void bind_dataset(nb::module_& m) {
           d = dataset_from_webdataset(spec, o, &report);
         }
         nb::list skipped;
-        for (const auto& p : report.skipped) skipped.append(nb::make_tuple(p.shard, p.key, p.reason));
+        for (const auto& p : report.skipped)
+          skipped.append(nb::make_tuple(fs_str(p.shard), fs_str(p.key), message_str(p.reason.c_str())));
         return nb::make_tuple(d, skipped);
       },
       nb::arg("spec"), nb::arg("label_field") = "", nb::arg("skip_bad_samples") = false,
@@ -117,20 +119,20 @@ void bind_dataset(nb::module_& m) {
       "skipped lists (shard, key, reason) of the samples left out with skip_bad_samples");
   m.def(
       "dataset_from_list",
-      [](const std::vector<std::string>& paths, const std::vector<int>& labels, std::vector<std::string> class_names,
-         double validation_split, const std::string& subset) {
+      [](const std::vector<std::filesystem::path>& paths, const std::vector<int>& labels,
+         const std::vector<nb::object>& class_names, double validation_split, const std::string& subset) {
         if (!labels.empty() && labels.size() != paths.size()) {
           throw InvalidArgument("labels: " + std::to_string(labels.size()) + " labels for " +
                                 std::to_string(paths.size()) + " paths");
         }
         std::vector<Sample> samples(paths.size());
         for (std::size_t i = 0; i < paths.size(); ++i) {
-          samples[i].path = paths[i];
+          samples[i].path = paths[i].string();
           samples[i].label = labels.empty() ? -1 : labels[i];
         }
-        return dataset_from_list(std::move(samples), std::move(class_names), make_split(validation_split, subset));
+        return dataset_from_list(std::move(samples), fs_bytes(class_names), make_split(validation_split, subset));
       },
-      nb::arg("paths"), nb::arg("labels") = std::vector<int>{}, nb::arg("class_names") = std::vector<std::string>{},
+      nb::arg("paths"), nb::arg("labels") = std::vector<int>{}, nb::arg("class_names") = std::vector<nb::object>{},
       nb::arg("validation_split") = 0.0, nb::arg("subset") = "all",
       "Samples from lists: file paths and their class indices into class_names.");
 }

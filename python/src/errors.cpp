@@ -50,22 +50,22 @@ void bind_errors(nb::module_& m) {
       std::rethrow_exception(p);
     } catch (const DecodeError& e) {
       // An instance with .path and .reason, so callers need not parse the message.
-      nb::object err = nb::borrow(g_decode_error)(nb::str(e.what()));
-      err.attr("path") = nb::str(e.path().c_str());
-      err.attr("reason") = nb::str(e.reason().c_str());
+      nb::object err = nb::borrow(g_decode_error)(message_str(e.what()));
+      err.attr("path") = fs_str(e.path());
+      err.attr("reason") = message_str(e.reason().c_str());
       PyErr_SetObject(g_decode_error, err.ptr());
     } catch (const InvalidArgument& e) {
-      PyErr_SetString(g_invalid_argument, e.what());
+      PyErr_SetObject(g_invalid_argument, message_str(e.what()).ptr());
     } catch (const DatasetError& e) {
-      PyErr_SetString(g_dataset_error, e.what());
+      PyErr_SetObject(g_dataset_error, message_str(e.what()).ptr());
     } catch (const IoError& e) {
-      PyErr_SetString(g_io_error, e.what());
+      PyErr_SetObject(g_io_error, message_str(e.what()).ptr());
     } catch (const CudaError& e) {
-      PyErr_SetString(g_cuda_error, e.what());
+      PyErr_SetObject(g_cuda_error, message_str(e.what()).ptr());
     } catch (const BadAlloc& e) {
-      PyErr_SetString(g_bad_alloc, e.what());
+      PyErr_SetObject(g_bad_alloc, message_str(e.what()).ptr());
     } catch (const Error& e) {
-      PyErr_SetString(g_error, e.what());
+      PyErr_SetObject(g_error, message_str(e.what()).ptr());
     }
   });
 }

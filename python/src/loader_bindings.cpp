@@ -245,7 +245,7 @@ nb::object stats_object(const LoaderStats& s) { return stats_dict(s); }
 
 nb::list skipped_list(const std::vector<SkippedSample>& skipped) {
   nb::list out;
-  for (const auto& s : skipped) out.append(nb::make_tuple(s.sample_id, s.path, s.reason));
+  for (const auto& s : skipped) out.append(nb::make_tuple(s.sample_id, fs_str(s.path), message_str(s.reason.c_str())));
   return out;
 }
 
@@ -306,7 +306,8 @@ void bind_loader(nb::module_& m) {
                    [](const HostBatch& b) {
                      nb::list paths;
                      auto ids = nb::cast<std::vector<std::int64_t>>(b.sample_ids.attr("tolist")());
-                     for (auto id : ids) paths.append(sample_name(b.dataset->samples[static_cast<std::size_t>(id)]));
+                     for (auto id : ids)
+                       paths.append(fs_str(sample_name(b.dataset->samples[static_cast<std::size_t>(id)])));
                      return paths;
                    })
       .def("__len__", [](const HostBatch& b) { return b.size; })

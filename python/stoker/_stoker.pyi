@@ -60,7 +60,7 @@ def dataset_from_webdataset(spec: str, label_field: str = '', skip_bad_samples: 
     WebDataset tar shards (a brace pattern, a .tar, or a .txt list of shards) -> (Dataset, skipped), where skipped lists (shard, key, reason) of the samples left out with skip_bad_samples
     """
 
-def dataset_from_list(paths: Sequence[str], labels: Sequence[int] = [], class_names: Sequence[str] = [], validation_split: float = 0.0, subset: str = 'all') -> Dataset:
+def dataset_from_list(paths: Sequence[str | os.PathLike], labels: Sequence[int] = [], class_names: Sequence[str] = [], validation_split: float = 0.0, subset: str = 'all') -> Dataset:
     """
     Samples from lists: file paths and their class indices into class_names.
     """

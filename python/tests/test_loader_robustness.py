@@ -248,3 +248,36 @@ def test_state_dict_inside_the_loop_continues_the_epoch(folder):
     restored = stoker.Loader(folder, 16, batch_size=5, seed=3)
     restored.load_state_dict(state)
     assert [b.index for b in restored] == [2, 3, 4]
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS keeps file names in UTF-8")
+def test_names_that_are_not_utf8_cross_as_os_fsdecode_gives_them(tmp_path):
+    # A class folder and a file named in Latin-1 (b"caf\xe9"): Python's own file functions give
+    # such names as str with surrogate escapes (PEP 383); stoker gives and takes the same, so
+    # open() finds the file and os.fsencode gives its bytes back. Messages show the bytes as \xNN.
+    root = tmp_path / "data"
+    for name in (b"caf\xe9s", b"dogs"):
+        os.makedirs(os.path.join(os.fsencode(root), name))
+    PIL.new("RGB", (8, 8), (200, 10, 10)).save(os.fsdecode(os.path.join(os.fsencode(root), b"caf\xe9s", b"x.png")))
+    PIL.new("RGB", (8, 8), (10, 10, 200)).save(os.fsdecode(os.path.join(os.fsencode(root), b"dogs", b"d\xe9.png")))
+    data = stoker.dataset(str(root))
+    assert data.class_names == [os.fsdecode(b"caf\xe9s"), "dogs"]
+    assert sorted(os.listdir(root)) == sorted(data.class_names)
+    for path in data.paths:
+        assert os.path.isfile(path), path
+    assert os.fsencode(data.paths[1]).endswith(b"/d\xe9.png")
+    batch = next(iter(stoker.Loader(data, 8, batch_size=2, shuffle=False)))
+    assert batch.paths == data.paths
+    # The names given back are taken back: a list dataset, and class names chosen by the caller.
+    again = stoker.dataset(data.paths, labels=[0, 1], class_names=data.class_names)
+    assert again.paths == data.paths and again.class_names == data.class_names
+    assert len(stoker.dataset(str(root), classes=[os.fsdecode(b"caf\xe9s")])) == 1
+    # A file that is not an image: the error names it readably, and its path is the file's.
+    bad = os.path.join(os.fsencode(root), b"dogs", b"bad\xff.png")
+    with open(bad, "wb") as f:
+        f.write(b"not an image")
+    with pytest.raises(stoker.DecodeError) as e:
+        for _ in stoker.Loader(str(root), 8, batch_size=3, shuffle=False):
+            pass
+    assert "bad\\xff.png" in str(e.value)
+    assert os.fsencode(e.value.path) == bad
