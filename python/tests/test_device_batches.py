@@ -8,17 +8,13 @@ On a real GPU the same path is checked with torch (scripts/gpu_check_python.py).
 import ctypes
 import gc
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import stoker
+from support import error_in_forked_child, interrupted_during
 
 pytestmark = pytest.mark.skipif(stoker.cuda_build != "emulated",
                                 reason="needs the emulated-device build (scripts/test_python.sh makes one)")
@@ -237,30 +233,14 @@ def slow_device_loader(path, samples=8):
 
 
 def test_ctrl_c_while_a_device_batch_is_awaited_raises_keyboard_interrupt_promptly(slow_image):
-    script = textwrap.dedent(f"""
-        import os, signal, sys, threading, time
-        sys.path[:0] = {sys.path!r}
+    what, delay, _ = interrupted_during(
+        f"""
         from test_device_batches import slow_device_loader
         loader = slow_device_loader({slow_image!r})
         it = iter(loader)
-        sent = []
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.3, interrupt).start()
-        try:
-            next(it)
-            print("delivered", time.monotonic() - sent[0] if sent else -1.0)
-        except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - sent[0])
-        loader.close()
-    """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    what, delay = out.stdout.split("\n")[0].split()
+        """, "next(it)", then="loader.close()")
     assert what == "interrupted", f"the batch came first ({delay} s after SIGINT): Ctrl-C waited for it"
-    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
+    assert delay < 0.5, f"KeyboardInterrupt came {delay:.3f} s after SIGINT"
 
 
 def test_close_from_another_thread_while_a_device_batch_is_awaited_raises_a_clear_error(slow_image):
@@ -281,31 +261,6 @@ def test_a_device_loader_used_in_a_child_of_fork_raises_a_clear_error(folder):
     loader = stoker.Loader(folder, 32, batch_size=4, augment=augment(32), device="cuda")
     it = iter(loader)
     next(it)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        os.close(r)
-        try:
-            try:
-                next(iter(loader))
-                message = "no error"
-            except stoker.Error as e:
-                message = "Error: " + str(e)
-            os.write(w, message.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the child hung on the device loader it inherited")
-    message = os.read(r, 4096).decode()
-    os.close(r)
+    message = error_in_forked_child(lambda: next(iter(loader)))
     assert message.startswith("Error: ") and "fork" in message and "CUDA context" in message, message
     assert sum(len(b) for b in it) == 16  # the parent's loader is unaffected

@@ -1,11 +1,9 @@
 """stoker.Loader misused as real programs misuse it: Ctrl-C while a batch is awaited, close() from
 another thread, a loader inherited by a child of fork(), a state saved after leaving an epoch early."""
 
+import gc
 import os
-import signal
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -13,6 +11,7 @@ import numpy as np
 import pytest
 
 import stoker
+from support import error_in_forked_child, interrupted_during
 
 PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
 
@@ -33,36 +32,18 @@ def slow_loader(path, samples=8):
 
 
 def test_ctrl_c_while_waiting_for_a_batch_raises_keyboard_interrupt_promptly(slow_image):
-    # A real SIGINT to a process of its own (a stray KeyboardInterrupt must not end the test run).
-    script = textwrap.dedent(f"""
-        import os, signal, sys, threading, time
-        sys.path[:0] = {sys.path!r}
+    what, delay, then = interrupted_during(
+        f"""
         from test_loader_robustness import slow_loader
         loader = slow_loader({slow_image!r})
         it = iter(loader)
-        sent = []
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.3, interrupt).start()
-        try:
-            next(it)
-            print("delivered", time.monotonic() - sent[0] if sent else -1.0)
-        except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - sent[0])
+        """, "next(it)",
         # The loader is still usable: the next iteration starts the next epoch.
-        print("next epoch", len(next(iter(loader))))
-        loader.close()
-    """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.split("\n")
-    what, delay = lines[0].split()
+        then="print('next epoch', len(next(iter(loader))))\nloader.close()")
     # The batch is seconds away; the poll of Python's signal handlers is every 20 ms.
     assert what == "interrupted", f"the batch came first ({delay} s after SIGINT): Ctrl-C waited for it"
-    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
-    assert lines[1] == "next epoch 4"
+    assert delay < 0.5, f"KeyboardInterrupt came {delay:.3f} s after SIGINT"
+    assert then == ["next epoch 4"]
 
 
 def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(tmp_path):
@@ -70,33 +51,17 @@ def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(tmp_
     # seconds); Ctrl-C there is as prompt as while waiting for a batch.
     big = tmp_path / "bigger.png"
     PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(big)
-    script = textwrap.dedent(f"""
-        import os, signal, sys, threading, time
-        sys.path[:0] = {sys.path!r}
+    what, delay, then = interrupted_during(
+        f"""
         from test_loader_robustness import slow_loader
         loader = slow_loader({str(big)!r}, samples=8)
         loader._core.begin_epoch(0)  # its first sample is being decoded
         time.sleep(0.1)
-        sent = []
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.2, interrupt).start()
-        try:
-            next(iter(loader))  # the epoch begins again: waits for the sample in flight
-            print("delivered", time.monotonic() - sent[0] if sent else -1.0)
-        except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - sent[0])
-        print("next epoch", len(next(iter(loader))))
-    """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.split("\n")
-    what, delay = lines[0].split()
+        """, "next(iter(loader))  # the epoch begins again: waits for the sample in flight", after=0.2,
+        then="print('next epoch', len(next(iter(loader))))")
     assert what == "interrupted", f"the batch came first ({delay} s after SIGINT)"
-    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
-    assert lines[1] == "next epoch 4"
+    assert delay < 0.5, f"KeyboardInterrupt came {delay:.3f} s after SIGINT"
+    assert then == ["next epoch 4"]
 
 
 def test_ctrl_c_while_a_restored_state_waits_for_the_last_epochs_samples_is_prompt(tmp_path):
@@ -104,31 +69,16 @@ def test_ctrl_c_while_a_restored_state_waits_for_the_last_epochs_samples_is_prom
     # abandoned epoch being decoded, and Ctrl-C there is as prompt.
     big = tmp_path / "bigger.png"
     PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(big)
-    script = textwrap.dedent(f"""
-        import os, signal, sys, threading, time
-        sys.path[:0] = {sys.path!r}
+    what, delay, _ = interrupted_during(
+        f"""
         from test_loader_robustness import slow_loader
         loader = slow_loader({str(big)!r}, samples=8)
         loader._core.begin_epoch(0)  # its first sample is being decoded
         state = loader._core.state()
         time.sleep(0.1)
-        sent = []
-        def interrupt():
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-        threading.Timer(0.2, interrupt).start()
-        try:
-            loader._core.resume(state)
-            print("resumed", time.monotonic() - sent[0] if sent else -1.0)
-        except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - sent[0])
-    """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", script], cwd=here, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    what, delay = out.stdout.split("\n")[0].split()
+        """, "loader._core.resume(state)", after=0.2)
     assert what == "interrupted", f"the wait ended first ({delay} s after SIGINT)"
-    assert float(delay) < 0.5, f"KeyboardInterrupt came {float(delay):.3f} s after SIGINT"
+    assert delay < 0.5, f"KeyboardInterrupt came {delay:.3f} s after SIGINT"
 
 
 def test_close_from_another_thread_while_next_waits_raises_a_clear_error(slow_image):
@@ -176,45 +126,23 @@ def test_close_races_with_next_many_times(folder):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
 def test_a_loader_used_in_a_child_of_fork_raises_a_clear_error(folder):
-    loader = stoker.Loader(folder, 16, batch_size=2, threads=2, prefetch=4)
-    it = iter(loader)
-    held = next(it)  # batches in flight in the parent's threads when it forks
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        os.close(r)
-        try:
-            try:
-                next(iter(loader))
-                message = "no error"
-            except stoker.Error as e:
-                message = "Error: " + str(e)
-            del held  # the parent's slot: let go without waiting for threads the child lacks
-            del it
-            loader = None
-            import gc
+    # The loader, an iterator and a batch in flight in the parent's threads when it forks; after
+    # its error the child lets go of them (their destructors must not wait for threads it lacks).
+    parent = [stoker.Loader(folder, 16, batch_size=2, threads=2, prefetch=4)]
+    parent.append(iter(parent[0]))
+    parent.append(next(parent[1]))
 
-            gc.collect()
-            os.write(w, message.encode())
+    def use():
+        try:
+            next(iter(parent[0]))
         finally:
-            os._exit(0)
-    os.close(w)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the child hung on the loader it inherited")
-    message = os.read(r, 4096).decode()
-    os.close(r)
+            parent.clear()
+            gc.collect()
+
+    message = error_in_forked_child(use)
     assert message.startswith("Error: ") and "fork" in message, message
-    # The parent's loader is unaffected.
-    rest = [len(b) for b in it]
-    assert sum(rest) + len(held) == 24
+    loader, it, held = parent  # the parent's loader is unaffected
+    assert sum(len(b) for b in it) + len(held) == 24
 
 
 def test_state_dict_after_leaving_an_epoch_early_continues_as_the_loader_would(folder):
