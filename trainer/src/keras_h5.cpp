@@ -43,12 +43,17 @@ std::vector<std::string> read_string_attribute(hid_t obj, const char* name, cons
     H5Tset_size(mem.get(), H5T_VARIABLE);
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     std::vector<char*> ptrs(static_cast<std::size_t>(count), nullptr);
+    // libhdf5 allocates each string: freed however this ends (a read that fails part way may
+    // have made some).
+    struct Strings {
+      std::vector<char*>& made;
+      ~Strings() {
+        for (char* p : made) H5free_memory(p);
+      }
+    } owned{ptrs};
     if (H5Aread(attr.get(), mem.get(), ptrs.data()) < 0)
       throw IoError(where + ": cannot read attribute '" + std::string(name) + "'");
-    for (char* p : ptrs) {
-      out.emplace_back(p ? p : "");
-      H5free_memory(p);
-    }
+    for (const char* p : ptrs) out.emplace_back(p ? p : "");
   } else {
     const std::size_t size = H5Tget_size(type.get());
     Hid mem(H5Tcopy(type.get()), H5Tclose);  // keeps the file's padding: a full-width name has no NUL
