@@ -1,7 +1,8 @@
 // Conv (conv.hpp): a CudnnConv, or one on channels padded to multiples of 8 when cuDNN offers no
 // algorithm for the convolution's own channel counts. The same file runs on a GPU and on the
 // emulated device, where the cuDNN stand-in can be told to refuse such convolutions (tests).
-#include <sstream>
+#include <memory>
+#include <string>
 
 #include "conv.hpp"
 #include "kernels.hpp"
