@@ -21,6 +21,7 @@
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
 
+#include "polled_wait.hpp"
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/plan.hpp"
@@ -396,16 +397,8 @@ void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch, cons
   cancel_locked();
   submit_queued(lock);    // samples left queued by a failed submission must still run to finish their batch
   epoch_active_ = false;  // until the abandoned epoch's samples are done: an interrupted wait begins none
-  const auto idle = [&] { return inflight_batches_ == 0; };
-  if (!while_waiting) {
-    cv_.wait(lock, idle);
-  } else {
-    while (!cv_.wait_for(lock, std::max(interval, std::chrono::milliseconds(1)), idle)) {
-      lock.unlock();  // what it throws leaves with the lock released
-      while_waiting();
-      lock.lock();
-    }
-  }
+  polled_wait(
+      cv_, lock, [&] { return inflight_batches_ == 0; }, while_waiting, interval);
   if (stopping_) throw Error("the loader was closed");
   epoch_ = epoch;
   EpochPlan plan =
@@ -732,16 +725,8 @@ std::optional<Batch> LoaderCore::next(const std::function<void()>& while_waiting
     if (s.state != Slot::State::Ready) {
       const auto t0 = Clock::now();
       wait_briefly_for_a_batch(lock);
-      const auto done = [&] { return s.state == Slot::State::Ready || stopping_; };
-      if (!while_waiting) {
-        cv_.wait(lock, done);
-      } else {
-        while (!cv_.wait_for(lock, std::max(interval, std::chrono::milliseconds(1)), done)) {
-          lock.unlock();  // what it throws leaves with the lock released and nothing changed
-          while_waiting();
-          lock.lock();
-        }
-      }
+      polled_wait(
+          cv_, lock, [&] { return s.state == Slot::State::Ready || stopping_; }, while_waiting, interval);
       counters_.wait_ns += elapsed_ns(t0);
       if (stopping_) throw Error("the loader was closed while next() waited for a batch");
       // Another thread began an epoch meanwhile: look again at what is due now.

@@ -25,6 +25,14 @@ def slow_image(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def bigger_image(tmp_path_factory):
+    """A 9000x9000 PNG: seconds to decode, so that a new epoch waits for the abandoned one's sample."""
+    path = tmp_path_factory.mktemp("slower") / "bigger.png"
+    PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(path)
+    return str(path)
+
+
 def slow_loader(path, samples=8):
     data = stoker.dataset([path] * samples, labels=[0] * samples)
     return stoker.Loader(data, 32, batch_size=4, threads=1, prefetch=1, shuffle=False, dct_scaling=False,
@@ -46,15 +54,13 @@ def test_ctrl_c_while_waiting_for_a_batch_raises_keyboard_interrupt_promptly(slo
     assert then == ["next epoch 4"]
 
 
-def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(tmp_path):
+def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(bigger_image):
     # A new epoch first waits for the samples of the abandoned one being decoded (a 9000x9000 PNG:
     # seconds); Ctrl-C there is as prompt as while waiting for a batch.
-    big = tmp_path / "bigger.png"
-    PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(big)
     what, delay, then = interrupted_during(
         f"""
         from test_loader_robustness import slow_loader
-        loader = slow_loader({str(big)!r}, samples=8)
+        loader = slow_loader({bigger_image!r}, samples=8)
         loader._core.begin_epoch(0)  # its first sample is being decoded
         time.sleep(0.1)
         """, "next(iter(loader))  # the epoch begins again: waits for the sample in flight", after=0.2,
@@ -64,15 +70,13 @@ def test_ctrl_c_while_a_new_epoch_waits_for_the_last_ones_samples_is_prompt(tmp_
     assert then == ["next epoch 4"]
 
 
-def test_ctrl_c_while_a_restored_state_waits_for_the_last_epochs_samples_is_prompt(tmp_path):
+def test_ctrl_c_while_a_restored_state_waits_for_the_last_epochs_samples_is_prompt(bigger_image):
     # load_state_dict() begins the saved epoch: it too first waits for the samples of the
     # abandoned epoch being decoded, and Ctrl-C there is as prompt.
-    big = tmp_path / "bigger.png"
-    PIL.new("RGB", (9000, 9000), (10, 200, 30)).save(big)
     what, delay, _ = interrupted_during(
         f"""
         from test_loader_robustness import slow_loader
-        loader = slow_loader({str(big)!r}, samples=8)
+        loader = slow_loader({bigger_image!r}, samples=8)
         loader._core.begin_epoch(0)  # its first sample is being decoded
         state = loader._core.state()
         time.sleep(0.1)

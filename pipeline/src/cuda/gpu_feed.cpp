@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../polled_wait.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker {
@@ -83,18 +84,6 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   void shutdown();
   bool idle() const { return copy_.idle() && stage_.idle(); }
 
-  // cv_.wait(lock, ready), waking about every `interval` to call `while_waiting` (when given)
-  // without the lock. What it throws leaves the wait with the lock released.
-  template <typename Ready>
-  void wait(std::unique_lock<std::mutex>& lock, Ready ready, const std::function<void()>& while_waiting,
-            std::chrono::milliseconds interval) {
-    if (!while_waiting) return cv_.wait(lock, ready);
-    while (!cv_.wait_for(lock, interval, ready)) {
-      lock.unlock();
-      while_waiting();
-      lock.lock();
-    }
-  }
   // A default stream (null, per-thread) names the current device's: the feed's device is made
   // current while it is used (DeviceGuard on this), and the caller's given back after.
   int device_for(StreamHandle stream) const { return is_default_stream(stream) ? device_ : -1; }
@@ -411,8 +400,8 @@ void FeedCore::begin_epoch(std::uint64_t epoch, const LoaderState* resume, const
   if (fatal_) std::rethrow_exception(fatal_);
   ++generation_;
   active_ = false;
-  wait(
-      lock, [&] { return !busy_; }, while_waiting, interval);
+  polled_wait(
+      cv_, lock, [&] { return !busy_; }, while_waiting, interval);
   // Batches copied but not delivered: their slots are free once their queued work is done.
   for (const Delivery& d : ready_) {
     if (d.slot < 0) continue;
@@ -461,8 +450,8 @@ std::optional<DeviceBatch> FeedCore::next(const std::function<void()>& while_wai
                 "(or raise depth)");
   }
   const auto t0 = Clock::now();
-  wait(
-      lock, [&] { return !ready_.empty() || stop_ || fatal_; }, while_waiting, interval);
+  polled_wait(
+      cv_, lock, [&] { return !ready_.empty() || stop_ || fatal_; }, while_waiting, interval);
   consumer_wait_ += seconds_since(t0);
   if (stop_) throw Error("GpuFeed: shutting down");
   if (fatal_) std::rethrow_exception(fatal_);
