@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -305,15 +306,17 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   if (shape_.bytes() == 0) throw InvalidArgument("the transform's output shape is empty");
 
   sharding_ = o.sharding ? *o.sharding : sharding_from_environment();
-  check_sharding(sharding_, dataset_.size());
-  samples_per_epoch_ = samples_per_rank(dataset_.size(), sharding_);
+  check_weighted_sampling(o.sampling, dataset_.size(), sharding_.mode);
+  const std::size_t draws = draws_per_epoch(dataset_.size(), o.sampling);
+  check_sharding(sharding_, draws);
+  samples_per_epoch_ = samples_per_rank(draws, sharding_);
   const auto n = static_cast<std::int64_t>(samples_per_epoch_);
   batches_per_epoch_ = o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
   if (batches_per_epoch_ == 0) {
     throw InvalidArgument(
         "drop_last with batch_size " + std::to_string(o.batch_size) + " leaves no batch from " + std::to_string(n) +
         " samples" +
-        (sharding_.world_size > 1 ? " (this rank's share of " + std::to_string(dataset_.size()) + ")" : std::string()));
+        (sharding_.world_size > 1 ? " (this rank's share of " + std::to_string(draws) + ")" : std::string()));
   }
 
   if (o.cache.kind != CacheKind::None) {
@@ -401,8 +404,8 @@ void LoaderCore::begin_epoch(std::uint64_t epoch, std::int64_t first_batch, cons
       cv_, lock, [&] { return inflight_batches_ == 0; }, while_waiting, interval);
   if (stopping_) throw Error("the loader was closed");
   epoch_ = epoch;
-  EpochPlan plan =
-      epoch_plan(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle, sharding_);
+  EpochPlan plan = epoch_plan(static_cast<std::uint32_t>(dataset_.size()), options_.seed, epoch, options_.shuffle,
+                              sharding_, options_.sampling);
   order_ = std::move(plan.samples);
   padding_ = std::move(plan.padding);
   next_submit_ = first_batch;
@@ -826,6 +829,12 @@ std::uint64_t LoaderCore::digest() const {
   add(static_cast<std::uint64_t>(sharding_.mode));
   add(sharding_.drop_remainder);
   add_text(transform_->cache_identity());
+  if (options_.sampling.enabled()) {  // only then: a state saved without weights keeps its digest
+    add(0x5745'4947'4854ull);         // "WEIGHT"
+    for (const double w : options_.sampling.weights) add(std::bit_cast<std::uint64_t>(w));
+    add(draws_per_epoch(dataset_.size(), options_.sampling));
+    add(options_.sampling.replacement);
+  }
   return h;
 }
 
@@ -952,7 +961,9 @@ void Loader::resume(const LoaderState& st, const std::function<void()>& while_wa
   const LoaderState here = core_->state();
   auto refuse = [](const std::string& what) { throw InvalidArgument("cannot resume from this loader state: " + what); };
   if (st.digest != here.digest) {
-    refuse("it was saved with another dataset or other settings (batch size, labels, output, shuffle, sharding)");
+    refuse(
+        "it was saved with another dataset or other settings (batch size, labels, output, shuffle, sharding, sample "
+        "weights)");
   }
   if (st.seed != here.seed)
     refuse("its seed is " + std::to_string(st.seed) + ", this loader's " + std::to_string(here.seed));

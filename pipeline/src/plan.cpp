@@ -1,9 +1,13 @@
 #include "stoker/pipeline/plan.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
+#include <sstream>
+#include <utility>
 
 #include "stoker/core/error.hpp"
 
@@ -94,19 +98,143 @@ std::size_t samples_per_rank(std::size_t n, const Sharding& s) noexcept {
   return s.drop_remainder ? n / w : (n + w - 1) / w;
 }
 
+namespace {
+
+std::string number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+// A uniform double in (0, 1): never 0, so that its logarithm is finite.
+double open_uniform(std::uint64_t r) noexcept { return (static_cast<double>(r >> 11) + 0.5) * 0x1.0p-53; }
+
+// Rank r's entries of a global list of `size` entries: every world_size-th from r, padded by
+// wrapping around to count * world_size (DistributedSampler).
+void interleave(const std::vector<std::uint32_t>& global, std::size_t count, const Sharding& s, EpochPlan& plan) {
+  const auto w = static_cast<std::size_t>(s.world_size), r = static_cast<std::size_t>(s.rank);
+  const std::size_t size = global.size();
+  for (std::size_t i = r; i < count * w; i += w) {
+    plan.samples.push_back(global[i % size]);
+    plan.padding.push_back(i >= size ? 1 : 0);
+  }
+}
+
+}  // namespace
+
+void check_weighted_sampling(const WeightedSampling& w, std::size_t n, ShardMode mode) {
+  if (!w.enabled()) {
+    if (w.num_samples)
+      throw InvalidArgument("num_samples needs sample_weights (without them an epoch is every sample)");
+    if (!w.replacement)
+      throw InvalidArgument("replacement=false needs sample_weights (without them no sample repeats)");
+    return;
+  }
+  if (w.weights.size() != n) {
+    throw InvalidArgument("sample_weights: " + std::to_string(w.weights.size()) + " weights for " + std::to_string(n) +
+                          " samples (one weight per sample)");
+  }
+  std::size_t positive = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = w.weights[i];
+    if (!std::isfinite(v)) {
+      throw InvalidArgument("sample_weights: the weight of sample " + std::to_string(i) + " is " + number(v) +
+                            " (weights must be finite)");
+    }
+    if (v < 0) {
+      throw InvalidArgument("sample_weights: the weight of sample " + std::to_string(i) + " is negative (" + number(v) +
+                            ")");
+    }
+    positive += v > 0 ? 1 : 0;
+  }
+  if (positive == 0) throw InvalidArgument("sample_weights: every weight is 0 (no sample could be drawn)");
+  if (w.num_samples) {
+    const std::size_t m = *w.num_samples;
+    if (m == 0) throw InvalidArgument("num_samples must be >= 1, received 0");
+    if (m > UINT32_MAX) throw InvalidArgument("num_samples over 4 billion draws per epoch is not supported");
+    if (!w.replacement && m > n) {
+      throw InvalidArgument("num_samples " + std::to_string(m) + " without replacement is more than the " +
+                            std::to_string(n) + " samples (each is drawn at most once)");
+    }
+    if (!w.replacement && m > positive) {
+      throw InvalidArgument("num_samples " + std::to_string(m) + " without replacement is more than the " +
+                            std::to_string(positive) + " samples whose weight is above 0");
+    }
+  } else if (!w.replacement && positive < n) {
+    throw InvalidArgument("without replacement, num_samples (unset: all " + std::to_string(n) + " samples) is more " +
+                          "than the " + std::to_string(positive) + " samples whose weight is above 0");
+  }
+  if (mode == ShardMode::Fixed) {
+    throw InvalidArgument(
+        "sample_weights need shard_mode interleaved: fixed keeps each rank on one part of the data "
+        "across epochs, while a weighted draw takes from all of it");
+  }
+}
+
+std::size_t draws_per_epoch(std::size_t n, const WeightedSampling& w) noexcept {
+  return w.enabled() ? w.num_samples.value_or(n) : n;
+}
+
+std::vector<std::uint32_t> weighted_draw(const WeightedSampling& w, std::uint64_t seed, std::uint64_t epoch) {
+  check_weighted_sampling(w, w.weights.size());
+  const std::size_t n = w.weights.size(), m = draws_per_epoch(n, w);
+  // Its own stream, apart from the permutation's: draw k is mix64(key + k).
+  const std::uint64_t key = mix64(seed ^ mix64(epoch + 0x5745'4947'4854ull));  // "WEIGHT"
+  std::vector<std::uint32_t> out;
+  out.reserve(m);
+  if (w.replacement) {
+    // Cumulative sums of the weights scaled by the largest (no overflow whatever their size).
+    const double largest = *std::max_element(w.weights.begin(), w.weights.end());
+    std::vector<double> cumulative(n);
+    double sum = 0;
+    std::size_t last_positive = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum += w.weights[i] / largest;
+      cumulative[i] = sum;
+      if (w.weights[i] > 0) last_positive = i;
+    }
+    for (std::size_t k = 0; k < m; ++k) {
+      const double x = static_cast<double>(mix64(key + k) >> 11) * 0x1.0p-53 * sum;  // [0, sum)
+      // The first sum above x: a sample of weight 0 has its predecessor's sum, never above x first.
+      auto i = static_cast<std::size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), x) - cumulative.begin());
+      out.push_back(static_cast<std::uint32_t>(i < n ? i : last_positive));  // x rounded up to sum
+    }
+    return out;
+  }
+  // Without replacement: the m smallest keys log(E) - log(w), E ~ Exp(1), ties by index; a zero
+  // weight's key is +inf. In the log domain a tiny weight's key stays finite.
+  std::vector<std::pair<double, std::uint32_t>> keys(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = -std::log(open_uniform(mix64(key + i)));
+    keys[i] = {w.weights[i] > 0 ? std::log(e) - std::log(w.weights[i]) : HUGE_VAL, static_cast<std::uint32_t>(i)};
+  }
+  const auto middle = keys.begin() + static_cast<std::ptrdiff_t>(m);
+  if (m < n) std::nth_element(keys.begin(), middle, keys.end());
+  std::sort(keys.begin(), middle);
+  for (auto it = keys.begin(); it != middle; ++it) out.push_back(it->second);
+  return out;
+}
+
 EpochPlan epoch_plan(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle, const Sharding& s) {
+  return epoch_plan(n, seed, epoch, shuffle, s, WeightedSampling{});
+}
+
+EpochPlan epoch_plan(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle, const Sharding& s,
+                     const WeightedSampling& sampling) {
   EpochPlan plan;
-  const std::size_t count = samples_per_rank(n, s);
+  check_weighted_sampling(sampling, n, s.mode);
+  const std::size_t count = samples_per_rank(draws_per_epoch(n, sampling), s);
   plan.samples.reserve(count);
   plan.padding.reserve(count);
   const auto w = static_cast<std::size_t>(s.world_size), r = static_cast<std::size_t>(s.rank);
+  if (sampling.enabled()) {
+    // The global list: the epoch's weighted draw, cut as the permutation is.
+    interleave(weighted_draw(sampling, seed, epoch), count, s, plan);
+    return plan;
+  }
   if (s.mode == ShardMode::Interleaved) {
     // The global list: the permutation, padded by wrapping around to count * world_size.
-    const std::vector<std::uint32_t> order = epoch_order(n, seed, epoch, shuffle);
-    for (std::size_t i = r; i < count * w; i += w) {
-      plan.samples.push_back(order[i % n]);
-      plan.padding.push_back(i >= n ? 1 : 0);
-    }
+    interleave(epoch_order(n, seed, epoch, shuffle), count, s, plan);
     return plan;
   }
   // Fixed: block r of a permutation drawn from the seed alone (the same in every epoch) ...

@@ -82,6 +82,11 @@ struct LoaderOptions {
   // This process's share of each epoch in a job of several (plan.hpp). Unset: what the launcher
   // set in the environment (sharding_from_environment(): torchrun, Slurm), rank 0 of 1 without.
   std::optional<Sharding> sharding;
+  // Weighted sampling with or without replacement (PyTorch's WeightedRandomSampler, plan.hpp):
+  // each epoch draws sampling.num_samples samples by weight from (seed, epoch), then shards the
+  // draw as above. Empty weights (the default): every sample once per epoch. Part of the digest
+  // a LoaderState is checked against.
+  WeightedSampling sampling;
 };
 
 // Cumulative counters since construction (or reset_stats()). Times are busy time summed over

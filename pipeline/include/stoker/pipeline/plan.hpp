@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,12 +49,46 @@ void check_sharding(const Sharding& sharding, std::size_t n);
 // Samples each rank gets per epoch: ceil(n / world_size) padded, floor(n / world_size) dropped.
 std::size_t samples_per_rank(std::size_t n, const Sharding& sharding) noexcept;
 
+// Weighted sampling, as PyTorch's WeightedRandomSampler: each epoch draws num_samples indices,
+// sample i with probability weights[i] / sum(weights), with or without replacement. Empty weights:
+// no draw, every sample once per epoch (the permutation above).
+struct WeightedSampling {
+  std::vector<double> weights;  // one per sample: finite, >= 0, not all 0 (need not sum to 1)
+  // Draws per epoch; unset: as many as there are samples (torch's num_samples = len(weights)).
+  std::optional<std::size_t> num_samples;
+  // false: each sample at most once per epoch, drawn in order as torch.multinomial draws them
+  // without replacement (num_samples <= the samples whose weight is above 0).
+  bool replacement = true;
+
+  bool enabled() const noexcept { return !weights.empty(); }
+};
+
+// Checks the weights against a dataset of n samples and the shard mode: an InvalidArgument naming
+// the reason (their count, a negative, NaN or infinite weight, all zero, num_samples without
+// weights, 0 or more than can be drawn without replacement, a fixed shard mode).
+void check_weighted_sampling(const WeightedSampling& sampling, std::size_t n, ShardMode mode = ShardMode::Interleaved);
+
+// The samples an epoch visits before sharding: n without weights, else num_samples (n if unset).
+std::size_t draws_per_epoch(std::size_t n, const WeightedSampling& sampling) noexcept;
+
+// The epoch's weighted draw, the same on every rank: a pure function of (weights, num_samples,
+// replacement, seed, epoch), identical on every platform. With replacement each draw is a uniform
+// double searched in the weights' cumulative sums (O(n) once, O(log n) a draw); without, the
+// num_samples smallest keys log(E_i) - log(w_i), E_i exponential (Efraimidis-Spirakis: the order
+// of successive draws from the remaining weights), O(n + m log m). Zero weights are never drawn.
+// Checks `sampling` first (check_weighted_sampling with n = weights.size()).
+std::vector<std::uint32_t> weighted_draw(const WeightedSampling& sampling, std::uint64_t seed, std::uint64_t epoch);
+
 // This rank's samples of an epoch, in order, and which of them are padding repeats. A pure
-// function of (n, seed, epoch, shuffle, sharding): every rank computes its share alone.
+// function of (n, seed, epoch, shuffle, sharding[, sampling]): every rank computes its share alone.
+// With weights the global list is weighted_draw() (shuffle does not apply: the draw is random),
+// cut for the rank as the permutation is (Interleaved; Fixed is refused), padding and drop as there.
 struct EpochPlan {
   std::vector<std::uint32_t> samples;
   std::vector<std::uint8_t> padding;  // 1: a repeat that evens out the ranks' counts
 };
 EpochPlan epoch_plan(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle, const Sharding& sharding);
+EpochPlan epoch_plan(std::uint32_t n, std::uint64_t seed, std::uint64_t epoch, bool shuffle, const Sharding& sharding,
+                     const WeightedSampling& sampling);
 
 }  // namespace stoker
