@@ -50,20 +50,53 @@ std::string setting_text(const std::string& name, nb::handle value) {
                         " is not a value of this setting");
 }
 
+// sample_weights: a 1-D float64 array (what stoker.Loader passes) or any sequence of numbers.
+std::vector<double> weights_from(nb::handle value) {
+  using Weights = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  Weights array;
+  if (nb::try_cast(value, array, false)) return {array.data(), array.data() + array.shape(0)};
+  std::vector<double> out;
+  if (nb::isinstance<nb::str>(value) || !nb::hasattr(value, "__iter__")) {
+    throw InvalidArgument("sample_weights: a " + std::string(nb::type_name(value.type()).c_str()) +
+                          " is not a sequence of numbers (one weight per sample)");
+  }
+  for (nb::handle v : value) {
+    double d = 0;
+    if (!nb::try_cast(v, d)) {
+      throw InvalidArgument("sample_weights: weight " + std::to_string(out.size()) + " is a " +
+                            std::string(nb::type_name(v.type()).c_str()) + ", not a number");
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out) {
   LoaderSettingValues given;
   std::optional<AugmentSpec> augment;
+  WeightedSampling sampling;
   for (auto [key, value] : settings) {
     const std::string k = nb::cast<std::string>(key);
     if (k == "augment") {
       if (!value.is_none()) augment = nb::cast<AugmentSpec>(value);
+    } else if (k == "sample_weights") {  // per-sample data, not a setting of the table
+      if (!value.is_none()) sampling.weights = weights_from(value);
+    } else if (k == "num_samples") {
+      if (!value.is_none()) {
+        const auto m = nb::cast<std::int64_t>(nb::int_(value));
+        if (m < 1) throw InvalidArgument("num_samples must be >= 1, received " + std::to_string(m));
+        sampling.num_samples = static_cast<std::size_t>(m);
+      }
+    } else if (k == "replacement") {
+      if (!value.is_none()) sampling.replacement = nb::cast<bool>(value);
     } else if (!value.is_none()) {
       given.emplace(k, setting_text(k, value));
     }
   }
   LoaderOptions o = loader_options_from(given, kWherePython);
+  o.sampling = std::move(sampling);
   if (augment_out != nullptr) {
     *augment_out = augment;
   } else if (augment) {

@@ -21,7 +21,9 @@ namespace nb = nanobind;
 // names (stoker/pipeline/loader_settings.hpp; an unknown key is an InvalidArgument naming it), a
 // None value leaves a setting at its default, and loader_options_from() converts them (defined in
 // loader_bindings.cpp). `augment` (an AugmentSpec or None) becomes the loader's transform unless
-// `augment_out` takes it (the GPU feed runs it on the GPU).
+// `augment_out` takes it (the GPU feed runs it on the GPU). `sample_weights` (a 1-D float64 array
+// or a sequence of numbers), `num_samples` and `replacement` are LoaderOptions::sampling, checked
+// by the Loader (plan.hpp's check_weighted_sampling).
 LoaderOptions loader_options(const nb::dict& settings, std::optional<AugmentSpec>* augment_out = nullptr);
 
 // The labels of `count` samples as label_mode shapes them (None for LabelMode::None).

@@ -222,6 +222,38 @@ def _cache_args(cache: Any, budget: str = _default("cache_budget"), file: Any = 
     return {"cache": cache, "cache_budget": str(budget), "cache_file": os.fspath(file or "")}
 
 
+def sample_weights(weights: Any) -> Any:
+    """sample_weights as the C++ loader takes them: a 1-D float64 NumPy array from any sequence of
+    numbers, NumPy array, pandas Series or (CPU) torch tensor; None stays None. The values are
+    checked by the loader (finite, >= 0, not all 0, one per sample)."""
+    if weights is None:
+        return None
+    import numpy as np
+
+    if hasattr(weights, "detach"):  # a torch tensor
+        weights = weights.detach().cpu().numpy()
+    elif hasattr(weights, "to_numpy"):  # a pandas Series
+        weights = weights.to_numpy()
+    try:
+        array = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise _stoker.InvalidArgument(f"sample_weights: not a sequence of numbers ({e})") from None
+    if array.ndim != 1:
+        raise _stoker.InvalidArgument(f"sample_weights: one weight per sample (1-D), received shape {array.shape}")
+    return np.ascontiguousarray(array)
+
+
+def _sampling_args(weights: Any, num_samples: Any, replacement: Any) -> dict:
+    """The weighted-sampling arguments of stoker.Loader, typed as the C++ loader takes them."""
+    if num_samples is not None:
+        if isinstance(num_samples, bool) or not hasattr(num_samples, "__index__"):
+            raise _stoker.InvalidArgument(f"num_samples must be a whole number >= 1, received {num_samples!r}")
+        num_samples = int(num_samples)
+    if not isinstance(replacement, bool):
+        raise _stoker.InvalidArgument(f"replacement must be True or False, received {replacement!r}")
+    return dict(sample_weights=sample_weights(weights), num_samples=num_samples, replacement=replacement)
+
+
 def _device(device: Any) -> Optional[int]:
     """None for the CPU, else the CUDA device index. `device` is 'cpu', 'cuda', 'cuda:N' or an object
     whose str() is one of them (torch.device)."""
@@ -285,6 +317,14 @@ class Loader:
     source). Both come with each batch (batch.labels, batch.targets) as the rows of its
     sample_ids, new arrays that hold no buffer.
 
+    sample_weights: one weight per sample (any sequence or NumPy array of numbers: finite, >= 0,
+    not all 0, need not sum to 1): each epoch then draws `num_samples` samples (None: as many as
+    the dataset has) with probability weight / sum, as PyTorch's WeightedRandomSampler; with
+    replacement=False each sample at most once, in the order torch.multinomial draws them. The
+    draw is a function of (seed, epoch), the same on every rank, and the ranks share it as they
+    share a permutation (shard_mode='interleaved' only); `shuffle` does not apply. len() follows
+    num_samples, and the weights are part of the state a state_dict() is checked against.
+
     pin_memory: True puts the batch buffers in page-locked memory (`pinned` says whether they
     are), so that a host-to-GPU copy from a batch is a true asynchronous DMA. It needs a build with
     CUDA and a visible device; without them the loader warns once, as PyTorch does, and uses
@@ -340,6 +380,9 @@ class Loader:
         pin_memory: bool = False,
         labels: Any = None,
         targets: Any = None,
+        sample_weights: Any = None,
+        num_samples: Optional[int] = None,
+        replacement: bool = True,
     ):
         if isinstance(image_size, int):
             height = width = image_size
@@ -381,6 +424,7 @@ class Loader:
             shard_mode=shard_mode,
             drop_remainder=drop_remainder,
             **_cache_args(cache, cache_budget, cache_file),
+            **_sampling_args(sample_weights, num_samples, replacement),
         )
         cuda = _device(device)
         self.device = "cpu" if cuda is None else f"cuda:{cuda}"

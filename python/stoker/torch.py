@@ -26,7 +26,9 @@ PyTorch's own arguments keep their meaning where stoker has one: num_workers (de
 prefetch_factor (batches ahead per thread), generator (the seed), pin_memory (page-locked batch
 buffers), shuffle (False unless asked), drop_last; with neither seed nor generator the seed is
 drawn from torch's RNG, so torch.manual_seed makes runs repeatable. persistent_workers, timeout
-and multiprocessing_context are accepted (threads make them moot: a note says so once); sampler,
+and multiprocessing_context are accepted (threads make them moot: a note says so once); a
+WeightedRandomSampler as sampler= becomes stoker's own weighted draw (sample_weights=, num_samples=,
+replacement=: deterministic per seed and epoch, shared by the ranks); other samplers,
 batch_sampler, collate_fn and worker_init_fn are refused with stoker's way of doing the same.
 
     loader = stoker.torch.DataLoader("data/train", 224, batch_size=64, shuffle=True,
@@ -92,7 +94,8 @@ _MOOT = {
 # PyTorch's DataLoader arguments stoker does not take, and what does the same.
 _REFUSED = {
     "sampler": "stoker orders the samples itself: shuffle= and seed=/generator= for the order, "
-               "rank=/world_size= for DistributedSampler's shares, set_epoch(); for a subset, pass the "
+               "rank=/world_size= for DistributedSampler's shares, set_epoch(), sample_weights= (or a "
+               "torch.utils.data.WeightedRandomSampler) for a weighted draw; for a subset, pass the "
                "paths (a list, a CSV file or stoker.dataset(...)) as the source",
     "batch_sampler": "stoker makes the batches itself: batch_size= and drop_last= (with rank=/world_size= "
                      "and drop_remainder= across ranks)",
@@ -123,6 +126,22 @@ def _threads_and_prefetch(threads: Optional[int], prefetch: Optional[int], num_w
             raise _stoker.InvalidArgument(f"prefetch_factor must be >= 1, received {prefetch_factor!r}")
         prefetch = int(prefetch_factor) * (threads or _stoker.default_threads())
     return threads, prefetch
+
+
+def _from_sampler(sampler: Any, shuffle: bool, sample_weights: Any, num_samples: Optional[int],
+                  replacement: bool) -> Tuple[Any, Optional[int], bool, Optional[_torch.Generator]]:
+    """(sample_weights, num_samples, replacement, generator) of a WeightedRandomSampler given as
+    sampler=; any other sampler is refused as before."""
+    if type(sampler) is not _torch.utils.data.WeightedRandomSampler:  # a subclass may draw otherwise
+        raise TypeError(f"stoker.torch.DataLoader does not take sampler={type(sampler).__name__} (only a "
+                        f"torch.utils.data.WeightedRandomSampler): {_REFUSED['sampler']}")
+    if shuffle:
+        raise ValueError("sampler option is mutually exclusive with shuffle (as in PyTorch's DataLoader: the "
+                         "WeightedRandomSampler draws the order)")
+    if sample_weights is not None or num_samples is not None or replacement is not True:
+        raise TypeError("stoker.torch.DataLoader: give sampler=WeightedRandomSampler(...) or sample_weights= "
+                        "(with num_samples=, replacement=), not both")
+    return sampler.weights, int(sampler.num_samples), bool(sampler.replacement), sampler.generator
 
 
 def _draw_seed(generator: Optional[_torch.Generator]) -> int:
@@ -209,7 +228,10 @@ class EpochSampler:
         core = self._owner.loader._core
         if hasattr(core, "samples_per_epoch"):
             return int(core.samples_per_epoch)
-        n, ranks = len(self._owner.dataset), self.num_replicas  # the GPU feed: the same rule
+        args = self._owner._loader_args  # the GPU feed: the same rule, over the draws with weights
+        n = len(self._owner.dataset) if args["sample_weights"] is None else \
+            args["num_samples"] or len(args["sample_weights"])
+        ranks = self.num_replicas
         return n // ranks if self.drop_last else -(-n // ranks)
 
     def __repr__(self) -> str:
@@ -274,8 +296,18 @@ class DataLoader(_loader.FrameworkLoader):
       and the batches stay in pageable memory; `loader.pinned` says which.
     persistent_workers, timeout, multiprocessing_context: accepted; threads make them moot (a note
       says so once when given something other than PyTorch's default).
-    sampler, batch_sampler, collate_fn, worker_init_fn: refused (TypeError) with what does the
-      same in stoker. Any other unknown argument is a TypeError naming it and the accepted ones.
+    sampler: torch.utils.data.WeightedRandomSampler(weights, num_samples, replacement, generator)
+      is taken as sample_weights=weights, num_samples=, replacement= (its generator, when it has
+      one, gives the seed as generator= does; not with shuffle=True, as in PyTorch). Any other
+      sampler is refused (TypeError) with what does the same in stoker.
+    batch_sampler, collate_fn, worker_init_fn: refused (TypeError) with what does the same in
+      stoker. Any other unknown argument is a TypeError naming it and the accepted ones.
+    sample_weights, num_samples, replacement: (keyword) PyTorch's WeightedRandomSampler: one
+      weight per sample (a sequence, NumPy array or tensor of numbers >= 0, not all 0), and each
+      epoch draws num_samples samples (None: as many as the dataset has) by weight, with
+      replacement or (False) each at most once. The draw is a function of (seed, epoch) and the
+      ranks share it as DistributedSampler shares a permutation; len() follows num_samples. See
+      stoker.Loader.
 
     augment: stoker.Augment(...) (or a dict of its settings): the random transforms, e.g.
       torchvision's RandomResizedCrop + RandomHorizontalFlip is
@@ -357,6 +389,9 @@ class DataLoader(_loader.FrameworkLoader):
         num_workers: Optional[int] = None,
         prefetch_factor: Optional[int] = None,
         generator: Optional[_torch.Generator] = None,
+        sample_weights: Any = None,
+        num_samples: Optional[int] = None,
+        replacement: bool = True,
         pin_memory: bool = False,
         persistent_workers: bool = False,
         timeout: float = 0,
@@ -371,11 +406,18 @@ class DataLoader(_loader.FrameworkLoader):
             accepted = [p for p in inspect.signature(DataLoader.__init__).parameters if p not in ("self", "unknown")]
             raise TypeError(f"stoker.torch.DataLoader() got an unexpected keyword argument {sorted(unknown)[0]!r}; "
                             f"it takes {', '.join(accepted)}")
-        given = dict(sampler=sampler, batch_sampler=batch_sampler, collate_fn=collate_fn,
-                     worker_init_fn=worker_init_fn)
+        given = dict(batch_sampler=batch_sampler, collate_fn=collate_fn, worker_init_fn=worker_init_fn)
         for name, value in given.items():
             if value is not None:
                 raise TypeError(f"stoker.torch.DataLoader does not take {name}: {_REFUSED[name]}")
+        if sampler is not None:
+            sample_weights, num_samples, replacement, sampler_generator = _from_sampler(
+                sampler, shuffle, sample_weights, num_samples, replacement)
+            if sampler_generator is not None:
+                if seed is not None or generator is not None:
+                    raise TypeError("stoker.torch.DataLoader: the sampler's generator gives the seed; give "
+                                    "seed= or generator= only with a sampler that has none")
+                generator = sampler_generator
         moot = dict(persistent_workers=persistent_workers, timeout=timeout,
                     multiprocessing_context=multiprocessing_context)
         for name, value in moot.items():
@@ -438,6 +480,7 @@ class DataLoader(_loader.FrameworkLoader):
             dct_scaling=dct_scaling,
             cache_budget=cache_budget,
             cache_file=cache_file,
+            **_loader._sampling_args(sample_weights, num_samples, replacement),
         )
         self.loader = _loader.Loader(data, image_size, **self._loader_args)
         self.sampler = EpochSampler(self)
