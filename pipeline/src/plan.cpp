@@ -120,6 +120,43 @@ void interleave(const std::vector<std::uint32_t>& global, std::size_t count, con
   }
 }
 
+struct AliasColumn {
+  double keep = 1;          // probability that the column gives itself
+  std::uint32_t alias = 0;  // what it gives otherwise
+};
+
+// n columns of height n w_i / sum(w): each short column is topped up from a tall one, which is its
+// alias. A weight of 0 keeps 0 and has a weight above 0 as its alias, so it is never drawn; so do
+// columns left short only by rounding (a weight above 0 keeps 1 then).
+std::vector<AliasColumn> alias_table(const std::vector<double>& weights) {
+  const std::size_t n = weights.size();
+  const double largest = *std::max_element(weights.begin(), weights.end());
+  double total = 0;  // of the weights scaled by the largest: no overflow whatever their size
+  for (double v : weights) total += v / largest;
+  std::vector<double> height(n);
+  std::vector<std::uint32_t> short_ones, tall_ones;
+  std::uint32_t some_positive = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    height[i] = weights[i] / largest * static_cast<double>(n) / total;
+    (height[i] < 1 ? short_ones : tall_ones).push_back(static_cast<std::uint32_t>(i));
+    if (weights[i] > 0) some_positive = static_cast<std::uint32_t>(i);
+  }
+  std::vector<AliasColumn> table(n);
+  while (!short_ones.empty() && !tall_ones.empty()) {
+    const std::uint32_t s = short_ones.back(), t = tall_ones.back();
+    short_ones.pop_back();
+    table[s] = {height[s], t};
+    height[t] = (height[t] + height[s]) - 1;  // >= 0: height[t] >= 1
+    if (height[t] < 1) {
+      tall_ones.pop_back();
+      short_ones.push_back(t);
+    }
+  }
+  for (std::uint32_t t : tall_ones) table[t] = {1, t};
+  for (std::uint32_t s : short_ones) table[s] = weights[s] > 0 ? AliasColumn{1, s} : AliasColumn{0, some_positive};
+  return table;
+}
+
 }  // namespace
 
 void check_weighted_sampling(const WeightedSampling& w, std::size_t n, ShardMode mode) {
@@ -183,21 +220,20 @@ std::vector<std::uint32_t> weighted_draw(const WeightedSampling& w, std::uint64_
   std::vector<std::uint32_t> out;
   out.reserve(m);
   if (w.replacement) {
-    // Cumulative sums of the weights scaled by the largest (no overflow whatever their size).
-    const double largest = *std::max_element(w.weights.begin(), w.weights.end());
-    std::vector<double> cumulative(n);
-    double sum = 0;
-    std::size_t last_positive = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      sum += w.weights[i] / largest;
-      cumulative[i] = sum;
-      if (w.weights[i] > 0) last_positive = i;
-    }
+    // Walker's alias table (Vose's construction): column c keeps itself with probability prob[c],
+    // else gives alias[c]. A draw is a uniform column and a coin: O(1), one cache line.
+    const std::vector<AliasColumn> table = alias_table(w.weights);
+    const std::uint64_t coin_key = mix64(key ^ 0x434F'494Eull);  // "COIN"
+    const std::uint64_t limit = UINT64_MAX - (UINT64_MAX % n);
+    std::uint64_t counter = 0;
     for (std::size_t k = 0; k < m; ++k) {
-      const double x = static_cast<double>(mix64(key + k) >> 11) * 0x1.0p-53 * sum;  // [0, sum)
-      // The first sum above x: a sample of weight 0 has its predecessor's sum, never above x first.
-      auto i = static_cast<std::size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), x) - cumulative.begin());
-      out.push_back(static_cast<std::uint32_t>(i < n ? i : last_positive));  // x rounded up to sum
+      std::uint64_t r;
+      do {
+        r = mix64(key + counter++);
+      } while (r >= limit);  // unbiased column by rejection, as epoch_order draws
+      const AliasColumn& c = table[static_cast<std::size_t>(r % n)];
+      const double coin = static_cast<double>(mix64(coin_key + k) >> 11) * 0x1.0p-53;  // [0, 1)
+      out.push_back(coin < c.keep ? static_cast<std::uint32_t>(r % n) : c.alias);
     }
     return out;
   }

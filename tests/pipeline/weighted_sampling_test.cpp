@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "stoker/core/error.hpp"
+#include "stoker/core/splitmix.hpp"
 #include "stoker/pipeline/dataset.hpp"
 #include "stoker/pipeline/loader.hpp"
 #include "stoker/pipeline/plan.hpp"
@@ -81,6 +82,19 @@ TEST(WeightedDraw, FrequenciesFollowTheWeightsAndZeroWeightsNeverComeUp) {
   EXPECT_LT(chi_square(counts, normalised(weights)), 30.0) << "counts " << ::testing::PrintToString(counts);
   // The bound has power: the same counts against equal weights of the drawn samples are far off.
   EXPECT_GT(chi_square(counts, normalised({1, 1, 1, 1, 0, 1, 0, 1})), 1000.0);
+}
+
+TEST(WeightedDraw, ZeroWeightsAmongManyOfEverySizeNeverComeUp) {
+  // 1000 samples, every third of weight 0, the others from 1e-12 to 1e12: the alias table's
+  // rounding never lends a zero weight's column any mass.
+  std::vector<double> weights(1000);
+  SplitMix64 rng{42};
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    weights[i] = i % 3 == 0 ? 0 : std::pow(10.0, 24 * rng.uniform() - 12);
+  for (std::uint64_t epoch = 0; epoch < 4; ++epoch) {
+    for (std::uint32_t i : weighted_draw(weighted(weights, 50000), 1, epoch)) ASSERT_NE(i % 3, 0u) << "sample " << i;
+    for (std::uint32_t i : weighted_draw(weighted(weights, 600, false), 1, epoch)) ASSERT_NE(i % 3, 0u);
+  }
 }
 
 TEST(WeightedDraw, HugeAndTinyWeightsAreDrawnInProportion) {

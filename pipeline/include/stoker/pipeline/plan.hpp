@@ -72,11 +72,12 @@ void check_weighted_sampling(const WeightedSampling& sampling, std::size_t n, Sh
 std::size_t draws_per_epoch(std::size_t n, const WeightedSampling& sampling) noexcept;
 
 // The epoch's weighted draw, the same on every rank: a pure function of (weights, num_samples,
-// replacement, seed, epoch), identical on every platform. With replacement each draw is a uniform
-// double searched in the weights' cumulative sums (O(n) once, O(log n) a draw); without, the
-// num_samples smallest keys log(E_i) - log(w_i), E_i exponential (Efraimidis-Spirakis: the order
-// of successive draws from the remaining weights), O(n + m log m). Zero weights are never drawn.
-// Checks `sampling` first (check_weighted_sampling with n = weights.size()).
+// replacement, seed, epoch). With replacement each draw is a column of Walker's alias table and a
+// coin (O(n) once, O(1) a draw), identical on every platform; without, the num_samples smallest
+// keys log(E_i) - log(w_i), E_i exponential (Efraimidis-Spirakis: the order of successive draws
+// from the remaining weights, as torch.multinomial's), O(n + m log m), identical wherever the C
+// library's log is (as the crop draw's logf). Zero weights are never drawn. Checks `sampling`
+// first (check_weighted_sampling with n = weights.size()).
 std::vector<std::uint32_t> weighted_draw(const WeightedSampling& sampling, std::uint64_t seed, std::uint64_t epoch);
 
 // This rank's samples of an epoch, in order, and which of them are padding repeats. A pure
