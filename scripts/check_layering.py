@@ -5,7 +5,9 @@
   - a stage's sources and headers include `stoker/<other>/...` only for stages it links
     (directly or through another stage), and never another stage's private headers: every
     quoted include that is not `stoker/...` must resolve inside the stage's own folder;
-  - no stage's CMakeLists.txt adds another stage's src/ to an include path.
+  - no stage's CMakeLists.txt adds another stage's src/ to an include path;
+  - inside a stage whose src/ is split into folders (FOLDER_ORDER), a file includes only headers of
+    its own folder or of folders listed before it: the folders are layers too.
 """
 import argparse
 import pathlib
@@ -15,6 +17,10 @@ import sys
 FOLDERS = {  # stage -> folder
     "core": "core", "cache": "cache", "pipeline": "pipeline", "augment": "augment",
     "trainer": "trainer", "training": "training",
+}
+# The folders of a stage's src/, lowest first (docs/architecture.md, "The models side").
+FOLDER_ORDER = {
+    "trainer": ["ops", "graph", "import", "plan", "cpu", "twin", "cuda", "fine_tune", "head"],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 
@@ -68,6 +74,29 @@ def stage_files(source, stage):
             yield p
 
 
+def folder_of(src, path, order):
+    """The folder of `order` that `path` lies in under src/, None outside src/."""
+    try:
+        parts = path.resolve().relative_to(src.resolve()).parts
+    except ValueError:
+        return None
+    if len(parts) < 2 or parts[0] not in order:
+        return "(src/ itself)"
+    return parts[0]
+
+
+def folder_order_problem(src, order, including, included):
+    mine, theirs = folder_of(src, including, order), folder_of(src, included, order)
+    if mine is None or theirs is None:
+        return None
+    if "(src/ itself)" in (mine, theirs):
+        where = including if mine == "(src/ itself)" else included
+        return f"{where.name} is not in one of the folders {order}"
+    if order.index(theirs) > order.index(mine):
+        return f"{mine}/ includes {theirs}/{included.name}, a folder above it ({' < '.join(order)})"
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--graph", required=True)
@@ -100,6 +129,10 @@ def main():
                 hit = next((c for c in candidates if c.exists()), None)
                 if hit is None or root.resolve() not in hit.resolve().parents:
                     problems.append(f'{rel}: includes "{name}", which is not a header of stoker::{stage}')
+                elif stage in FOLDER_ORDER:
+                    problem = folder_order_problem(root / "src", FOLDER_ORDER[stage], f, hit)
+                    if problem:
+                        problems.append(f"{rel}: {problem}")
         cmake = root / "CMakeLists.txt"
         for other, folder in FOLDERS.items():
             if other != stage and re.search(rf"{re.escape(folder)}/src", cmake.read_text()):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Keras 3 `.keras` files with Keras' own outputs, for the Keras 3 import (trainer/src/keras3.cpp).
+"""Keras 3 `.keras` files with Keras' own outputs, for the Keras 3 import (trainer/src/import/keras3.cpp).
 
 Writes, under tests/trainer/vectors/keras3/:
   functional.keras   Conv2D + BatchNormalization + ReLU(6) + DepthwiseConv2D + Add + pooling + Dense

@@ -19,7 +19,7 @@
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
-#include "import.hpp"
+#include "import/import.hpp"
 
 namespace {
 

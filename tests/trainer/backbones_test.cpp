@@ -18,8 +18,8 @@
 #include <stoker/trainer/model.hpp>
 #include <stoker/trainer/tensor.hpp>
 
-#include "cudnn/plan.hpp"
-#include "import.hpp"
+#include "import/import.hpp"
+#include "plan/plan.hpp"
 #include "vectors.hpp"
 
 namespace stoker::trainer {

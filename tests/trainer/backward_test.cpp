@@ -1,4 +1,4 @@
-// The CPU backward kernels (cpu_backward.cpp) against central finite differences, in float64, of a
+// The CPU backward kernels (cpu/backward.cpp) against central finite differences, in float64, of a
 // float64 reference forward written here as plain loops; that reference is itself checked against
 // the CPU backend's float32 forward (cpu::run_op), so the derivative is of the function the
 // backend computes. Small odd shapes (strides, dilation, padding on each side, depth multiplier,
@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
-#include "cpu_backward.hpp"
-#include "cpu_ops.hpp"
-#include "lowering.hpp"
+#include "cpu/backward.hpp"
+#include "cpu/forward.hpp"
+#include "graph/lowering.hpp"
 
 namespace stoker::trainer {
 namespace {
@@ -235,7 +235,7 @@ constexpr double kTolerance = 1e-4;
 
 struct Backward {
   std::vector<std::vector<float>> din;
-  cpu::OpGradients grads;
+  detail::OpGradients grads;
 };
 
 Backward run_backward(const LoweredOp& op, const std::vector<std::vector<float>>& in, const std::vector<float>& out,

@@ -26,12 +26,12 @@
 #include <stoker/trainer/model.hpp>
 
 #if defined(STOKER_HAVE_CUDNN)
-#include "cudnn/conv.hpp"
+#include "cuda/conv.hpp"
 #endif
-#include "cudnn/op_math.hpp"
-#include "cudnn/plan.hpp"
-#include "import.hpp"
-#include "lowering.hpp"
+#include "graph/lowering.hpp"
+#include "import/import.hpp"
+#include "ops/forward_math.hpp"
+#include "plan/plan.hpp"
 #include "test_support.hpp"
 #include "vectors.hpp"
 
@@ -676,33 +676,33 @@ TEST(CudnnPlan, KernelMathIsTheSameWith32And64BitIndices) {
   auto load = [&](std::size_t i) { return x.at(i); };
   std::vector<float> wt(3 * 3 * 12);
   for (std::size_t i = 0; i < wt.size(); ++i) wt[i] = std::cos(0.11f * static_cast<float>(i));
-  const cudnn::DepthwiseGeometry dg{9, 7, 6, 5, 4, 12, 3, 3, 2, 2, 1, 1, 0, 1, 2};  // 'same' stride 2, multiplier 2
+  const ops::DepthwiseGeometry dg{9, 7, 6, 5, 4, 12, 3, 3, 2, 2, 1, 1, 0, 1, 2};  // 'same' stride 2, multiplier 2
   for (std::uint32_t e = 0; e < 2u * 5 * 4 * 12; ++e)
-    ASSERT_EQ(cudnn::depthwise_sum(load, wt.data(), dg, e), cudnn::depthwise_sum(load, wt.data(), dg, std::size_t{e}));
-  const cudnn::PoolGeometry pg{9, 7, 6, 5, 4, 3, 3, 2, 2, 1, 1};
+    ASSERT_EQ(ops::depthwise_sum(load, wt.data(), dg, e), ops::depthwise_sum(load, wt.data(), dg, std::size_t{e}));
+  const ops::PoolGeometry pg{9, 7, 6, 5, 4, 3, 3, 2, 2, 1, 1};
   for (std::uint32_t e = 0; e < 2u * 5 * 4 * 6; ++e)
     for (bool mx : {true, false})
-      ASSERT_EQ(cudnn::pool_value(load, pg, mx, e), cudnn::pool_value(load, pg, mx, std::size_t{e}));
-  const cudnn::PadGeometry zg{9, 7, 6, 12, 8, 1, 0};
+      ASSERT_EQ(ops::pool_value(load, pg, mx, e), ops::pool_value(load, pg, mx, std::size_t{e}));
+  const ops::PadGeometry zg{9, 7, 6, 12, 8, 1, 0};
   for (std::uint32_t e = 0; e < 2u * 12 * 8 * 6; ++e) {
     std::uint32_t a = 0;
     std::size_t b = 0;
-    ASSERT_EQ(cudnn::pad_source(zg, e, &a), cudnn::pad_source(zg, std::size_t{e}, &b));
+    ASSERT_EQ(ops::pad_source(zg, e, &a), ops::pad_source(zg, std::size_t{e}, &b));
     ASSERT_EQ(std::size_t{a}, b);
   }
   for (std::uint32_t e = 0; e < 2u * 6; ++e)
-    ASSERT_EQ(cudnn::gap_value(load, 63, 6, e), cudnn::gap_value(load, 63, 6, std::size_t{e}));
+    ASSERT_EQ(ops::gap_value(load, 63, 6, e), ops::gap_value(load, 63, 6, std::size_t{e}));
   for (std::uint32_t e = 0; e < 100; ++e)
-    ASSERT_EQ(std::size_t{cudnn::concat_destination(e, 5, 11, 3)}, cudnn::concat_destination(std::size_t{e}, 5, 11, 3));
+    ASSERT_EQ(std::size_t{ops::concat_destination(e, 5, 11, 3)}, ops::concat_destination(std::size_t{e}, 5, 11, 3));
   for (std::uint32_t e = 0; e < 2u * 6; ++e)
-    ASSERT_EQ(cudnn::gmp_value(load, 63, 6, e), cudnn::gmp_value(load, 63, 6, std::size_t{e}));
+    ASSERT_EQ(ops::gmp_value(load, 63, 6, e), ops::gmp_value(load, 63, 6, std::size_t{e}));
   for (std::uint32_t e = 0; e < 2u * 9 * 7 * 6; ++e)
     for (bool broadcast : {true, false})
-      ASSERT_EQ(std::size_t{cudnn::mul_source(e, 9u * 7 * 6, 6, broadcast)},
-                cudnn::mul_source(std::size_t{e}, std::size_t{9 * 7 * 6}, 6, broadcast));
+      ASSERT_EQ(std::size_t{ops::mul_source(e, 9u * 7 * 6, 6, broadcast)},
+                ops::mul_source(std::size_t{e}, std::size_t{9 * 7 * 6}, 6, broadcast));
   for (std::uint32_t row = 0; row < 2u * 9 * 7; ++row) {
-    const cudnn::RowStats a = cudnn::layer_norm_stats(load, row * 6u, 6, 1e-3f);
-    const cudnn::RowStats b = cudnn::layer_norm_stats(load, std::size_t{row} * 6, 6, 1e-3f);
+    const ops::RowStats a = ops::layer_norm_stats(load, row * 6u, 6, 1e-3f);
+    const ops::RowStats b = ops::layer_norm_stats(load, std::size_t{row} * 6, 6, 1e-3f);
     ASSERT_EQ(a.mean, b.mean);
     ASSERT_EQ(a.rstd, b.rstd);
   }
@@ -977,7 +977,7 @@ TEST(CudnnBackend, EveryLayerKindMatchesCpuBackend) {
 
 // On the emulated device the backend is the real class, not a stand-in: its construction (cuDNN
 // handle, buffers, the algorithm choice) reports its cold start, and every convolution runs through
-// the cuDNN seam (emulated_conv.cpp) that replaces cuDNN there, at the batch sizes called.
+// the cuDNN seam (cuda/emulated_conv.cpp) that replaces cuDNN there, at the batch sizes called.
 TEST(CudnnBackend, TheEmulatedDeviceRunsTheRealBackend) {
   REQUIRE_GPU();
   if (!cuda_is_emulated()) GTEST_SKIP() << "a real GPU: the check runs cuDNN itself";

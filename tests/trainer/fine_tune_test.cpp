@@ -16,7 +16,7 @@
 #include <stoker/trainer/head.hpp>
 #include <stoker/trainer/model.hpp>
 
-#include "fine_tune_twin.hpp"
+#include "fine_tune/fine_tune_twin.hpp"
 #include "test_support.hpp"
 #include "vectors.hpp"
 

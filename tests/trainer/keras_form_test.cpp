@@ -16,7 +16,7 @@
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
-#include "layers.hpp"
+#include "graph/layers.hpp"
 #include "test_support.hpp"
 
 namespace stoker::trainer {

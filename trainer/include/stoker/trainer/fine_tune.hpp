@@ -161,8 +161,6 @@ class TrainableTop {
   Graph graph() const;
 
  private:
-  const float* forward_train_gpu(const float* x, int batch);
-
   struct State;
   std::unique_ptr<State> s_;
   friend struct detail::TrainableTopAccess;
