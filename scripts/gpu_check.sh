@@ -127,11 +127,11 @@ prepare_python() {
 
 # ---- the steps: name, time limit (s) and what runs --------------------------------------------------
 # Device-only test filters: the host-only suites (CudaExecutorHostPath, ConvertMath, DeviceStages,
-# CudnnPlan, Lowering, the GpuFineTune host twins, the CPU training tests) run in CI on every
+# Ops' host twins, Lowering, the GpuFineTune host twins, the CPU training tests) run in CI on every
 # change and are left out here.
 feed_filter='*-CudaExecutorHostPath.*:ConvertMath.*:DeviceStages.*:GpuFeedWithoutGpu.*'
 cudnn_filter='CudnnEnvironment.*:CudnnBackend.*-CudnnBackend.InceptionResNetV2MatchesCpuBackend'
-trainer_filter='GpuFineTune.RunsOnTheDevice:GpuFineTune.MobileNetTopOnTheDevice'
+trainer_filter='GpuFineTune.RunsOnTheDevice:GpuFineTune.MobileNetTopOnTheDevice:Ops.BackwardOnTheGpuMatchesTheCpu'
 training_filter='TrainRun.OnTheGpuWhenThereIsOne'
 cli_filter='Cli.DeviceCuda:Cli.DeviceAuto:Cli.FineTuneOnTheDevice'
 memcheck_filter='GpuKernels.AugmentationMatchesCpuExecutor:GpuKernels.ConversionMatchesHostReference:GpuFeedTest.*'

@@ -100,6 +100,35 @@ Features validation_features(const TrainingData& data, const TrainOptions& o, So
 }
 
 // The whole classifier, for Keras and for predict without the original backbone file.
+// The options every rank runs with: the featurewise statistics fitted (after the checks: the fit
+// reads every training image) and, with several ranks, this rank's share of the data.
+TrainOptions run_options(const TrainingData& data, const TrainOptions& given, TrainObserver& observer) {
+  TrainOptions o = with_featurewise_statistics(given, data.train, observer);
+  if (o.collective && o.collective->size() > 1) {
+    Sharding s = o.loader.sharding.value_or(Sharding{});
+    s.rank = o.collective->rank();
+    s.world_size = o.collective->size();
+    o.loader.sharding = s;
+  }
+  return o;
+}
+
+void create_output_folder(const fs::path& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) throw IoError(out.string() + ": cannot create the output folder");
+}
+
+// The steps the cosine schedule spans: the run's planned steps (an epoch whose files were all
+// skipped in one batch has one step fewer); across ranks the head's epochs are global batches of
+// the gathered features. 0 without the schedule.
+std::int64_t cosine_decay_steps(const TrainOptions& o, std::size_t train_size, const FeatureSource& train, int ranks) {
+  if (!o.cosine_decay) return 0;
+  const auto batch = static_cast<std::size_t>(o.loader.batch_size);
+  const std::size_t batches_per_epoch = ranks > 1 ? (train_size + batch - 1) / batch : train.batches_per_epoch();
+  return static_cast<std::int64_t>(o.epochs) * static_cast<std::int64_t>(batches_per_epoch);
+}
+
 void write_classifier(const TrainOptions& o, const trainer::Graph& backbone, const trainer::BestEpoch& best,
                       TrainResult& result, bool writes) {
   result.best_epoch = best.epoch();
@@ -167,27 +196,15 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   TrainObserver nothing;
   TrainObserver& observer = observer_or_null ? *observer_or_null : nothing;
   check_options(data, given);
-  // After the checks: the fit reads every training image.
-  TrainOptions shared = with_featurewise_statistics(given, data.train, observer);
+  const TrainOptions o = run_options(data, given, observer);
   // Several ranks: each reads its share; only rank 0 writes.
-  const std::shared_ptr<Collective> collective = shared.collective;
+  const std::shared_ptr<Collective> collective = o.collective;
   const int ranks = collective ? collective->size() : 1;
   const bool writes = ranks == 1 || collective->rank() == 0;
-  if (ranks > 1) {
-    Sharding s = shared.loader.sharding.value_or(Sharding{});
-    s.rank = collective->rank();
-    s.world_size = ranks;
-    shared.loader.sharding = s;
-  }
-  const TrainOptions o = std::move(shared);
   TrainResult result;
   result.device = choose_device(o.device);
   DeviceChoice& device = result.device;
-  if (writes) {
-    std::error_code ec;
-    fs::create_directories(o.out, ec);
-    if (ec || !fs::is_directory(o.out)) throw IoError(o.out.string() + ": cannot create the output folder");
-  }
+  if (writes) create_output_folder(o.out);
 
   trainer::BackboneRef ref = backbone_ref(o);
   trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);
@@ -204,15 +221,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
                      ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(), o.prepare.featurewise,
                      tuning});
 
-  // The cosine schedule spans the run's planned steps (an epoch whose files were all skipped in
-  // one batch has one step fewer).
-  // Across ranks the head's epochs are global batches of the gathered features.
-  const std::size_t batches_per_epoch = ranks > 1
-                                            ? (data.train.size() + static_cast<std::size_t>(o.loader.batch_size) - 1) /
-                                                  static_cast<std::size_t>(o.loader.batch_size)
-                                            : sources.train().batches_per_epoch();
-  const std::int64_t decay_steps =
-      o.cosine_decay ? static_cast<std::int64_t>(o.epochs) * static_cast<std::int64_t>(batches_per_epoch) : 0;
+  const std::int64_t decay_steps = cosine_decay_steps(o, data.train.size(), sources.train(), ranks);
   nlohmann::json settings_json = run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps);
   // A checkpoint of several ranks does not hold the head's optimizer state: no one-process resume.
   if (ranks > 1) settings_json["ranks"] = ranks;

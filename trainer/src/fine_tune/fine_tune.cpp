@@ -189,6 +189,25 @@ double relative_l2_error(const float* got, const std::vector<float>& want) {
   return num == 0 ? 0 : std::sqrt(num / std::max(den, 1e-300));
 }
 
+// `sub` with each Dropout an identity op of its own, x * 1 + 0, which the unfolded lowering keeps
+// (a linear Activation would be an alias): forward_train masks there.
+Graph training_graph(const Graph& sub, const std::string& from_layer) {
+  Graph g = sub;
+  for (LayerNode& node : g.nodes) {
+    if (node.kind != LayerKind::Dropout) continue;
+    if (node.keras_class == "GaussianDropout" || node.keras_class == "GaussianNoise")
+      throw InvalidArgument("fine-tuning: the " + node.keras_class + " layer '" + node.name + "' is above '" +
+                            from_layer + "', and its training-time noise is not implemented");
+    if (!(node.rate >= 0 && node.rate < 1))
+      throw InvalidArgument("fine-tuning: Dropout '" + node.name + "' has rate " + std::to_string(node.rate) +
+                            ", outside [0, 1)");
+    node.kind = LayerKind::Rescaling;
+    node.multiplier = 1.0f;
+    node.offset = 0.0f;
+  }
+  return g;
+}
+
 }  // namespace
 
 struct TrainableTop::State {
@@ -452,21 +471,7 @@ TrainableTop::TrainableTop(const Graph& backbone, const std::string& from_layer,
     s.sub.nodes.push_back(std::move(node));
   }
   s.sub.outputs = {remap[static_cast<std::size_t>(output)]};
-  s.train_graph = s.sub;
-  for (LayerNode& node : s.train_graph.nodes) {
-    if (node.kind != LayerKind::Dropout) continue;
-    if (node.keras_class == "GaussianDropout" || node.keras_class == "GaussianNoise")
-      throw InvalidArgument("fine-tuning: the " + node.keras_class + " layer '" + node.name + "' is above '" +
-                            from_layer + "', and its training-time noise is not implemented");
-    if (!(node.rate >= 0 && node.rate < 1))
-      throw InvalidArgument("fine-tuning: Dropout '" + node.name + "' has rate " + std::to_string(node.rate) +
-                            ", outside [0, 1)");
-    // x * 1 + 0, which the unfolded lowering keeps as an op of its own (a linear Activation would
-    // be an alias): forward_train masks there.
-    node.kind = LayerKind::Rescaling;
-    node.multiplier = 1.0f;
-    node.offset = 0.0f;
-  }
+  s.train_graph = training_graph(s.sub, from_layer);
 }
 
 TrainableTop::~TrainableTop() = default;
