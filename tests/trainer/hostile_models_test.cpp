@@ -7,17 +7,22 @@
 #include <zip.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <stoker/core/error.hpp>
 #include <stoker/trainer/model.hpp>
 
+#include "import/read_in_child.hpp"
 #include "test_support.hpp"
+#include "vectors.hpp"
 
 namespace stoker::trainer {
 namespace {
@@ -156,6 +161,42 @@ TEST(HostileModels, ADamagedGlobalHeapIsRefusedNotLoopedOver) {
   EXPECT_MENTIONS(past, "running past its end");
   const std::string huge = damaged("huge.h5", at + 8, std::uint64_t{1} << 40);  // the collection's size
   EXPECT_MENTIONS(huge, "declares 1099511627776 bytes");
+}
+
+// Files on which libhdf5 1.10 itself crashes (found by fuzzing: a segmentation fault, and a free()
+// of a pointer it did not allocate, which glibc aborts on). Each is read in a process of its own
+// first, and refused naming the file; this process goes on.
+TEST(HostileModels, FilesThatCrashLibhdf5AreRefusedNotCrashingTheProcess) {
+  for (const char* name : {"libhdf5_segfault.h5", "libhdf5_bad_free.h5"}) {
+    const std::filesystem::path file = test::vectors_dir() / "hostile" / name;
+    ASSERT_TRUE(std::filesystem::exists(file)) << file;
+    const std::string why = refusal(file);
+    EXPECT_MENTIONS(why, name);
+    std::printf("[ info ] %s\n", why.c_str());
+  }
+}
+
+// The child's verdict, independent of any libhdf5: a read that dies is refused naming the file
+// and how, one that throws is left to this process's read, one that hangs is killed at its limit.
+TEST(HostileModels, TheCheckingProcessReportsCrashesAndHangs) {
+  try {
+    detail::check_read_in_child("crashing.h5", [] { std::raise(SIGSEGV); });
+    ADD_FAILURE() << "a crash was not reported";
+  } catch (const IoError& e) {
+    EXPECT_MENTIONS(std::string(e.what()), "crashing.h5");
+    EXPECT_MENTIONS(std::string(e.what()), "signal 11");
+  }
+  EXPECT_NO_THROW(detail::check_read_in_child("throwing.h5", [] { throw IoError("damaged"); }));
+  EXPECT_NO_THROW(detail::check_read_in_child("fine.h5", [] {}));
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    detail::check_read_in_child(
+        "hanging.h5", [] { std::this_thread::sleep_for(std::chrono::seconds(60)); }, std::chrono::seconds(1));
+    ADD_FAILURE() << "a hang was not reported";
+  } catch (const IoError& e) {
+    EXPECT_MENTIONS(std::string(e.what()), "did not end within 1 s");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
 }
 
 // A chunked dataset that was never written stores nothing: its declared shape must not be

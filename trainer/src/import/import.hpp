@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -42,5 +43,10 @@ Graph parse_keras_topology(const nlohmann::json& model_config, const LoadOptions
 // Both file formats end here: topology + weights -> a checked Model. Errors name `source`.
 Model build_model(const nlohmann::json& model_config, WeightStore& weights, const LoadOptions& options,
                   const std::string& source);
+
+// The model loaders without check_read_in_child's process of their own (read_in_child.hpp): the
+// fuzz targets, which must see the read's own faults.
+Model load_keras_h5_in_process(const std::filesystem::path& path, const LoadOptions& options);
+Model load_keras3_in_process(const std::filesystem::path& path, const LoadOptions& options);
 
 }  // namespace stoker::trainer::detail

@@ -16,6 +16,7 @@
 
 #include "hdf5_handles.hpp"
 #include "import.hpp"
+#include "read_in_child.hpp"
 
 namespace stoker::trainer {
 namespace {
@@ -192,9 +193,13 @@ void read_layers(hid_t layers, const std::string& path, const std::unordered_map
   --walk.depth;
 }
 
-}  // namespace
+struct Keras3File {
+  json topology;
+  detail::WeightStore weights;
+};
 
-Model load_keras3(const std::filesystem::path& path, const LoadOptions& options) try {
+// Everything load_keras3 reads: config.json and, with libhdf5, the weights.
+Keras3File read_keras3(const std::filesystem::path& path) {
   const std::string where = path.string();
   int error = 0;
   std::unique_ptr<zip_t, int (*)(zip_t*)> archive(zip_open(where.c_str(), ZIP_RDONLY, &error), zip_close);
@@ -231,7 +236,25 @@ Model load_keras3(const std::filesystem::path& path, const LoadOptions& options)
     Walk walk;
     read_layers(root.get(), "layers", layers, store, budget, walk, where);
   }
-  return detail::build_model(topology, store, options, where);
+  return {topology, std::move(store)};
+}
+
+}  // namespace
+
+Model detail::load_keras3_in_process(const std::filesystem::path& path, const LoadOptions& options) try {
+  std::lock_guard lock(hdf5_mutex());
+  Keras3File file = read_keras3(path);
+  return build_model(file.topology, file.weights, options, path.string());
+} catch (...) {
+  rethrow_as_load_error(path.string());
+}
+
+Model load_keras3(const std::filesystem::path& path, const LoadOptions& options) try {
+  {
+    std::lock_guard lock(detail::hdf5_mutex());
+    detail::check_read_in_child(path.string(), [&] { read_keras3(path); });
+  }
+  return detail::load_keras3_in_process(path, options);
 } catch (...) {
   detail::rethrow_as_load_error(path.string());
 }

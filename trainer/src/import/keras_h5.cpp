@@ -13,6 +13,7 @@
 
 #include "hdf5_handles.hpp"
 #include "import.hpp"
+#include "read_in_child.hpp"
 
 namespace stoker::trainer {
 namespace detail {
@@ -139,7 +140,15 @@ using detail::read_dataset;
 using detail::read_string_attribute;
 using detail::WeightBudget;
 
-Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options) try {
+namespace {
+
+struct KerasH5 {
+  nlohmann::json topology;
+  detail::WeightStore weights;
+};
+
+// Everything load_keras_h5 reads with libhdf5: the topology and the weights.
+KerasH5 read_keras_h5(const std::filesystem::path& path) {
   const std::string where = path.string();
   QuietHdf5 quiet;
   if (H5Fis_hdf5(where.c_str()) <= 0) throw IoError(where + ": not a readable HDF5 file");
@@ -150,7 +159,7 @@ Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& option
   auto config = read_string_attribute(file.get(), "model_config", where);
   if (config.empty() || config[0].empty())
     throw InvalidArgument(where + ": no 'model_config' attribute (a weights-only file? save the full model)");
-  const nlohmann::json topology = detail::parse_model_json(config[0], where, "model_config");
+  nlohmann::json topology = detail::parse_model_json(config[0], where, "model_config");
 
   detail::WeightStore store;
   const bool nested = H5Lexists(file.get(), "model_weights", H5P_DEFAULT) > 0;
@@ -169,8 +178,25 @@ Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& option
       store.add(std::move(w));
     }
   }
+  return {std::move(topology), std::move(store)};
+}
 
-  return detail::build_model(topology, store, options, where);
+}  // namespace
+
+Model detail::load_keras_h5_in_process(const std::filesystem::path& path, const LoadOptions& options) try {
+  std::lock_guard lock(hdf5_mutex());
+  KerasH5 file = read_keras_h5(path);
+  return build_model(file.topology, file.weights, options, path.string());
+} catch (...) {
+  rethrow_as_load_error(path.string());
+}
+
+Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options) try {
+  {
+    std::lock_guard lock(detail::hdf5_mutex());
+    detail::check_read_in_child(path.string(), [&] { read_keras_h5(path); });
+  }
+  return detail::load_keras_h5_in_process(path, options);
 } catch (...) {
   detail::rethrow_as_load_error(path.string());
 }

@@ -15,6 +15,7 @@
 
 #include "graph/layers.hpp"
 #include "hdf5_handles.hpp"
+#include "read_in_child.hpp"
 
 namespace stoker::trainer {
 namespace {
@@ -109,6 +110,7 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
 
   // Written beside the target, synced and renamed over it when complete.
   replace_file_atomically(file, [&](const std::filesystem::path& tmp) {
+    const std::lock_guard lock(detail::hdf5_mutex());
     QuietHdf5 quiet;
     Hid f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!f.ok()) throw IoError(tmp.string() + ": cannot create");

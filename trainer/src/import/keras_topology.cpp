@@ -295,8 +295,7 @@ class Flattener {
       bool progress = false;
       for (std::size_t i = 0; i < layers.size(); ++i) {
         if (done[i]) continue;
-        if (in_layer(layers[i], i, name,
-                     [&] { return add_functional_layer(layers[i], name, inputs, in_refs, produced); }))
+        if (in_layer(layers[i], i, name, [&] { return add_functional_layer(layers[i], inputs, in_refs, produced); }))
           done[i] = true, --remaining, progress = true;
       }
       if (!progress) {
@@ -315,8 +314,8 @@ class Flattener {
   }
 
   // One layer of a Functional model, added when its inputs are produced: false when they are not yet.
-  bool add_functional_layer(const json& layer, const std::string& name, const std::vector<int>& inputs,
-                            const std::vector<Ref>& in_refs, std::map<std::string, std::vector<int>>& produced) {
+  bool add_functional_layer(const json& layer, const std::vector<int>& inputs, const std::vector<Ref>& in_refs,
+                            std::map<std::string, std::vector<int>>& produced) {
     const std::string cls = layer.at("class_name").get<std::string>();
     const std::string lname = layer_name_of(layer);
     if (cls == "InputLayer") {
