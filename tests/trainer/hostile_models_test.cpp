@@ -184,7 +184,8 @@ TEST(HostileModels, TheCheckingProcessReportsCrashesAndHangs) {
     ADD_FAILURE() << "a crash was not reported";
   } catch (const IoError& e) {
     EXPECT_MENTIONS(std::string(e.what()), "crashing.h5");
-    EXPECT_MENTIONS(std::string(e.what()), "signal 11");
+    // The signal itself; under the sanitizers, whose handler reports it, their exit status.
+    EXPECT_MENTIONS(std::string(e.what()), "crashed reading it");
   }
   EXPECT_NO_THROW(detail::check_read_in_child("throwing.h5", [] { throw IoError("damaged"); }));
   EXPECT_NO_THROW(detail::check_read_in_child("fine.h5", [] {}));
