@@ -56,15 +56,17 @@ class Distributed : public ::testing::Test {
            " --validation-split 0.3 --seed 5";
   }
   // Open MPI's mpirun: two ranks on this machine (more ranks than cores allowed; as root in a
-  // container, allowed too). `per_rank` is each rank's --out, as an MPMD app context.
-  std::string mpirun(const std::string& out0, const std::string& out1) const {
+  // container, allowed too). `out0`/`out1` are each rank's --out, as an MPMD app context, and
+  // `both` arguments for both ranks.
+  std::string mpirun(const std::string& out0, const std::string& out1, const std::string& both = "") const {
     // A bound, so that a rank waiting for a dead peer fails the test instead of hanging it. In the
     // sanitizer build the ranks keep AddressSanitizer but not its leak report at exit: Open MPI
     // leaves its own allocations (and those of plugins it has unloaded) to the process's end.
     const std::string launcher = "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 timeout 120 " +
                                  std::string(STOKER_MPIEXEC) + " --oversubscribe" +
                                  (::geteuid() == 0 ? " --allow-run-as-root" : "") + " --mca btl self,vader";
-    return launcher + " -np 1 " + train_args() + " --out " + out0 + " : -np 1 " + train_args() + " --out " + out1;
+    return launcher + " -np 1 " + train_args() + both + " --out " + out0 + " : -np 1 " + train_args() + both +
+           " --out " + out1;
   }
   stoker::test::TempDir dir;
 };
@@ -127,12 +129,45 @@ TEST_F(Distributed, TwoRunsOfTwoRanksAreBitIdentical) {
   }
 }
 
-// Refusals name the reason: augmentation across ranks is not there yet.
-TEST_F(Distributed, AugmentationAcrossRanksIsRefused) {
+// Augmentation across ranks: each rank augments its share of each epoch, the features are gathered
+// in the order one process's loader gives the epoch and trained on in its batches. The
+// augmentation of a sample depends on the seed, the epoch and the sample alone, so the figures
+// are one process's up to the order of the gradients' sums.
+TEST_F(Distributed, AugmentationAcrossRanksEqualsOneProcess) {
+  const std::string augment = " --horizontal-flip --rotation-range 15 --zoom-range 0.1";
+  const CommandResult one = run_command(train_args() + augment + " --out " + (dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const CommandResult two = run_command(mpirun((dir / "two").string(), (dir / "rank1").string(), augment));
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find("this rank's augmented features"), std::string::npos) << two.out;
+  EXPECT_FALSE(fs::exists(dir / "rank1")) << "rank 1 wrote into its --out";
+  const nlohmann::json h1 = history(dir / "one"), h2 = history(dir / "two");
+  ASSERT_EQ(h1["epochs"].size(), 3u);
+  ASSERT_EQ(h2["epochs"].size(), 3u);
+  for (std::size_t e = 0; e < 3; ++e) {
+    const auto &a = h1["epochs"][e], &b = h2["epochs"][e];
+    EXPECT_EQ(a["images"], b["images"]) << e;
+    EXPECT_EQ(a["accuracy"], b["accuracy"]) << e;
+    EXPECT_EQ(a["val_accuracy"], b["val_accuracy"]) << e;
+    EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6) << e;
+    EXPECT_NEAR(a["val_loss"].get<double>(), b["val_loss"].get<double>(), 1e-6) << e;
+  }
+}
+
+// A flag given to one rank only: every rank stops, naming the rank and the setting.
+TEST_F(Distributed, RanksWithOtherSettingsAreRefused) {
   const CommandResult two =
       run_command(mpirun((dir / "two").string(), (dir / "rank1").string()) + " --horizontal-flip");
   EXPECT_NE(two.exit_code, 0) << two.out;
-  EXPECT_NE(two.out.find("augmentation is not supported across ranks yet"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("rank 1 runs with other settings than rank 0"), std::string::npos) << two.out;
+}
+
+// Refusals name the reason: fine-tuning across ranks is not there yet.
+TEST_F(Distributed, FineTuningAcrossRanksIsRefused) {
+  const CommandResult two =
+      run_command(mpirun((dir / "two").string(), (dir / "rank1").string(), " --fine-tune-from block_16_expand"));
+  EXPECT_NE(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find("fine-tuning is not supported across ranks yet"), std::string::npos) << two.out;
 }
 
 }  // namespace

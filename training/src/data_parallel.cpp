@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 
@@ -124,11 +125,24 @@ HeadExchange::HeadExchange(Collective& collective, const trainer::Head& head)
 trainer::EpochStats HeadExchange::train_epoch(trainer::Head& head, const Features& values, int batch_size,
                                               std::uint64_t epoch, std::uint64_t seed, const trainer::LossOptions& loss,
                                               const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
+  return train_rows(head, values, trainer::epoch_rows(values.n, seed, epoch), batch_size, loss, before_step);
+}
+
+trainer::EpochStats HeadExchange::train_in_order(trainer::Head& head, const Features& values, int batch_size,
+                                                 const trainer::LossOptions& loss,
+                                                 const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
+  std::vector<int> order(static_cast<std::size_t>(std::max(values.n, 0)));
+  std::iota(order.begin(), order.end(), 0);
+  return train_rows(head, values, order, batch_size, loss, before_step);
+}
+
+trainer::EpochStats HeadExchange::train_rows(trainer::Head& head, const Features& values, const std::vector<int>& order,
+                                             int batch_size, const trainer::LossOptions& loss,
+                                             const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
   const int n = values.n, dim = values.dim;
   if (n <= 0 || batch_size <= 0)
     throw InvalidArgument("train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
                           std::to_string(batch_size));
-  const std::vector<int> order = trainer::epoch_rows(n, seed, epoch);
   const auto ranks = static_cast<std::int64_t>(collective_.size());
   const auto rank = static_cast<std::int64_t>(collective_.rank());
   const std::size_t kernel_size = head.kernel().size(), bias_size = head.bias().size();

@@ -34,9 +34,18 @@ class HeadExchange {
   trainer::EpochStats train_epoch(trainer::Head& head, const Features& values, int batch_size, std::uint64_t epoch,
                                   std::uint64_t seed, const trainer::LossOptions& loss,
                                   const std::function<void(trainer::Head&, std::int64_t)>& before_step);
+  // The same over the rows in their order: an augmenting epoch's features, gathered in the order
+  // one process's loader gave that epoch's samples, in the batches it gave them.
+  trainer::EpochStats train_in_order(trainer::Head& head, const Features& values, int batch_size,
+                                     const trainer::LossOptions& loss,
+                                     const std::function<void(trainer::Head&, std::int64_t)>& before_step);
   std::int64_t steps() const { return optimizer_.steps(); }
 
  private:
+  trainer::EpochStats train_rows(trainer::Head& head, const Features& values, const std::vector<int>& order,
+                                 int batch_size, const trainer::LossOptions& loss,
+                                 const std::function<void(trainer::Head&, std::int64_t)>& before_step);
+
   Collective& collective_;
   trainer::Optimizer optimizer_;
   int kernel_ = 0, bias_ = 0;

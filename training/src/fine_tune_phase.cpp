@@ -56,6 +56,9 @@ class FineTunePhase final : public Phase {
   }
 
   trainer::EpochStats train_on_values(const Features& values, int epoch) override;
+  trainer::EpochStats train_in_order(const Features&) override {
+    throw Error("fine-tuning does not run across ranks (train() refuses it)");
+  }
 
   void complete(EpochReport& e) override {
     e.fine_tuning = true;

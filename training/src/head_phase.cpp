@@ -1,5 +1,7 @@
 #include "head_phase.hpp"
 
+#include "stoker/core/error.hpp"
+
 namespace stoker::training {
 
 void HeadPhase::values_computed(const Features& values) {
@@ -22,6 +24,12 @@ trainer::EpochStats HeadPhase::train_on_values(const Features& values, int epoch
   return run_.head.train_epoch(values.x.data(), values.y.data(), values.n, o.loader.batch_size,
                                static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
                                [this](trainer::Head& h) { run_.before_step(h); });
+}
+
+trainer::EpochStats HeadPhase::train_in_order(const Features& values) {
+  if (!run_.exchange) throw Error("HeadPhase::train_in_order: only across ranks");
+  return run_.exchange->train_in_order(run_.head, values, run_.options.loader.batch_size, run_.options.loss,
+                                       [this](trainer::Head& h, std::int64_t steps) { run_.before_step(h, steps); });
 }
 
 void HeadPhase::complete(EpochReport& e) {

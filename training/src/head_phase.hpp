@@ -15,6 +15,7 @@ class HeadPhase final : public Phase {
   void values_computed(const Features& values) override;
   trainer::StepResult step(const float* x, const int* y, int n) override;
   trainer::EpochStats train_on_values(const Features& values, int epoch) override;
+  trainer::EpochStats train_in_order(const Features& values) override;
   void complete(EpochReport& e) override;
   trainer::EpochStats validate() override;
   trainer::BestEpoch& best() override { return run_.best; }

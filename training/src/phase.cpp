@@ -65,7 +65,7 @@ EpochReport values_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
     phase.values = extract(loop.source, phase.values_name(), loop.observer, [&] {
       if (should_stop && should_stop()) throw StopRequested{{epoch, 0}};
     });
-    if (loop.gather) phase.values = loop.gather(std::move(*phase.values));
+    if (loop.gather) phase.values = loop.gather(std::move(*phase.values), 0);  // extract() reads epoch 0
     if (phase.values->n == 0)
       throw DatasetError("none of the " + std::to_string(loop.train_images) + " training images could be read");
     e.times = phase.values->times;
@@ -75,6 +75,31 @@ EpochReport values_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
   e.skipped = phase.values->skipped;
   e.seconds = since(t0);
   e.images_per_second = phase.values->n / std::max(1e-9, e.seconds);
+  return e;
+}
+
+// An augmenting epoch across ranks: each rank decodes, augments and runs the backbone on its share
+// of the loader's epoch; the features are gathered in the order one process's loader gives that
+// epoch and trained on in that order, in the global batches one process would step through (the
+// augmentation of a sample is drawn from the seed, the epoch and the sample alone).
+EpochReport gathered_augmented_epoch(Phase& phase, const PhaseLoop& loop, int epoch) {
+  const auto t0 = Clock::now();
+  EpochReport e;
+  e.epoch = epoch;
+  loop.observer.on_features_begin("this rank's augmented features", loop.source.batches_per_epoch());
+  Features local = collect_features(loop.source, static_cast<std::uint64_t>(epoch),
+                                    [&](std::size_t batches, std::size_t, std::size_t images) {
+                                      loop.observer.on_features_progress(batches, images);
+                                    });
+  loop.observer.on_features_end(local.skipped);
+  const Features all = loop.gather(std::move(local), static_cast<std::uint64_t>(epoch));
+  if (all.n == 0)
+    throw DatasetError("none of the " + std::to_string(loop.train_images) + " training images could be read");
+  e.times = all.times;
+  e.train = phase.train_in_order(all);
+  e.skipped = all.skipped;
+  e.seconds = since(t0);
+  e.images_per_second = all.n / std::max(1e-9, e.seconds);
   return e;
 }
 
@@ -134,7 +159,9 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     const bool counted = o.augmentation || phase.reports_value_batches();
     loop.observer.on_epoch_begin(epoch, counted ? loop.source.batches_per_epoch() : 0);
     EpochReport e;
-    if (o.augmentation) {
+    if (o.augmentation && loop.gather) {
+      e = gathered_augmented_epoch(phase, loop, epoch);
+    } else if (o.augmentation) {
       const bool mid_epoch = resumed && k == done && resumed->loader.next_batch > 0;
       e = augmented_epoch(
           epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,

@@ -75,6 +75,10 @@ class Phase {
   // One optimizer step on a batch of an augmenting epoch; an epoch over `values`.
   virtual trainer::StepResult step(const float* x, const int* y, int n) = 0;
   virtual trainer::EpochStats train_on_values(const Features& values, int epoch) = 0;
+  // With more than one rank, an augmenting epoch: the epoch's features of every rank, in the order
+  // one process's loader gave them, trained on in that order. Only the head's phase runs across
+  // ranks (train() refuses fine-tuning there).
+  virtual trainer::EpochStats train_in_order(const Features& values) = 0;
   // The phase's part of the epoch's report (timings, the phase), before validation.
   virtual void complete(EpochReport& e) = 0;
   virtual trainer::EpochStats validate() = 0;  // on `validation`
@@ -97,8 +101,9 @@ struct PhaseLoop {
   FeatureSource& source;
   TrainObserver& observer;
   std::vector<EpochReport>& history;
-  // With more than one rank: the values this rank computed become every rank's (gather_features).
-  std::function<Features(Features)> gather = {};
+  // With more than one rank: the values this rank computed in the loader's epoch `epoch` become
+  // every rank's, in the order one process's loader gives that epoch (gather_features).
+  std::function<Features(Features, std::uint64_t epoch)> gather = {};
 };
 
 // The phase's epochs from `done` (those a resumed run had finished) to `epochs`, or until early

@@ -51,8 +51,10 @@ void check_options(const TrainingData& data, const TrainOptions& given) {
                             std::to_string(sharding.world_size) + ", MPI rank " + std::to_string(rank) + " of " +
                             std::to_string(ranks) + ": leave --rank/--world-size out under an MPI launcher");
     const std::string on = "training on " + std::to_string(ranks) + " ranks: ";
-    if (given.augmentation)
-      throw InvalidArgument(on + "augmentation is not supported across ranks yet; train without it, or in one process");
+    if (given.augmentation && given.checkpoint_every_batches > 0)
+      throw InvalidArgument(on +
+                            "an augmenting epoch across ranks is gathered and trained whole: --checkpoint-every "
+                            "has no batch to stop at; leave it out");
     if (given.fine_tune.enabled())
       throw InvalidArgument(on +
                             "fine-tuning is not supported across ranks yet; train the head alone, or in one "
@@ -111,6 +113,24 @@ TrainOptions run_options(const TrainingData& data, const TrainOptions& given, Tr
     o.loader.sharding = s;
   }
   return o;
+}
+
+// Every rank must run the same run (a flag given to one rank's command line only would make them
+// exchange buffers of other sizes): the first rank whose settings differ from rank 0's is named on
+// every rank.
+void check_same_settings(Collective& collective, const std::string& settings) {
+  const std::vector<std::string> all = collective.allgather(settings);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const nlohmann::json mine = nlohmann::json::parse(all[r]), first = nlohmann::json::parse(all[0]);
+    std::string differing;
+    for (const auto& [key, value] : mine.items())
+      if (!first.contains(key) || first[key] != value) differing += (differing.empty() ? "" : ", ") + key;
+    for (const auto& [key, value] : first.items())
+      if (!mine.contains(key)) differing += (differing.empty() ? "" : ", ") + key;
+    throw InvalidArgument("rank " + std::to_string(r) + " runs with other settings than rank 0 (" + differing +
+                          "): give every rank the same arguments");
+  }
 }
 
 void create_output_folder(const fs::path& out) {
@@ -226,6 +246,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   // A checkpoint of several ranks does not hold the head's optimizer state: no one-process resume.
   if (ranks > 1) settings_json["ranks"] = ranks;
   const std::string settings = settings_json.dump();
+  if (ranks > 1) check_same_settings(*collective, settings);
   const std::optional<Checkpoint> resumed = resume_point(o, settings, sources.train().state(), top);
   trainer::Head head = resumed        ? *resumed->head
                        : classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
@@ -234,21 +255,21 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
 
   // Across ranks, every rank gathers the features of all in one process's order (the validation
   // set's and, in the first epoch, the training set's): all validate alike and decide alike.
-  auto in_order = [&](const Dataset& d, bool shuffle) {
-    return epoch_plan(static_cast<std::uint32_t>(d.size()), o.loader.seed, 0, shuffle, Sharding{}).samples;
+  auto in_order = [&](const Dataset& d, bool shuffle, std::uint64_t epoch) {
+    return epoch_plan(static_cast<std::uint32_t>(d.size()), o.loader.seed, epoch, shuffle, Sharding{}).samples;
   };
   Features validation = validation_features(data, o, sources, backbone, gpu, device, observer);
-  if (ranks > 1) validation = gather_features(*collective, std::move(validation), in_order(data.validation, false));
+  if (ranks > 1) validation = gather_features(*collective, std::move(validation), in_order(data.validation, false, 0));
   trainer::BestEpoch best(o.monitor, writes ? o.out / "head.stkh" : fs::path(), ref);
   RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   run.writes = writes;
   std::optional<HeadExchange> exchange;
-  std::function<Features(Features)> gather;
+  std::function<Features(Features, std::uint64_t)> gather;
   if (ranks > 1) {
     exchange.emplace(*collective, head);
     run.exchange = &*exchange;
-    gather = [&, order = in_order(data.train, o.loader.shuffle)](Features f) {
-      return gather_features(*collective, std::move(f), order);
+    gather = [&](Features f, std::uint64_t epoch) {
+      return gather_features(*collective, std::move(f), in_order(data.train, o.loader.shuffle, epoch));
     };
   }
   HeadPhase first(run, sources.train());  // the sources are where they stay after the GPU feed's check
