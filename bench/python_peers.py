@@ -11,12 +11,15 @@ torch: the torchvision ImageNet training pipeline
                              Normalize(IMAGENET_MEAN, IMAGENET_STD)])
        through torch.utils.data.DataLoader(ImageFolder(DIR), batch_size, shuffle=True,
        num_workers=W, persistent_workers=True), against
-         stoker.torch.DataLoader(DIR, 224, batch_size, threads=W, normalize='imagenet',
+         stoker.torch.DataLoader(DIR, 224, batch_size, num_workers=W, normalize='imagenet',
              augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True))
        (the same work: decode, random resized crop with torchvision's defaults, flip, float32
        NCHW, ImageNet normalisation; stoker does it on W C++ threads, torchvision in W worker
        processes), and stoker with cache='decoded' (decoded images kept in memory after the first
        epoch: the augmentation still runs every epoch). W is the same for both in each row.
+       --pin-memory: pin_memory=True on both, and on a machine with a GPU every batch copied to it
+       with .to('cuda', non_blocking=True) (the copy a training step starts with) and the copies
+       waited for at the end; without a GPU both loaders alone (pinning needs a device).
 keras: the seed's ImageDataGenerator (rotation 30, shifts 0.4, shear 0.4, zoom 0.25, horizontal
        flip, brightness [0.5, 1.5], rescale 1/255) through flow_from_directory, tf_keras' against
        stoker.keras', batch 8 and 32, one core and all cores (run it with --image-size 299, the
@@ -52,17 +55,26 @@ import time
 DEFAULT_DATA = "/work/shared/data/catsdogs"
 
 
-def timed_epochs(make_iter, epochs):
+def touch(images):
+    images[0, 0, 0, 0].item()
+
+
+def timed_epochs(make_iter, epochs, consume=touch, finish=None):
     """(images, seconds) over `epochs` epochs after one warm-up epoch; make_iter(epoch) gives the
-    epoch's iterable of (images, labels)."""
+    epoch's iterable of (images, labels), consume(images) is the training step's use of a batch
+    and finish() waits for what it queued."""
     for images, _ in make_iter(0):
-        images[0, 0, 0, 0].item()
+        consume(images)
+    if finish:
+        finish()
     n = 0
     t0 = time.perf_counter()
     for e in range(1, epochs + 1):
         for images, _ in make_iter(e):
-            images[0, 0, 0, 0].item()
+            consume(images)
             n += images.shape[0]
+    if finish:
+        finish()
     return n, time.perf_counter() - t0
 
 
@@ -81,28 +93,38 @@ def torch_suite(args):
     torch.set_num_threads(1)  # the main process only consumes; the workers do the work
     size, batch = args.image_size, args.batch_size
     mean, std = stoker.torch.IMAGENET_MEAN, stoker.torch.IMAGENET_STD
+    # --pin-memory: both loaders with pin_memory=True, and where there is a GPU each batch copied to
+    # it with .to('cuda', non_blocking=True), as a training loop does (without one, the loaders
+    # alone: both warn that pinning needs a device and keep pageable batches).
+    pin = args.pin_memory
+    consume, finish = touch, None
+    if pin and torch.cuda.is_available():
+        def consume(images):
+            images.to("cuda", non_blocking=True)
+
+        finish = torch.cuda.synchronize
 
     def torchvision_run(w):
         tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
         ds = torchvision.datasets.ImageFolder(args.data, transform=tf)
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=w,
-                                         persistent_workers=w > 0, drop_last=False)
+                                         persistent_workers=w > 0, drop_last=False, pin_memory=pin)
         try:
-            return timed_epochs(lambda e: dl, args.epochs)
+            return timed_epochs(lambda e: dl, args.epochs, consume, finish)
         finally:
             del dl
 
     def stoker_run(w, cache=None):
         dl = stoker.torch.DataLoader(
-            args.data, size, batch_size=batch, shuffle=True, threads=w, cache=cache, normalize="imagenet",
-            augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True))
+            args.data, size, batch_size=batch, shuffle=True, num_workers=w, cache=cache, normalize="imagenet",
+            pin_memory=pin, augment=stoker.Augment(random_resized_crop=True, horizontal_flip=True))
 
         def epoch(e):
             dl.set_epoch(e)
             return dl
 
         try:
-            return timed_epochs(epoch, args.epochs)
+            return timed_epochs(epoch, args.epochs, consume, finish)
         finally:
             dl.close()
 
@@ -127,14 +149,18 @@ def torch_suite(args):
         "data": args.data,
         "image_size": size,
         "batch_size": batch,
+        "pin_memory": pin,
+        "copied_to": "cuda" if finish else None,
         "epochs_timed": args.epochs,
         "repeat": args.repeat,
         "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__,
                      "stoker": stoker.__version__},
         "rows": [],
     }
+    copies = ("pin_memory=True, every batch copied to the GPU" if finish
+              else "pin_memory=True (no GPU: the loaders alone)" if pin else "the loaders alone")
     print(f"\ntorch suite: {args.data}, {size}x{size}, batch {batch}, {args.epochs} timed epoch(s) after a warm-up,"
-          f" median of {args.repeat}; {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
+          f" median of {args.repeat}; {copies}; {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, stoker {stoker.__version__}; "
           f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (other work on the machine skews W > 1)")
     print(f"{'W':>3} {'torchvision img/s':>18} {'stoker img/s':>13} {'ratio':>7} {'stoker decoded-cache img/s':>27} {'ratio':>7}")
@@ -392,6 +418,8 @@ def main(argv=None):
     ap.add_argument("--workers", default="1,2", help="comma-separated worker/thread counts W")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--pin-memory", action="store_true",
+                    help="torch suite: pin_memory=True on both loaders, each batch copied to the GPU when there is one")
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up epoch")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", help="also write the numbers to this file")

@@ -140,13 +140,13 @@ memcheck_filter='GpuKernels.AugmentationMatchesCpuExecutor:GpuKernels.Conversion
 declare -A limit=(
   [env]=40 [feed]=60 [cudnn]=75 [trainer]=45 [training]=30 [python]=60 [cli_train]=40 [cli_predict]=15
   [cli_tests]=50 [memcheck]=45 [gpu_bench]=60 [torch_augment_peer]=60 [trainer_gpu_bench]=45
-  [torch_mobilenet_peer]=45 [fine_tune_bench]=40 [fine_tune_peer]=40 [cli_bench_gpu]=60 [large]=120
+  [torch_mobilenet_peer]=45 [fine_tune_bench]=40 [fine_tune_peer]=40 [cli_bench_gpu]=60 [python_pinned]=60 [large]=120
 )
 plan() {
   local part steps total=0 sum
   for part in "env:env" "feed:feed" "cudnn:cudnn" "trainer:trainer training" "python:python" \
     "cli:cli_train cli_predict cli_tests" "memcheck:memcheck" \
-    "bench:gpu_bench torch_augment_peer trainer_gpu_bench torch_mobilenet_peer fine_tune_bench fine_tune_peer cli_bench_gpu" \
+    "bench:gpu_bench torch_augment_peer trainer_gpu_bench torch_mobilenet_peer fine_tune_bench fine_tune_peer cli_bench_gpu python_pinned" \
     "large:large"; do
     sum=0
     for steps in ${part#*:}; do sum=$((sum + limit[$steps])); done
@@ -436,6 +436,14 @@ run_bench() {
   step cli_bench_gpu "$bundle/bin/stoker" bench --suite gpu --data "$root/data/catsdogs-sample" --image-size 299 \
     --repeat 3 --json "$work/bench_gpu.json" || rc=1
   cat "$work/cli_bench_gpu.log"
+
+  if [[ -n $py && -d $bundle/python/stoker ]]; then
+    echo "== Python: pinned host batches copied to the GPU, stoker.torch.DataLoader against torch's (pin_memory=True)"
+    with_torch_path step python_pinned "$py" "$root/bench/python_peers.py" --suite torch --pin-memory \
+      --data "$root/data/catsdogs-sample" --workers "$(nproc)" --epochs 2 --json "$work/python_pinned.json" || rc=1
+    cat "$work/python_pinned.log"
+    summary+=("pinned batches to the GPU, $(nproc) workers: $(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print "torchvision " $2 " img/s, stoker " $3 " img/s (" $4 ")"}' "$work/python_pinned.log" | head -1)")
+  fi
   summary+=("benchmarks: $([[ $rc -eq 0 ]] && echo ok || echo "one FAILED (logs)")")
   return $rc
 }
