@@ -3,7 +3,8 @@
 # PyPI), repairs it with auditwheel (the shared libraries it links, beyond the system's base set,
 # copied into the wheel; the manylinux tag that earns) and installs the repaired wheel into
 # throw-away virtual environments, where it runs the pytest suite (test_wheel.py: the extension
-# resolves its libraries only in the wheel's stoker.libs/ and the system's base set):
+# resolves its libraries only in the wheel's stoker.libs/ and the system's base set; before it,
+# scripts/check_wheel_base.sh loads a batch where the system has nothing but the base set):
 #   build/venv-py     the PATH's python3 + NumPy 2, pandas, Pillow, webdataset, tensorflow-cpu + tf-keras, jax
 #   build/venv-torch  Debian's python3 with its python3-torch / python3-torchvision (PyPI's torch
 #                     wheels carry CUDA and are gigabytes), when /usr/bin/python3 has torch
@@ -35,6 +36,13 @@ if [[ "${STOKER_PY_FRAMEWORKS:-1}" != 0 ]]; then
 fi
 # webdataset: reads what `stoker shard` writes
 stage "python: install" $py -m pip install -q "$package" pytest pillow pandas webdataset
+# The repaired wheel where the system's library folders hold only the base set (a mount namespace:
+# root and unshare); PyPI's NumPy is self-contained too, Debian's (venv-torch) is not.
+if [[ $(id -u) == 0 ]] && unshare -m true 2>/dev/null; then
+  stage "python: base libraries only" bash scripts/check_wheel_base.sh $py data/catsdogs-sample
+else
+  echo "test_python: not root or no unshare -m: the wheel was not tried on the base libraries alone"
+fi
 # From python/tests, not the repository root: the tests import the installed package. The
 # command's tests (its model.h5 in tf_keras) run the Release build's stoker when there is one.
 [[ -x build/apps/stoker ]] && export STOKER_CLI=$PWD/build/apps/stoker
