@@ -1,12 +1,14 @@
 #include "data_parallel.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <unordered_map>
 
 #include "stoker/core/error.hpp"
+#include "stoker/pipeline/plan.hpp"
 
 namespace stoker::training {
 namespace {
@@ -112,6 +114,40 @@ Features gather_features(Collective& collective, Features local, const std::vect
                 skipped.end());
   out.skipped = std::move(skipped);
   return out;
+}
+
+std::vector<std::uint32_t> plan_order(std::size_t samples, std::uint64_t seed, std::uint64_t epoch, bool shuffle) {
+  return epoch_plan(static_cast<std::uint32_t>(samples), seed, epoch, shuffle, Sharding{}).samples;
+}
+
+std::function<Features(Features, std::uint64_t)> gather_in_plan_order(Collective& collective, std::size_t samples,
+                                                                      std::uint64_t seed, bool shuffle) {
+  return [&collective, samples, seed, shuffle](Features local, std::uint64_t epoch) {
+    return gather_features(collective, std::move(local), plan_order(samples, seed, epoch, shuffle));
+  };
+}
+
+trainer::StepResult sum_step_over_ranks(
+    Collective& collective, int m, int nb, const trainer::StepResult& local,
+    const std::function<void(const std::function<void(std::vector<float>&)>&)>& for_each_gradient) {
+  const double share = static_cast<double>(m) / nb;
+  std::vector<float> flat;
+  for_each_gradient([&](std::vector<float>& g) {
+    for (const float v : g) flat.push_back(m > 0 ? static_cast<float>(v * share) : 0.0f);
+  });
+  double stats[2] = {m > 0 ? local.loss * m : 0.0, m > 0 ? static_cast<double>(local.correct) : 0.0};
+  collective.allreduce_sum(std::span<float>(flat));
+  collective.allreduce_sum(std::span<double>(stats, 2));
+  std::size_t at = 0;
+  for_each_gradient([&](std::vector<float>& g) {
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), g.size(), g.begin());
+    at += g.size();
+  });
+  trainer::StepResult r;
+  r.loss = stats[0] / nb;
+  r.correct = static_cast<int>(std::lround(stats[1]));
+  r.samples = nb;
+  return r;
 }
 
 HeadExchange::HeadExchange(Collective& collective, const trainer::Head& head)

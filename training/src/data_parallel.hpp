@@ -21,6 +21,22 @@ namespace stoker::training {
 // become every rank's.
 Features gather_features(Collective& collective, Features local, const std::vector<std::uint32_t>& order);
 
+// The dataset indices of a loader's epoch as one process's plan lists them (no sharding).
+std::vector<std::uint32_t> plan_order(std::size_t samples, std::uint64_t seed, std::uint64_t epoch, bool shuffle);
+
+// What a phase's loop gathers with: the rows this rank computed in the loader's epoch `epoch` (of
+// `samples` training samples, `loader`'s seed and shuffle) become every rank's, in plan_order.
+std::function<Features(Features, std::uint64_t)> gather_in_plan_order(Collective& collective, std::size_t samples,
+                                                                      std::uint64_t seed, bool shuffle);
+
+// The sum over the ranks, in rank order, of each rank's `m` of a global batch of `nb` samples:
+// every gradient f(...) visits, scaled by m / nb (a rank's mean over its slice is its share of the
+// batch's mean), and the step's loss and correct count. Every rank calls it for every batch, a
+// rank with m = 0 with zero gradients.
+trainer::StepResult sum_step_over_ranks(
+    Collective& collective, int m, int nb, const trainer::StepResult& local,
+    const std::function<void(const std::function<void(std::vector<float>&)>&)>& for_each_gradient);
+
 // The head's optimizer when the ranks exchange gradients: Keras' Adam with the head's settings
 // (trainer::Optimizer), its learning rate taken from the head before every step.
 class HeadExchange {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <tuple>
 
 #include "placement.hpp"
@@ -55,9 +56,14 @@ class FineTunePhase final : public Phase {
     return r;
   }
 
-  trainer::EpochStats train_on_values(const Features& values, int epoch) override;
-  trainer::EpochStats train_in_order(const Features&) override {
-    throw Error("fine-tuning does not run across ranks (train() refuses it)");
+  trainer::EpochStats train_on_values(const Features& values, int epoch) override {
+    return train_rows(values,
+                      trainer::epoch_rows(values.n, run_.options.loader.seed, static_cast<std::uint64_t>(epoch)));
+  }
+  trainer::EpochStats train_in_order(const Features& values) override {
+    std::vector<int> order(static_cast<std::size_t>(values.n));
+    std::iota(order.begin(), order.end(), 0);
+    return train_rows(values, order);
   }
 
   void complete(EpochReport& e) override {
@@ -73,7 +79,7 @@ class FineTunePhase final : public Phase {
   void improved() override {
     // The head file just saved refers to this backbone: write it next to it.
     best_backbone = top_.graph();
-    trainer::save_keras_h5(*best_backbone, fs::path(backbone_file_));
+    if (run_.writes) trainer::save_keras_h5(*best_backbone, fs::path(backbone_file_));
   }
 
   double learning_rate() const override { return top_.optimizer().config().learning_rate; }
@@ -83,6 +89,9 @@ class FineTunePhase final : public Phase {
   std::optional<trainer::Graph> best_backbone;  // when an epoch of this phase is the best
 
  private:
+  trainer::EpochStats train_rows(const Features& values, const std::vector<int>& order);
+  trainer::StepResult step_across_ranks(const float* x, const int* y, int m, int nb);
+
   RunState& run_;
   FeatureSource& source_;
   trainer::TrainableTop& top_;
@@ -96,23 +105,39 @@ class FineTunePhase final : public Phase {
   std::string saved_backbone_;  // the backbone file of the last checkpoint
 };
 
-trainer::EpochStats FineTunePhase::train_on_values(const Features& values, int epoch) {
+// An epoch over the rows of `values` in `order`, in batches of --batch-size. With several ranks,
+// rank r of W takes rows [nb·r/W, nb·(r+1)/W) of each batch of nb and the ranks' gradients are
+// summed before every rank makes the same step.
+trainer::EpochStats FineTunePhase::train_rows(const Features& values, const std::vector<int>& order) {
   const int batch_size = run_.options.loader.batch_size;
+  const int ranks = run_.collective ? run_.collective->size() : 1, rank = run_.collective ? run_.collective->rank() : 0;
   EpochProgress sums;
-  const std::vector<int> order =
-      trainer::epoch_rows(values.n, run_.options.loader.seed, static_cast<std::uint64_t>(epoch));
   std::vector<float> bx(static_cast<std::size_t>(batch_size) * in_size_);
   std::vector<int> by(static_cast<std::size_t>(batch_size));
   for (int start = 0; start < values.n; start += batch_size) {
     const int nb = std::min(batch_size, values.n - start);
-    for (int b = 0; b < nb; ++b) {
-      const auto row = static_cast<std::size_t>(order[static_cast<std::size_t>(start + b)]);
+    const int lo = nb * rank / ranks, m = nb * (rank + 1) / ranks - lo;
+    for (int b = 0; b < m; ++b) {
+      const auto row = static_cast<std::size_t>(order[static_cast<std::size_t>(start + lo + b)]);
       std::copy_n(values.x.data() + row * in_size_, in_size_, bx.data() + static_cast<std::size_t>(b) * in_size_);
       by[static_cast<std::size_t>(b)] = values.y[row];
     }
-    add_step(sums, step(bx.data(), by.data(), nb), nb, observer_);
+    const trainer::StepResult r =
+        ranks > 1 ? step_across_ranks(bx.data(), by.data(), m, nb) : step(bx.data(), by.data(), nb);
+    add_step(sums, r, nb, observer_);
   }
   return epoch_stats(sums);
+}
+
+trainer::StepResult FineTunePhase::step_across_ranks(const float* x, const int* y, int m, int nb) {
+  const auto t0 = Clock::now();
+  const trainer::StepResult local =
+      m > 0 ? model_.compute_gradients(x, y, m, run_.options.loss) : trainer::StepResult{};
+  const trainer::StepResult r =
+      sum_step_over_ranks(*run_.collective, m, nb, local, [this](const auto& f) { model_.for_each_gradient(f); });
+  model_.apply_gradients();
+  step_seconds_ += since(t0);
+  return r;
 }
 
 // Validation through the current top, batch by batch.
@@ -131,6 +156,7 @@ trainer::EpochStats FineTunePhase::validate() {
 // The backbone file comes first, so a crash between the two leaves the previous checkpoint with
 // its own file; that one is removed after.
 void FineTunePhase::checkpoint(int done, int epoch, const EpochProgress* progress) {
+  if (!run_.writes) return;
   const fs::path& out = run_.options.out;
   const LoaderState loader = checkpoint_position(source_, epoch, progress);
   FineTuneProgress p;
@@ -152,7 +178,7 @@ std::optional<trainer::Graph> fine_tune_phase(const SecondPhase& in, RunState& r
                                               TrainObserver& observer) {
   const TrainOptions& o = run.options;
   const trainer::BackboneRef tuned_ref{fs::absolute(o.out / kFineTunedBackboneFile).string(), {}, in.ref.preprocess};
-  trainer::BestEpoch best(o.monitor, o.out / "head.stkh", tuned_ref);
+  trainer::BestEpoch best(o.monitor, run.writes ? o.out / "head.stkh" : fs::path(), tuned_ref);
   if (run.best.head()) best.restore(run.best.epoch(), run.best.value(), *run.best.head());
 
   const trainer::Model below = in.backbone.cut_at(in.top.boundary());
@@ -167,10 +193,15 @@ std::optional<trainer::Graph> fine_tune_phase(const SecondPhase& in, RunState& r
   FineTunePhase phase(run, in.sources.train(), in.top, best, tuned_ref.model, observer);
   if (resumed) phase.restore(*resumed->fine_tune);
   phase.validation = extract(in.sources.validation(), "validation values at " + in.top.boundary(), observer);
-  const PhaseLoop loop{o, in.data.train.size(), in.sources.train(), observer, run.history};
+  PhaseLoop loop{o, in.data.train.size(), in.sources.train(), observer, run.history};
+  if (run.collective) {  // every rank holds every value, in one process's order
+    phase.validation = gather_features(*run.collective, std::move(phase.validation),
+                                       plan_order(in.data.validation.size(), o.loader.seed, 0, false));
+    loop.gather = gather_in_plan_order(*run.collective, in.data.train.size(), o.loader.seed, o.loader.shuffle);
+  }
   run_phase(phase, loop, o.fine_tune.epochs, resumed ? resumed->fine_tune->epochs_done : 0, resumed);
   if (phase.best_backbone) {
-    write_model_info(o.out, {tuned_ref, o.prepare, in.data.train.class_names});
+    if (run.writes) write_model_info(o.out, {tuned_ref, o.prepare, in.data.train.class_names});
     run.best = best;
   }
   return std::move(phase.best_backbone);

@@ -33,8 +33,10 @@ struct RunState {
   bool features_saved = false;
   // Only rank 0 of a data-parallel run writes the model folder: save() does nothing elsewhere.
   bool writes = true;
-  // With more than one rank: the head's optimizer across them (else the head's own Adam).
+  // With more than one rank: the head's optimizer across them (else the head's own Adam), and the
+  // ranks themselves (the fine-tuning phase sums their gradients each step).
   HeadExchange* exchange = nullptr;
+  Collective* collective = nullptr;
 
   // Before each optimizer step: the cosine schedule's rate for it, the `steps`-th (the head's own
   // count by default).

@@ -55,10 +55,6 @@ void check_options(const TrainingData& data, const TrainOptions& given) {
       throw InvalidArgument(on +
                             "an augmenting epoch across ranks is gathered and trained whole: --checkpoint-every "
                             "has no batch to stop at; leave it out");
-    if (given.fine_tune.enabled())
-      throw InvalidArgument(on +
-                            "fine-tuning is not supported across ranks yet; train the head alone, or in one "
-                            "process");
     if (given.resume)
       throw InvalidArgument(on + "--resume is not supported across ranks yet; resume is for one process");
     if (given.loader.drop_last)
@@ -255,11 +251,10 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
 
   // Across ranks, every rank gathers the features of all in one process's order (the validation
   // set's and, in the first epoch, the training set's): all validate alike and decide alike.
-  auto in_order = [&](const Dataset& d, bool shuffle, std::uint64_t epoch) {
-    return epoch_plan(static_cast<std::uint32_t>(d.size()), o.loader.seed, epoch, shuffle, Sharding{}).samples;
-  };
   Features validation = validation_features(data, o, sources, backbone, gpu, device, observer);
-  if (ranks > 1) validation = gather_features(*collective, std::move(validation), in_order(data.validation, false, 0));
+  if (ranks > 1)
+    validation = gather_features(*collective, std::move(validation),
+                                 plan_order(data.validation.size(), o.loader.seed, 0, false));
   trainer::BestEpoch best(o.monitor, writes ? o.out / "head.stkh" : fs::path(), ref);
   RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   run.writes = writes;
@@ -268,9 +263,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   if (ranks > 1) {
     exchange.emplace(*collective, head);
     run.exchange = &*exchange;
-    gather = [&](Features f, std::uint64_t epoch) {
-      return gather_features(*collective, std::move(f), in_order(data.train, o.loader.shuffle, epoch));
-    };
+    run.collective = collective.get();
+    gather = gather_in_plan_order(*collective, data.train.size(), o.loader.seed, o.loader.shuffle);
   }
   HeadPhase first(run, sources.train());  // the sources are where they stay after the GPU feed's check
   first.validation = std::move(validation);

@@ -606,6 +606,10 @@ const std::vector<float>& TrainableTop::gradient(const std::string& layer, const
   return s_->weights[static_cast<std::size_t>(w)].gradient;
 }
 
+void TrainableTop::for_each_gradient(const std::function<void(std::vector<float>&)>& f) {
+  for (TrainableWeight& w : s_->weights) f(w.gradient);
+}
+
 std::vector<std::pair<std::string, std::string>> TrainableTop::trainable_weights() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const TrainableWeight& w : s_->weights) out.emplace_back(w.layer, w.key);
@@ -648,14 +652,31 @@ TopAndHead::TopAndHead(TrainableTop& top, Head& head, OptimizerConfig config)
 }
 
 StepResult TopAndHead::train_step(const float* x, const int* labels, int n, const LossOptions& loss) {
+  const StepResult r = compute_gradients(x, labels, n, loss);
+  apply_gradients();
+  return r;
+}
+
+StepResult TopAndHead::compute_gradients(const float* x, const int* labels, int n, const LossOptions& loss) {
   const float* features = top_.forward_train(x, n);
   const StepResult r = head_.backward(features, labels, n, loss, gradients_);
   top_.backward(gradients_.features.data());
+  return r;
+}
+
+void TopAndHead::apply_gradients() {
   head_optimizer_.begin_step();
   head_optimizer_.update(kernel_slot_, head_.kernel().data(), gradients_.kernel.data());
   head_optimizer_.update(bias_slot_, head_.bias().data(), gradients_.bias.data());
   top_.step();
-  return r;
+}
+
+void TopAndHead::for_each_gradient(const std::function<void(std::vector<float>&)>& f) {
+  top_.for_each_gradient(f);
+  gradients_.kernel.resize(head_.kernel().size());  // zero before the first compute_gradients()
+  gradients_.bias.resize(head_.bias().size());
+  f(gradients_.kernel);
+  f(gradients_.bias);
 }
 
 }  // namespace stoker::trainer

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,6 +121,9 @@ class TrainableTop {
   // The last backward's gradient of a weight by layer and Keras name ("kernel", "bias",
   // "depthwise_kernel", "pointwise_kernel", "gamma", "beta"); InvalidArgument when not trainable.
   const std::vector<float>& gradient(const std::string& layer, const std::string& weight) const;
+  // f(gradient) for each trainable weight's last gradient, in trainable_weights() order; f may
+  // change it (data-parallel training sums the ranks' before step()).
+  void for_each_gradient(const std::function<void(std::vector<float>&)>& f);
   // The trainable weights as (layer, Keras name) pairs, in graph order.
   std::vector<std::pair<std::string, std::string>> trainable_weights() const;
   // Dropout layers in the trainable part: off by default, as inside a Keras backbone called with
@@ -173,7 +177,16 @@ class TopAndHead {
  public:
   TopAndHead(TrainableTop& top, Head& head, OptimizerConfig config);
   // x: n of the top's inputs; labels as Head::train_step. Returns the loss before the update.
+  // compute_gradients() then apply_gradients().
   StepResult train_step(const float* x, const int* labels, int n, const LossOptions& loss = {});
+  // The two halves of a step, for data-parallel training, which sums the ranks' gradients between
+  // them: the forward and backward of the top and the head on x (the mean gradients over the n
+  // samples), then the head's and the top's optimizer steps on the gradients as they are then.
+  StepResult compute_gradients(const float* x, const int* labels, int n, const LossOptions& loss = {});
+  void apply_gradients();
+  // f(gradient) for each gradient compute_gradients() left: the top's trainable weights' in
+  // trainable_weights() order, then the head's kernel and bias. They may be changed in place.
+  void for_each_gradient(const std::function<void(std::vector<float>&)>& f);
   Optimizer& head_optimizer() { return head_optimizer_; }
 
  private:
