@@ -8,6 +8,10 @@ import numpy as np
 COLOURS = {"blue": (30, 40, 210), "red": (210, 40, 30)}
 
 
+# What launchers set to say which rank a process is (torchrun, Lightning, Slurm).
+LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")
+
+
 def make_folder(root, per_class=12, size=32, seed=0, ext="jpg"):
     """A folder of class folders (COLOURS plus noise), written with Pillow; returns its path."""
     from PIL import Image

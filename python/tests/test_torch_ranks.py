@@ -13,18 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 import stoker  # noqa: E402
 import stoker.torch  # noqa: E402
+from support import LAUNCH  # noqa: E402
 
 PIL = pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
-
-LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    for name in LAUNCH:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
 
 def _ids(loader):
     return [b.sample_ids.tolist() for b in loader]

@@ -13,17 +13,11 @@ pytest.importorskip("PIL.Image", reason="the tests write their images with Pillo
 import stoker  # noqa: E402
 import stoker.torch  # noqa: E402
 
-LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")
+pytestmark = pytest.mark.usefixtures("clean_env")  # one process, whatever ran pytest
 
 # 24 samples (the `folder` fixture): four of weight 0, the others 1..
 WEIGHTS = [0.0 if i in (3, 7, 8, 20) else 1.0 + (i % 6) for i in range(24)]
 P = np.array(WEIGHTS) / sum(WEIGHTS)
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    for name in LAUNCH:
-        monkeypatch.delenv(name, raising=False)
 
 
 def ids(dl, epoch=0):

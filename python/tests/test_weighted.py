@@ -12,13 +12,7 @@ import stoker
 
 pytest.importorskip("PIL.Image", reason="the tests write their images with Pillow")
 
-LAUNCH = ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS")
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    for name in LAUNCH:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_env")  # one process, whatever ran pytest
 
 
 def ids(loader, epoch=0):
