@@ -186,6 +186,21 @@ def ranks_now() -> Tuple[int, int]:
     return tuple(_stoker.resolve_sharding(None, None))
 
 
+def _for_rank(state: dict, rank: int, world_size: int) -> dict:
+    """`state` with its rank made `rank` when it is another rank's of a job of `world_size` (the
+    position in the epoch is the same for every rank of a DDP job); anything else as it is, for
+    the loader to check."""
+    text = state.get("stoker_loader_state") if isinstance(state, dict) else None
+    if not isinstance(text, str):
+        return state
+    fields = text.split()
+    values = dict(f.split("=", 1) for f in fields[2:] if "=" in f)
+    if values.get("world_size") != str(world_size) or values.get("rank") in (None, str(rank)):
+        return state
+    fields = [f"rank={rank}" if f.startswith("rank=") else f for f in fields]
+    return dict(state, stoker_loader_state=" ".join(fields))
+
+
 class EpochSampler:
     """What code written for DistributedSampler finds at `loader.sampler` (Lightning calls its
     set_epoch at each epoch): set_epoch(e) chooses the epoch of the loader's next iteration;
@@ -484,6 +499,9 @@ class DataLoader(_loader.FrameworkLoader):
         )
         self.loader = _loader.Loader(data, image_size, **self._loader_args)
         self.sampler = EpochSampler(self)
+        # PyTorch's DataLoader always has the attribute; stoker makes the batches itself, so code
+        # that inspects it (Lightning does, for a validation loader's shuffling) finds none.
+        self.batch_sampler = None
         self.batch_size = batch_size
         self.seed = seed
         self._prefetch = prefetch if prefetch > 0 else 2 * (threads or _stoker.default_threads())
@@ -510,14 +528,23 @@ class DataLoader(_loader.FrameworkLoader):
         new = _loader.Loader(self._data, self._image_size, **args)
         new.set_epoch(old._next_epoch)
         if old._resume is not None:
-            new.load_state_dict({"stoker_loader_state": old._resume})
+            new.load_state_dict(_for_rank({"stoker_loader_state": old._resume}, *now))
         old.close()
         self.loader, self._loader_args, self.seed = new, args, args["seed"]
 
     def load_state_dict(self, state: dict) -> None:
-        """Loader.load_state_dict() for the rank of now (a state is a rank's: Lightning restores it
-        after the process group is up, possibly into a loader made before)."""
+        """Loader.load_state_dict() for the rank of now (Lightning restores it after the process
+        group is up, possibly into a loader made before).
+
+        When the ranks were not given (the loader follows the job's), a state saved by another
+        rank of a job of the same size is taken for this rank: the same epoch and batches
+        delivered, this rank's share. Lightning writes rank 0's loader state into its checkpoint
+        and every rank loads that one; the ranks of a DDP job deliver their batches in step, so
+        rank 0's position is every rank's. Other data, settings, seed or world size are refused
+        as always, and so is another rank's state when rank= was given."""
         self._follow_ranks()
+        if self._auto_ranks:
+            state = _for_rank(state, *self.loader.sharding)
         self.loader.load_state_dict(state)
 
     # ---- iteration

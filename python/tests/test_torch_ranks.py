@@ -74,6 +74,34 @@ def test_a_state_is_loaded_for_the_rank_of_now(folder, clean_env):
     assert later.loader.sharding == (1, 3)
 
 
+def test_another_ranks_state_resumes_this_ranks_share_when_the_ranks_follow_the_job(folder, clean_env):
+    # Lightning saves rank 0's loader state in its checkpoint and every rank loads that one.
+    settings = dict(batch_size=2, shuffle=True, seed=3, return_meta=True)
+    ids = {}
+    for rank in (0, 1):
+        loader = stoker.torch.DataLoader(folder, 16, rank=rank, world_size=2, **settings)
+        loader.set_epoch(1)
+        ids[rank] = [m["sample_ids"].tolist() for m in loader]
+        if rank == 0:
+            loader.set_epoch(1)
+            it = iter(loader)
+            next(it), next(it)
+            state = loader.state_dict()  # two batches of epoch 1 delivered, rank 0's
+            it.close()
+    clean_env.setenv("RANK", "1")
+    clean_env.setenv("WORLD_SIZE", "2")
+    following = stoker.torch.DataLoader(folder, 16, **settings)
+    following.load_state_dict(state)
+    assert [m["sample_ids"].tolist() for m in following] == ids[1][2:]
+    assert following.batch_sampler is None  # PyTorch's attribute, which Lightning reads
+    given = stoker.torch.DataLoader(folder, 16, rank=1, world_size=2, **settings)
+    with pytest.raises(stoker.InvalidArgument, match="it is rank 0 of 2, this loader rank 1 of 2"):
+        given.load_state_dict(state)
+    clean_env.setenv("WORLD_SIZE", "3")
+    with pytest.raises(stoker.InvalidArgument):  # another job's size is refused
+        stoker.torch.DataLoader(folder, 16, **settings).load_state_dict(state)
+
+
 def test_the_sampler_is_what_distributed_sampler_code_expects(folder, clean_env):
     loader = stoker.torch.DataLoader(folder, 16, batch_size=5, shuffle=True, seed=4, rank=1, world_size=2,
                                      drop_remainder=True)
