@@ -1,7 +1,7 @@
 // The CPU backend: float32 NHWC, oneTBB. Compiling a graph is the shared lowering (lowering.hpp:
 // frozen BatchNormalization folded into the convolution/dense before it, a following activation
 // fused into its epilogue, Dropout/Flatten as aliases) and packing the weights; the kernels are in
-// cpu_ops.cpp. forward() runs chunks of samples in parallel; each op also parallelises over rows,
+// cpu/forward.cpp. forward() runs chunks of samples in parallel; each op also parallelises over rows,
 // so small batches use every core too.
 #include <algorithm>
 #include <cstring>

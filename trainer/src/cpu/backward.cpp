@@ -1,4 +1,4 @@
-// The CPU backward kernels: the exact derivatives of the forward kernels in cpu_ops.cpp (same
+// The CPU backward kernels: the exact derivatives of the forward kernels in cpu/forward.cpp (same
 // padding, window and broadcast conventions). Convolutions and Dense as GEMMs (dW = im2col(X)^T·dY,
 // dX = col2im(dY·W^T)); depthwise, pooling and element-wise ops as direct loops over channels.
 //

@@ -1,6 +1,6 @@
 // Internal: the CPU backend's backward kernels, one per lowered op kind (lowering.hpp), for
-// fine-tuning (fine_tune.hpp). float32 NHWC like the forward kernels (cpu_ops.cpp), oneTBB-parallel,
-// the convolutions as GEMMs (cpu_gemm.hpp). Parameter gradients are summed over the batch in a
+// fine-tuning (fine_tune.hpp). float32 NHWC like the forward kernels (cpu/forward.cpp), oneTBB-parallel,
+// the convolutions as GEMMs (gemm.hpp). Parameter gradients are summed over the batch in a
 // fixed order, so they do not depend on the thread count.
 //
 // The training executor lowers without folding or fusing (every op is one layer; BatchNormalization

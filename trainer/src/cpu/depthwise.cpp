@@ -29,7 +29,7 @@ void line_impl(const float* x, const DepthwiseGeometry& g, int oy, const float* 
     for (int t = 0; t < 9; ++t) wv[t] = load8(k + t * c + c0);
     const v8 bv = bias ? load8(bias + c0) : v8{};
     for (int ox = 0; ox < g.ow; ++ox) {
-      v8 acc{};  // bias last, see cpu_gemm.cpp
+      v8 acc{};  // bias last, see gemm.cpp
       const int ix0 = ox * g.sw - g.pl;
 #pragma GCC unroll 3
       for (int ky = 0; ky < 3; ++ky) {

@@ -59,7 +59,7 @@ inline void store(BFloat16* p, std::size_t i, float v) { p[i].bits = convert::bf
 STOKER_KERNEL_FN float load(const float* p, std::size_t i) { return p[i]; }
 STOKER_KERNEL_FN void store(float* p, std::size_t i, float v) { p[i] = v; }
 
-// Reads element i of a storage-typed array as float (the functor op_math.hpp's functions take).
+// Reads element i of a storage-typed array as float (the functor ops/forward_math.hpp's functions take).
 template <typename T>
 struct Loader {
   const T* p;

@@ -26,7 +26,7 @@ void to_float(const void* in, DType storage, float* out, std::size_t n, StreamHa
 void affine(DType storage, const void* x, const void* z, void* y, std::size_t total, int channels, const float* scale,
             const float* bias, float z_scale, ActParams act, StreamHandle stream);
 
-// Depthwise convolution (op_math.hpp's depthwise_sum), float32 weights [kh][kw][oc] and
+// Depthwise convolution (ops/forward_math.hpp's depthwise_sum), float32 weights [kh][kw][oc] and
 // accumulation; y = act(conv + bias[o] + z_scale * z), rounded once.
 void depthwise(DType storage, const void* x, const float* weights, const float* bias, const void* z, float z_scale,
                void* y, std::size_t images, DepthwiseGeometry g, ActParams act, StreamHandle stream);
@@ -55,7 +55,7 @@ void global_max(DType storage, const void* x, void* y, std::size_t images, int h
 void multiply(DType storage, const void* a, const void* b, void* y, std::size_t total, std::size_t per, int c,
               bool channel_broadcast, ActParams act, StreamHandle stream);
 
-// Layer normalization of each row of c values (op_math.hpp's layer_norm_stats/value), then act;
+// Layer normalization of each row of c values (ops/forward_math.hpp's layer_norm_stats/value), then act;
 // scale/bias may be null. One thread per row.
 void layer_norm(DType storage, const void* x, void* y, std::size_t rows, int c, float epsilon, const float* scale,
                 const float* bias, ActParams act, StreamHandle stream);

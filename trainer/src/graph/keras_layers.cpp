@@ -1,7 +1,7 @@
 // The Keras form of each layer kind (layers.hpp, KerasForm): the classes read as the kind, how
 // their config becomes a node's parameters, and how a node is written back as tf_keras' layers.
 // The layer table (layers.cpp) holds one form per kind; the reader (keras_topology.cpp) and the
-// writer (keras_h5_writer.cpp) take them from there.
+// writer (import/keras_h5_writer.cpp) take them from there.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // node, and how a node is written back; keras_layers.cpp), its output shape (and what it
 // rejects), the weights it holds in Keras' order, and how it lowers (lowering.hpp): aliased, fused
 // into the op before it, or emitted as an op kind. The Keras reader (keras_topology.cpp), the
-// writer (keras_h5_writer.cpp), finalize and the lowering all take a kind from here. A new layer
+// writer (import/keras_h5_writer.cpp), finalize and the lowering all take a kind from here. A new layer
 // kind is one rule in layers.cpp and its Keras form; a new op kind also needs a kernel in each
 // backend.
 #pragma once

@@ -1,5 +1,5 @@
-// Internal: the one lowering of a layer graph, shared by the CPU backend (cpu_backend.cpp) and the
-// cuDNN plan (cudnn/plan.cpp). lower() visits the nodes in graph order and lets each layer kind's
+// Internal: the one lowering of a layer graph, shared by the CPU backend (cpu/backend.cpp) and the
+// cuDNN plan (plan/plan.cpp). lower() visits the nodes in graph order and lets each layer kind's
 // rule (layers.cpp) alias the node, fuse it into the op producing its input, or emit an op; the
 // result is a backend-neutral op list that each backend maps onto its own kernels.
 //   - value slots: every node's output lives in a slot (the node's index); Dropout/Flatten, and

@@ -1,5 +1,5 @@
 // Internal: Adam's update as tf_keras 2.x computes it, shared by the head (head.cpp) and the
-// fine-tuning optimizer (fine_tune.cpp): alpha = lr sqrt(1 - b2^t) / (1 - b1^t);
+// fine-tuning optimizer (fine_tune/fine_tune.cpp): alpha = lr sqrt(1 - b2^t) / (1 - b1^t);
 // m += (g - m)(1 - b1); v += (g² - v)(1 - b2); w -= alpha m / (sqrt(v) + eps).
 #pragma once
 

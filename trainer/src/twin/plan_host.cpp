@@ -1,6 +1,6 @@
 // run_plan_host(): the cuDNN backend's plan executed on the host, through the same buffer assignment
 // and explicit-padding path as the GPU and, for everything but cuDNN's convolutions, through the
-// kernels' own per-element functions (op_math.hpp), optionally rounding every stored value and
+// kernels' own per-element functions (ops/forward_math.hpp), optionally rounding every stored value and
 // weight to fp16/bf16 like the GPU's storage. Slow; for tests.
 #include <algorithm>
 #include <cmath>
