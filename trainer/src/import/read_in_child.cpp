@@ -43,6 +43,7 @@ std::string signal_name(int signal) {
 }  // namespace
 
 void check_read_in_child(const std::string& where, const std::function<void()>& read, std::chrono::seconds limit) {
+  const std::lock_guard lock(hdf5_mutex());
   const pid_t pid = fork();
   if (pid < 0) throw IoError(where + ": cannot start the process that checks the file: " + std::strerror(errno));
   if (pid == 0) run_child(read);

@@ -18,7 +18,7 @@ namespace stoker::trainer::detail {
 // libhdf5 (the child would inherit its locks held).
 std::mutex& hdf5_mutex();
 
-// Runs `read` in a child of fork() (call with hdf5_mutex held). Returns when it ended normally,
+// Runs `read` in a child of fork(), holding hdf5_mutex meanwhile. Returns when it ended normally,
 // whether it read the file or threw: the read in this process then reports what it reports.
 // IoError "<where>: ..." when the child crashed, or ran longer than `limit` (then it is killed).
 void check_read_in_child(const std::string& where, const std::function<void()>& read,
