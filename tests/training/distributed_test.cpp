@@ -59,14 +59,15 @@ class Distributed : public ::testing::Test {
   // container, allowed too). `out0`/`out1` are each rank's --out, as an MPMD app context, and
   // `both` arguments for both ranks.
   std::string mpirun(const std::string& out0, const std::string& out1, const std::string& both = "") const {
-    // A bound, so that a rank waiting for a dead peer fails the test instead of hanging it. In the
-    // sanitizer build the ranks keep AddressSanitizer but not its leak report at exit: Open MPI
-    // leaves its own allocations (and those of plugins it has unloaded) to the process's end.
-    const std::string launcher = "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 timeout 120 " +
-                                 std::string(STOKER_MPIEXEC) + " --oversubscribe" +
-                                 (::geteuid() == 0 ? " --allow-run-as-root" : "") + " --mca btl self,vader";
-    return launcher + " -np 1 " + train_args() + both + " --out " + out0 + " : -np 1 " + train_args() + both +
+    return launcher() + " -np 1 " + train_args() + both + " --out " + out0 + " : -np 1 " + train_args() + both +
            " --out " + out1;
+  }
+  // A bound, so that a rank waiting for a dead peer fails the test instead of hanging it. In the
+  // sanitizer build the ranks keep AddressSanitizer but not its leak report at exit: Open MPI
+  // leaves its own allocations (and those of plugins it has unloaded) to the process's end.
+  static std::string launcher() {
+    return "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 timeout 120 " + std::string(STOKER_MPIEXEC) +
+           " --oversubscribe" + (::geteuid() == 0 ? " --allow-run-as-root" : "") + " --mca btl self,vader";
   }
   stoker::test::TempDir dir;
 };
@@ -152,6 +153,40 @@ TEST_F(Distributed, AugmentationAcrossRanksEqualsOneProcess) {
     EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6) << e;
     EXPECT_NEAR(a["val_loss"].get<double>(), b["val_loss"].get<double>(), 1e-6) << e;
   }
+}
+
+// A two-rank run stopped after its first epoch and resumed, across the two ranks or in one process,
+// ends as the uninterrupted two-rank run: the checkpoint holds the head with its own Adam moments
+// whatever the ranks, and ranks resume at an epoch's end (every rank reads rank 0's --out).
+TEST_F(Distributed, ResumeAcrossRanksEqualsTheUninterruptedRun) {
+  const fs::path full = dir / "full", part = dir / "part", single = dir / "single";
+  ASSERT_EQ(run_command(mpirun(full.string(), (dir / "rank1").string())).exit_code, 0);
+  auto first_epoch_only = [&](const fs::path& out) {
+    std::string cmd = mpirun(out.string(), out.string());
+    for (std::size_t at; (at = cmd.find(" --epochs 3")) != std::string::npos;) cmd.replace(at, 11, " --epochs 1");
+    const CommandResult r = run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  };
+  first_epoch_only(part);
+  first_epoch_only(single);
+  const std::string resume = std::string(STOKER_CLI) + " train --epochs 3 --resume ";
+  const CommandResult across = run_command(launcher() + " -np 2 " + resume + part.string());
+  ASSERT_EQ(across.exit_code, 0) << across.out;
+  const CommandResult alone = run_command(resume + single.string());
+  ASSERT_EQ(alone.exit_code, 0) << alone.out;
+  const nlohmann::json h = history(full), ha = history(part), h1 = history(single);
+  ASSERT_EQ(ha["epochs"].size(), 3u);
+  ASSERT_EQ(h1["epochs"].size(), 3u);
+  for (std::size_t e = 0; e < 3; ++e) {
+    // Across the same ranks: the same sums in the same order, bit for bit.
+    EXPECT_EQ(h["epochs"][e]["loss"], ha["epochs"][e]["loss"]) << e;
+    EXPECT_EQ(h["epochs"][e]["val_loss"], ha["epochs"][e]["val_loss"]) << e;
+    // In one process: its epochs' sums in one piece.
+    EXPECT_NEAR(h["epochs"][e]["loss"].get<double>(), h1["epochs"][e]["loss"].get<double>(), 1e-6) << e;
+    EXPECT_EQ(h["epochs"][e]["val_accuracy"], h1["epochs"][e]["val_accuracy"]) << e;
+  }
+  EXPECT_EQ(stoker::trainer::Head::load(full / "head.stkh").serialize(),
+            stoker::trainer::Head::load(part / "head.stkh").serialize());
 }
 
 // A flag given to one rank only: every rank stops, naming the rank and the setting.

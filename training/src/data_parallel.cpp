@@ -150,14 +150,6 @@ trainer::StepResult sum_step_over_ranks(
   return r;
 }
 
-HeadExchange::HeadExchange(Collective& collective, const trainer::Head& head)
-    : collective_(collective),
-      optimizer_({trainer::OptimizerKind::Adam, head.adam().learning_rate, head.adam().beta_1, head.adam().beta_2,
-                  head.adam().epsilon}) {
-  kernel_ = optimizer_.add(head.kernel().size());
-  bias_ = optimizer_.add(head.bias().size());
-}
-
 trainer::EpochStats HeadExchange::train_epoch(trainer::Head& head, const Features& values, int batch_size,
                                               std::uint64_t epoch, std::uint64_t seed, const trainer::LossOptions& loss,
                                               const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
@@ -181,11 +173,11 @@ trainer::EpochStats HeadExchange::train_rows(trainer::Head& head, const Features
                           std::to_string(batch_size));
   const auto ranks = static_cast<std::int64_t>(collective_.size());
   const auto rank = static_cast<std::int64_t>(collective_.rank());
-  const std::size_t kernel_size = head.kernel().size(), bias_size = head.bias().size();
   std::vector<float> bx(static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(dim));
   std::vector<int> by(static_cast<std::size_t>(batch_size));
-  std::vector<float> gradients(kernel_size + bias_size);
   trainer::HeadGradients g;
+  g.kernel.assign(head.kernel().size(), 0.0f);
+  g.bias.assign(head.bias().size(), 0.0f);
   double loss_sum = 0, correct = 0;
   for (int start = 0; start < n; start += batch_size) {
     const int nb = std::min(batch_size, n - start);
@@ -197,26 +189,15 @@ trainer::EpochStats HeadExchange::train_rows(trainer::Head& head, const Features
                   sizeof(float) * static_cast<std::size_t>(dim));
       by[static_cast<std::size_t>(b)] = values.y[idx];
     }
-    if (before_step) before_step(head, optimizer_.steps());
-    // This rank's share of the batch's mean gradient: its slice's mean times m / nb.
-    double stats[2] = {0, 0};
-    std::fill(gradients.begin(), gradients.end(), 0.0f);
-    if (m > 0) {
-      const trainer::StepResult r = head.backward(bx.data(), by.data(), m, loss, g);
-      const double share = static_cast<double>(m) / nb;
-      for (std::size_t i = 0; i < kernel_size; ++i) gradients[i] = static_cast<float>(g.kernel[i] * share);
-      for (std::size_t i = 0; i < bias_size; ++i) gradients[kernel_size + i] = static_cast<float>(g.bias[i] * share);
-      stats[0] = r.loss * m;
-      stats[1] = r.correct;
-    }
-    collective_.allreduce_sum(std::span<float>(gradients));
-    collective_.allreduce_sum(std::span<double>(stats, 2));
-    optimizer_.set_learning_rate(head.adam().learning_rate);
-    optimizer_.begin_step();
-    optimizer_.update(kernel_, head.kernel().data(), gradients.data());
-    optimizer_.update(bias_, head.bias().data(), gradients.data() + kernel_size);
-    loss_sum += stats[0];
-    correct += stats[1];
+    if (before_step) before_step(head, head.steps());
+    const trainer::StepResult local = m > 0 ? head.backward(bx.data(), by.data(), m, loss, g) : trainer::StepResult{};
+    const trainer::StepResult r = sum_step_over_ranks(collective_, m, nb, local, [&g](const auto& f) {
+      f(g.kernel);
+      f(g.bias);
+    });
+    head.apply_gradients(g);  // its own Adam: a checkpoint of the head is the run's, whatever the ranks
+    loss_sum += r.loss * nb;
+    correct += r.correct;
   }
   return {loss_sum / n, correct / n, n};
 }

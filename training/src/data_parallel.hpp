@@ -37,11 +37,11 @@ trainer::StepResult sum_step_over_ranks(
     Collective& collective, int m, int nb, const trainer::StepResult& local,
     const std::function<void(const std::function<void(std::vector<float>&)>&)>& for_each_gradient);
 
-// The head's optimizer when the ranks exchange gradients: Keras' Adam with the head's settings
-// (trainer::Optimizer), its learning rate taken from the head before every step.
+// The head's training when the ranks exchange gradients: every step, each rank's slice's
+// gradients summed over the ranks, then the same Adam step (the head's own) on every rank.
 class HeadExchange {
  public:
-  HeadExchange(Collective& collective, const trainer::Head& head);
+  explicit HeadExchange(Collective& collective) : collective_(collective) {}
 
   // One epoch over n rows of `values` in the order trainer::epoch_rows(n, seed, epoch) gives, in
   // global batches of `batch_size` rows: each rank takes its slice of each (rows [b·r/W, b·(r+1)/W)
@@ -55,7 +55,6 @@ class HeadExchange {
   trainer::EpochStats train_in_order(trainer::Head& head, const Features& values, int batch_size,
                                      const trainer::LossOptions& loss,
                                      const std::function<void(trainer::Head&, std::int64_t)>& before_step);
-  std::int64_t steps() const { return optimizer_.steps(); }
 
  private:
   trainer::EpochStats train_rows(trainer::Head& head, const Features& values, const std::vector<int>& order,
@@ -63,8 +62,6 @@ class HeadExchange {
                                  const std::function<void(trainer::Head&, std::int64_t)>& before_step);
 
   Collective& collective_;
-  trainer::Optimizer optimizer_;
-  int kernel_ = 0, bias_ = 0;
 };
 
 }  // namespace stoker::training

@@ -55,8 +55,6 @@ void check_options(const TrainingData& data, const TrainOptions& given) {
       throw InvalidArgument(on +
                             "an augmenting epoch across ranks is gathered and trained whole: --checkpoint-every "
                             "has no batch to stop at; leave it out");
-    if (given.resume)
-      throw InvalidArgument(on + "--resume is not supported across ranks yet; resume is for one process");
     if (given.loader.drop_last)
       throw InvalidArgument(on +
                             "the loader's drop_last is not supported across ranks (the head's epochs use "
@@ -238,12 +236,16 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
                      tuning});
 
   const std::int64_t decay_steps = cosine_decay_steps(o, data.train.size(), sources.train(), ranks);
-  nlohmann::json settings_json = run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps);
-  // A checkpoint of several ranks does not hold the head's optimizer state: no one-process resume.
-  if (ranks > 1) settings_json["ranks"] = ranks;
-  const std::string settings = settings_json.dump();
+  const std::string settings =
+      run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
   if (ranks > 1) check_same_settings(*collective, settings);
   const std::optional<Checkpoint> resumed = resume_point(o, settings, sources.train().state(), top);
+  if (resumed && ranks > 1 && resumed->loader.next_batch > 0)
+    throw InvalidArgument((o.out / kCheckpointFile).string() + ": the run stopped inside epoch " +
+                          std::to_string(resumed->loader.epoch + 1) + " (after batch " +
+                          std::to_string(resumed->loader.next_batch) +
+                          " of one process); ranks resume from an epoch's end: resume it in one process, which "
+                          "finishes that epoch, then across ranks");
   trainer::Head head = resumed        ? *resumed->head
                        : classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
                                       : trainer::Head::softmax(dim, classes, o.adam, o.loader.seed);
@@ -261,7 +263,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   std::optional<HeadExchange> exchange;
   std::function<Features(Features, std::uint64_t)> gather;
   if (ranks > 1) {
-    exchange.emplace(*collective, head);
+    exchange.emplace(*collective);
     run.exchange = &*exchange;
     run.collective = collective.get();
     gather = gather_in_plan_order(*collective, data.train.size(), o.loader.seed, o.loader.shuffle);

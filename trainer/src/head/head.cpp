@@ -163,13 +163,21 @@ StepResult Head::backward(const float* x, const int* labels, int batch, const Lo
 StepResult Head::train_step(const float* x, const int* labels, int batch, const LossOptions& options) {
   HeadGradients g;
   const StepResult r = backward(x, labels, batch, options, g);
+  apply_gradients(g);
+  return r;
+}
+
+void Head::apply_gradients(const HeadGradients& g) {
+  if (g.kernel.size() != kernel_.size() || g.bias.size() != bias_.size())
+    throw InvalidArgument("Head::apply_gradients: gradients of " + std::to_string(g.kernel.size()) + " + " +
+                          std::to_string(g.bias.size()) + " values for a head of " + std::to_string(kernel_.size()) +
+                          " + " + std::to_string(bias_.size()));
   ++step_;
   const float alpha = detail::adam_alpha(adam_.learning_rate, adam_.beta_1, adam_.beta_2, step_);
   detail::adam_update(kernel_.data(), m_kernel_.data(), v_kernel_.data(), g.kernel.data(), kernel_.size(), alpha,
                       adam_.beta_1, adam_.beta_2, adam_.epsilon);
   detail::adam_update(bias_.data(), m_bias_.data(), v_bias_.data(), g.bias.data(), bias_.size(), alpha, adam_.beta_1,
                       adam_.beta_2, adam_.epsilon);
-  return r;
 }
 
 std::vector<int> epoch_rows(int n, std::uint64_t seed, std::uint64_t epoch) {

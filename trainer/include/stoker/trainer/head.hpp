@@ -101,6 +101,9 @@ class Head {
   // The loss's gradients for a batch without updating anything (train_step's first half).
   StepResult backward(const float* features, const int* labels, int batch, const LossOptions& loss,
                       HeadGradients& gradients) const;
+  // One Adam step on given gradients (train_step's second half), the moments the head keeps:
+  // data-parallel training sums the ranks' gradients in between.
+  void apply_gradients(const HeadGradients& gradients);
   // One pass over n samples in mini-batches, in the order epoch_rows(n, seed, epoch) (as Keras'
   // fit(shuffle=True) shuffles each epoch); reports the running mean loss and accuracy seen during the epoch.
   // `before_step`, when set, runs before each step (a learning-rate schedule).
