@@ -187,6 +187,19 @@ TEST_F(Distributed, ResumeAcrossRanksEqualsTheUninterruptedRun) {
   }
   EXPECT_EQ(stoker::trainer::Head::load(full / "head.stkh").serialize(),
             stoker::trainer::Head::load(part / "head.stkh").serialize());
+
+  // In the second phase: stopped after the first of two fine-tuning epochs, resumed on two ranks.
+  const std::string tune = " --fine-tune-from block_16_expand --fine-tune-epochs ";
+  const fs::path tuned = dir / "tuned", tuned_part = dir / "tuned_part";
+  ASSERT_EQ(run_command(mpirun(tuned.string(), (dir / "rank1").string(), tune + "2")).exit_code, 0);
+  ASSERT_EQ(run_command(mpirun(tuned_part.string(), tuned_part.string(), tune + "1")).exit_code, 0);
+  const CommandResult tuned_resume = run_command(launcher() + " -np 2 " + std::string(STOKER_CLI) +
+                                                 " train --fine-tune-epochs 2 --resume " + tuned_part.string());
+  ASSERT_EQ(tuned_resume.exit_code, 0) << tuned_resume.out;
+  const nlohmann::json ht = history(tuned), htp = history(tuned_part);
+  ASSERT_EQ(htp["epochs"].size(), ht["epochs"].size());
+  for (std::size_t e = 0; e < ht["epochs"].size(); ++e)
+    EXPECT_EQ(ht["epochs"][e]["loss"], htp["epochs"][e]["loss"]) << e;
 }
 
 // A flag given to one rank only: every rank stops, naming the rank and the setting.
