@@ -127,6 +127,17 @@ void check_same_settings(Collective& collective, const std::string& settings) {
   }
 }
 
+// Ranks resume from an epoch's end: a one-process checkpoint inside an epoch is refused with the
+// way on.
+void check_resumable_across_ranks(const Checkpoint& resumed, const fs::path& out) {
+  if (resumed.loader.next_batch == 0) return;
+  throw InvalidArgument((out / kCheckpointFile).string() + ": the run stopped inside epoch " +
+                        std::to_string(resumed.loader.epoch + 1) + " (after batch " +
+                        std::to_string(resumed.loader.next_batch) +
+                        " of one process); ranks resume from an epoch's end: resume it in one process, which "
+                        "finishes that epoch, then across ranks");
+}
+
 void create_output_folder(const fs::path& out) {
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -240,12 +251,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
       run_settings(o, ref, sources.train_augmenter(), data.train.class_names, decay_steps).dump();
   if (ranks > 1) check_same_settings(*collective, settings);
   const std::optional<Checkpoint> resumed = resume_point(o, settings, sources.train().state(), top);
-  if (resumed && ranks > 1 && resumed->loader.next_batch > 0)
-    throw InvalidArgument((o.out / kCheckpointFile).string() + ": the run stopped inside epoch " +
-                          std::to_string(resumed->loader.epoch + 1) + " (after batch " +
-                          std::to_string(resumed->loader.next_batch) +
-                          " of one process); ranks resume from an epoch's end: resume it in one process, which "
-                          "finishes that epoch, then across ranks");
+  if (resumed && ranks > 1) check_resumable_across_ranks(*resumed, o.out);
   trainer::Head head = resumed        ? *resumed->head
                        : classes == 2 ? trainer::Head::sigmoid(dim, o.adam, o.loader.seed)
                                       : trainer::Head::softmax(dim, classes, o.adam, o.loader.seed);
