@@ -150,56 +150,34 @@ trainer::StepResult sum_step_over_ranks(
   return r;
 }
 
-trainer::EpochStats HeadExchange::train_epoch(trainer::Head& head, const Features& values, int batch_size,
-                                              std::uint64_t epoch, std::uint64_t seed, const trainer::LossOptions& loss,
-                                              const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
-  return train_rows(head, values, trainer::epoch_rows(values.n, seed, epoch), batch_size, loss, before_step);
-}
-
-trainer::EpochStats HeadExchange::train_in_order(trainer::Head& head, const Features& values, int batch_size,
-                                                 const trainer::LossOptions& loss,
-                                                 const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
-  std::vector<int> order(static_cast<std::size_t>(std::max(values.n, 0)));
+std::vector<int> rows_in_order(int n) {
+  std::vector<int> order(static_cast<std::size_t>(std::max(n, 0)));
   std::iota(order.begin(), order.end(), 0);
-  return train_rows(head, values, order, batch_size, loss, before_step);
+  return order;
 }
 
-trainer::EpochStats HeadExchange::train_rows(trainer::Head& head, const Features& values, const std::vector<int>& order,
-                                             int batch_size, const trainer::LossOptions& loss,
-                                             const std::function<void(trainer::Head&, std::int64_t)>& before_step) {
-  const int n = values.n, dim = values.dim;
+void for_each_global_batch(const Features& values, const std::vector<int>& order, int batch_size,
+                           const Collective* collective,
+                           const std::function<void(const float* x, const int* y, int m, int nb)>& step) {
+  const int n = values.n;
+  const auto dim = static_cast<std::size_t>(values.dim);
   if (n <= 0 || batch_size <= 0)
-    throw InvalidArgument("train_epoch: n and batch_size must be > 0, received " + std::to_string(n) + " and " +
+    throw InvalidArgument("an epoch needs rows and a batch size > 0, received " + std::to_string(n) + " and " +
                           std::to_string(batch_size));
-  const auto ranks = static_cast<std::int64_t>(collective_.size());
-  const auto rank = static_cast<std::int64_t>(collective_.rank());
-  std::vector<float> bx(static_cast<std::size_t>(batch_size) * static_cast<std::size_t>(dim));
+  const auto ranks = static_cast<std::int64_t>(collective ? collective->size() : 1);
+  const auto rank = static_cast<std::int64_t>(collective ? collective->rank() : 0);
+  std::vector<float> bx(static_cast<std::size_t>(batch_size) * dim);
   std::vector<int> by(static_cast<std::size_t>(batch_size));
-  trainer::HeadGradients g;
-  g.kernel.assign(head.kernel().size(), 0.0f);
-  g.bias.assign(head.bias().size(), 0.0f);
-  double loss_sum = 0, correct = 0;
   for (int start = 0; start < n; start += batch_size) {
     const int nb = std::min(batch_size, n - start);
-    const int lo = static_cast<int>(nb * rank / ranks), hi = static_cast<int>(nb * (rank + 1) / ranks);
-    const int m = hi - lo;
+    const int lo = static_cast<int>(nb * rank / ranks), m = static_cast<int>(nb * (rank + 1) / ranks) - lo;
     for (int b = 0; b < m; ++b) {
-      const auto idx = static_cast<std::size_t>(order[static_cast<std::size_t>(start + lo + b)]);
-      std::memcpy(bx.data() + static_cast<std::size_t>(b) * dim, values.x.data() + idx * static_cast<std::size_t>(dim),
-                  sizeof(float) * static_cast<std::size_t>(dim));
-      by[static_cast<std::size_t>(b)] = values.y[idx];
+      const auto row = static_cast<std::size_t>(order[static_cast<std::size_t>(start + lo + b)]);
+      std::copy_n(values.x.data() + row * dim, dim, bx.data() + static_cast<std::size_t>(b) * dim);
+      by[static_cast<std::size_t>(b)] = values.y[row];
     }
-    if (before_step) before_step(head, head.steps());
-    const trainer::StepResult local = m > 0 ? head.backward(bx.data(), by.data(), m, loss, g) : trainer::StepResult{};
-    const trainer::StepResult r = sum_step_over_ranks(collective_, m, nb, local, [&g](const auto& f) {
-      f(g.kernel);
-      f(g.bias);
-    });
-    head.apply_gradients(g);  // its own Adam: a checkpoint of the head is the run's, whatever the ranks
-    loss_sum += r.loss * nb;
-    correct += r.correct;
+    step(bx.data(), by.data(), m, nb);
   }
-  return {loss_sum / n, correct / n, n};
 }
 
 }  // namespace stoker::training

@@ -37,31 +37,16 @@ trainer::StepResult sum_step_over_ranks(
     Collective& collective, int m, int nb, const trainer::StepResult& local,
     const std::function<void(const std::function<void(std::vector<float>&)>&)>& for_each_gradient);
 
-// The head's training when the ranks exchange gradients: every step, each rank's slice's
-// gradients summed over the ranks, then the same Adam step (the head's own) on every rank.
-class HeadExchange {
- public:
-  explicit HeadExchange(Collective& collective) : collective_(collective) {}
+// The rows 0..n-1 in their order (an augmenting epoch's gathered features, already in the order
+// one process's loader gave them).
+std::vector<int> rows_in_order(int n);
 
-  // One epoch over n rows of `values` in the order trainer::epoch_rows(n, seed, epoch) gives, in
-  // global batches of `batch_size` rows: each rank takes its slice of each (rows [b·r/W, b·(r+1)/W)
-  // of a batch of b), their gradients are summed over the ranks and divided by b, and every rank
-  // makes the same step. `before_step(head, steps)` runs before each (a schedule).
-  trainer::EpochStats train_epoch(trainer::Head& head, const Features& values, int batch_size, std::uint64_t epoch,
-                                  std::uint64_t seed, const trainer::LossOptions& loss,
-                                  const std::function<void(trainer::Head&, std::int64_t)>& before_step);
-  // The same over the rows in their order: an augmenting epoch's features, gathered in the order
-  // one process's loader gave that epoch's samples, in the batches it gave them.
-  trainer::EpochStats train_in_order(trainer::Head& head, const Features& values, int batch_size,
-                                     const trainer::LossOptions& loss,
-                                     const std::function<void(trainer::Head&, std::int64_t)>& before_step);
-
- private:
-  trainer::EpochStats train_rows(trainer::Head& head, const Features& values, const std::vector<int>& order,
-                                 int batch_size, const trainer::LossOptions& loss,
-                                 const std::function<void(trainer::Head&, std::int64_t)>& before_step);
-
-  Collective& collective_;
-};
+// One epoch over the rows of `values` in `order`, in global batches of `batch_size` rows: with
+// several ranks rank r of W takes rows [nb·r/W, nb·(r+1)/W) of each batch of nb, alone all of
+// them. step(x, y, m, nb) is called on every batch with this rank's m rows (m may be 0 with more
+// ranks than rows left).
+void for_each_global_batch(const Features& values, const std::vector<int>& order, int batch_size,
+                           const Collective* collective,
+                           const std::function<void(const float* x, const int* y, int m, int nb)>& step);
 
 }  // namespace stoker::training

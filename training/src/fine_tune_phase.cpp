@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <numeric>
 #include <tuple>
 
 #include "placement.hpp"
@@ -61,9 +60,7 @@ class FineTunePhase final : public Phase {
                       trainer::epoch_rows(values.n, run_.options.loader.seed, static_cast<std::uint64_t>(epoch)));
   }
   trainer::EpochStats train_in_order(const Features& values) override {
-    std::vector<int> order(static_cast<std::size_t>(values.n));
-    std::iota(order.begin(), order.end(), 0);
-    return train_rows(values, order);
+    return train_rows(values, rows_in_order(values.n));
   }
 
   void complete(EpochReport& e) override {
@@ -109,23 +106,11 @@ class FineTunePhase final : public Phase {
 // rank r of W takes rows [nb·r/W, nb·(r+1)/W) of each batch of nb and the ranks' gradients are
 // summed before every rank makes the same step.
 trainer::EpochStats FineTunePhase::train_rows(const Features& values, const std::vector<int>& order) {
-  const int batch_size = run_.options.loader.batch_size;
-  const int ranks = run_.collective ? run_.collective->size() : 1, rank = run_.collective ? run_.collective->rank() : 0;
   EpochProgress sums;
-  std::vector<float> bx(static_cast<std::size_t>(batch_size) * in_size_);
-  std::vector<int> by(static_cast<std::size_t>(batch_size));
-  for (int start = 0; start < values.n; start += batch_size) {
-    const int nb = std::min(batch_size, values.n - start);
-    const int lo = nb * rank / ranks, m = nb * (rank + 1) / ranks - lo;
-    for (int b = 0; b < m; ++b) {
-      const auto row = static_cast<std::size_t>(order[static_cast<std::size_t>(start + lo + b)]);
-      std::copy_n(values.x.data() + row * in_size_, in_size_, bx.data() + static_cast<std::size_t>(b) * in_size_);
-      by[static_cast<std::size_t>(b)] = values.y[row];
-    }
-    const trainer::StepResult r =
-        ranks > 1 ? step_across_ranks(bx.data(), by.data(), m, nb) : step(bx.data(), by.data(), nb);
-    add_step(sums, r, nb, observer_);
-  }
+  for_each_global_batch(
+      values, order, run_.options.loader.batch_size, run_.collective, [&](const float* x, const int* y, int m, int nb) {
+        add_step(sums, run_.collective ? step_across_ranks(x, y, m, nb) : step(x, y, nb), nb, observer_);
+      });
   return epoch_stats(sums);
 }
 

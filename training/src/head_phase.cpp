@@ -1,7 +1,5 @@
 #include "head_phase.hpp"
 
-#include "stoker/core/error.hpp"
-
 namespace stoker::training {
 
 void HeadPhase::values_computed(const Features& values) {
@@ -17,19 +15,40 @@ trainer::StepResult HeadPhase::step(const float* x, const int* y, int n) {
 
 trainer::EpochStats HeadPhase::train_on_values(const Features& values, int epoch) {
   const TrainOptions& o = run_.options;
-  if (run_.exchange)
-    return run_.exchange->train_epoch(run_.head, values, o.loader.batch_size, static_cast<std::uint64_t>(epoch),
-                                      o.loader.seed, o.loss,
-                                      [this](trainer::Head& h, std::int64_t steps) { run_.before_step(h, steps); });
-  return run_.head.train_epoch(values.x.data(), values.y.data(), values.n, o.loader.batch_size,
-                               static_cast<std::uint64_t>(epoch), o.loader.seed, o.loss,
-                               [this](trainer::Head& h) { run_.before_step(h); });
+  const auto e = static_cast<std::uint64_t>(epoch);
+  if (run_.collective) return train_rows(values, trainer::epoch_rows(values.n, o.loader.seed, e));
+  return run_.head.train_epoch(values.x.data(), values.y.data(), values.n, o.loader.batch_size, e, o.loader.seed,
+                               o.loss, [this](trainer::Head& h) { run_.before_step(h); });
 }
 
 trainer::EpochStats HeadPhase::train_in_order(const Features& values) {
-  if (!run_.exchange) throw Error("HeadPhase::train_in_order: only across ranks");
-  return run_.exchange->train_in_order(run_.head, values, run_.options.loader.batch_size, run_.options.loss,
-                                       [this](trainer::Head& h, std::int64_t steps) { run_.before_step(h, steps); });
+  return train_rows(values, rows_in_order(values.n));
+}
+
+// Every global batch: this rank's slice's gradients summed over the ranks, then the same step of
+// the head's own Adam on every rank (so a checkpoint of the head is the run's, whatever the ranks).
+trainer::EpochStats HeadPhase::train_rows(const Features& values, const std::vector<int>& order) {
+  trainer::Head& head = run_.head;
+  trainer::HeadGradients g;
+  g.kernel.assign(head.kernel().size(), 0.0f);
+  g.bias.assign(head.bias().size(), 0.0f);
+  double loss_sum = 0, correct = 0;
+  for_each_global_batch(
+      values, order, run_.options.loader.batch_size, run_.collective, [&](const float* x, const int* y, int m, int nb) {
+        run_.before_step(head);
+        const trainer::StepResult local = m > 0 ? head.backward(x, y, m, run_.options.loss, g) : trainer::StepResult{};
+        trainer::StepResult r = local;
+        if (run_.collective) {
+          r = sum_step_over_ranks(*run_.collective, m, nb, local, [&g](const auto& f) {
+            f(g.kernel);
+            f(g.bias);
+          });
+        }
+        head.apply_gradients(g);
+        loss_sum += r.loss * nb;
+        correct += r.correct;
+      });
+  return {loss_sum / values.n, correct / values.n, values.n};
 }
 
 void HeadPhase::complete(EpochReport& e) {

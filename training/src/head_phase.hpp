@@ -26,6 +26,8 @@ class HeadPhase final : public Phase {
   void checkpoint(int done, int epoch, const EpochProgress* progress) override;
 
  private:
+  trainer::EpochStats train_rows(const Features& values, const std::vector<int>& order);
+
   RunState& run_;
   FeatureSource& source_;
 };

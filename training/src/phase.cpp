@@ -118,8 +118,8 @@ void end_epoch(Phase& phase, EpochReport& e, trainer::Monitor monitor) {
 
 }  // namespace
 
-void RunState::before_step(trainer::Head& h, std::int64_t steps) const {
-  if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, steps, decay_steps));
+void RunState::before_step(trainer::Head& h) const {
+  if (decay_steps > 0) h.set_learning_rate(cosine_decay(options.adam.learning_rate, h.steps(), decay_steps));
 }
 
 void RunState::save(int epoch, const LoaderState& loader, const EpochProgress& progress,

@@ -33,15 +33,11 @@ struct RunState {
   bool features_saved = false;
   // Only rank 0 of a data-parallel run writes the model folder: save() does nothing elsewhere.
   bool writes = true;
-  // With more than one rank: the head's optimizer across them (else the head's own Adam), and the
-  // ranks themselves (the fine-tuning phase sums their gradients each step).
-  HeadExchange* exchange = nullptr;
+  // With more than one rank: the ranks, whose gradients the phases sum every step.
   Collective* collective = nullptr;
 
-  // Before each optimizer step: the cosine schedule's rate for it, the `steps`-th (the head's own
-  // count by default).
-  void before_step(trainer::Head& h) const { before_step(h, h.steps()); }
-  void before_step(trainer::Head& h, std::int64_t steps) const;
+  // Before each optimizer step of the head: the cosine schedule's rate for it.
+  void before_step(trainer::Head& h) const;
 
   // In the fine-tuning phase `fine_tune` is where it stands and `phase_best` its best epoch (that
   // phase's BestEpoch, whose head refers to the fine-tuned backbone).

@@ -266,11 +266,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   trainer::BestEpoch best(o.monitor, writes ? o.out / "head.stkh" : fs::path(), ref);
   RunState run{o, settings, head, best, result.history, o.early_stopping, o.reduce_lr_on_plateau, decay_steps};
   run.writes = writes;
-  std::optional<HeadExchange> exchange;
   std::function<Features(Features, std::uint64_t)> gather;
   if (ranks > 1) {
-    exchange.emplace(*collective);
-    run.exchange = &*exchange;
     run.collective = collective.get();
     gather = gather_in_plan_order(*collective, data.train.size(), o.loader.seed, o.loader.shuffle);
   }
