@@ -17,6 +17,7 @@
 #include <stoker/trainer/model.hpp>
 
 #include "fine_tune/fine_tune_twin.hpp"
+#include "fine_tune_support.hpp"
 #include "test_support.hpp"
 #include "vectors.hpp"
 
@@ -33,14 +34,6 @@ std::filesystem::path mobilenet_or_empty() {
 #define REQUIRE_MOBILENET(path)           \
   const auto path = mobilenet_or_empty(); \
   if (path.empty()) GTEST_SKIP() << "shared data (../shared/data) not present; skipped"
-
-std::vector<float> noise(std::size_t n, unsigned seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 TEST(FineTune, TopComputesWhatTheBackboneComputes) {
   REQUIRE_MOBILENET(file);
@@ -466,36 +459,6 @@ TEST(GpuFineTune, HostTwinMobileNetTopGradientsAreTensorFlows) {
   check_gradients(v, top, "mobilenet_top");
 }
 
-// The relative L2 error ||got - want|| / ||want||.
-double l2_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (double(got.at(i)) - want[i]) * (double(got.at(i)) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-// One forward_train() and backward() of both tops on x with the given upstream gradient: the
-// largest relative L2 error of the output and of every trainable weight's gradient, each
-// expected below `limit`.
-double gradient_error_to_cpu(TrainableTop& cpu, TrainableTop& gpu, const std::vector<float>& x, int n,
-                             const std::vector<float>& upstream, const std::string& what, double limit) {
-  const float* a = cpu.forward_train(x.data(), n);
-  const std::vector<float> want(a, a + upstream.size());
-  const float* b = gpu.forward_train(x.data(), n);
-  double worst = l2_error(std::vector<float>(b, b + upstream.size()), want);
-  EXPECT_LT(worst, limit) << what << ": output";
-  cpu.backward(upstream.data());
-  gpu.backward(upstream.data());
-  for (const auto& [layer, weight] : cpu.trainable_weights()) {
-    const double e = l2_error(gpu.gradient(layer, weight), cpu.gradient(layer, weight));
-    EXPECT_LT(e, limit) << what << " " << layer << "/" << weight;
-    worst = std::max(worst, e);
-  }
-  return worst;
-}
-
 // bf16 values move some pre-activations across a ReLU's kink (0, 6): the gradient of such an
 // element is switched on or off. The share of them grows with the rounding (bf16 keeps 8 bits,
 // fp16 11: about 3x the error), and with the depth of the top. So the bound is what bf16 itself
@@ -512,14 +475,6 @@ TEST(GpuFineTune, Bf16GradientsAreTheCpusUpToRounding) {
     const std::vector<float> upstream = noise(static_cast<std::size_t>(cpu.features()) * n, 32);
     gradient_error_to_cpu(cpu, gpu, x, n, upstream, name, 0.1);
   }
-}
-
-// A layer whose gradient jumps where its input crosses a point: a ReLU's kink (at 0, a threshold
-// or max_value), a hard sigmoid's corners, SELU's slope at 0, the element a max pooling routes to.
-bool gradient_switches(const LayerNode& layer) {
-  const ActKind a = layer.activation.kind;
-  return layer.kind == LayerKind::MaxPooling2D || layer.kind == LayerKind::GlobalMaxPooling2D || a == ActKind::ReLU ||
-         a == ActKind::HardSigmoid || a == ActKind::HardSwish || a == ActKind::Selu;
 }
 
 // Layer by layer, bf16 costs the rounding of the layer's input, weights and values, without the

@@ -22,6 +22,7 @@
 #include <stoker/trainer/fine_tune.hpp>
 
 #include "fine_tune/fine_tune_twin.hpp"
+#include "fine_tune_support.hpp"
 #include "op_cases.hpp"
 #include "plan/plan.hpp"
 #include "test_support.hpp"
@@ -39,20 +40,15 @@ constexpr double kFloat32Bound = 1e-5;
 constexpr double kFloat32GradientBound = 1e-4;
 // bf16 storage (8 bits of mantissa) through a few layers. Where a gradient switches (a ReLU's kink,
 // a max pooling's argmax), a rounding that moves a value across the switch moves an element's
-// whole gradient, which in these small cases is a large share of a weight's: measured up to 0.30
-// (a global max pooling after a squeeze-and-excitation), against 0.021 for the smooth ones. Cases
+// whole gradient, which in these small cases is a large share of a weight's: measured up to 0.07
+// here (0.30 with other random inputs: a global max pooling's argmax moved), against 0.0053 for
+// the smooth ones. Cases
 // whose forward itself switches (kDiscontinuous) are float32 only.
 constexpr double kBf16GradientBound = 5e-2;
 constexpr double kBf16SwitchingGradientBound = 0.5;
 
 bool gradient_switches(const Graph& g) {
-  for (const LayerNode& n : g.nodes) {
-    const ActKind a = n.activation.kind;
-    if (a == ActKind::ReLU || a == ActKind::HardSigmoid || a == ActKind::HardSwish || a == ActKind::Selu ||
-        n.kind == LayerKind::MaxPooling2D || n.kind == LayerKind::GlobalMaxPooling2D)
-      return true;
-  }
-  return false;
+  return std::any_of(g.nodes.begin(), g.nodes.end(), [](const LayerNode& n) { return gradient_switches(n); });
 }
 
 double bf16_bound(const Graph& g) { return gradient_switches(g) ? kBf16SwitchingGradientBound : kBf16GradientBound; }
@@ -94,18 +90,6 @@ TEST(Ops, ForwardOnThePlanMatchesTheCpu) {
   }
 }
 
-// ||got - want|| / ||want|| (0 when both are 0).
-double relative_l2(const float* got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
-  return num == 0 ? 0 : std::sqrt(num / std::max(den, 1e-300));
-}
-
 // The case `g` with output k alone, trained from its first layer (everything above the input).
 Graph with_output(const Graph& g, std::size_t k) {
   Graph one = g;
@@ -113,23 +97,13 @@ Graph with_output(const Graph& g, std::size_t k) {
   return one;
 }
 
-// One training step's output and gradients of `top` against the CPU's `cpu`, on the same input
-// and upstream gradient: the largest relative L2 error over them.
-double step_error(TrainableTop& cpu, TrainableTop& top, int batch, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> x(Tensor::element_count(cpu.input_shape()) * static_cast<std::size_t>(batch));
-  std::vector<float> upstream(static_cast<std::size_t>(cpu.features()) * static_cast<std::size_t>(batch));
-  for (float& v : x) v = u(rng);
-  for (float& v : upstream) v = u(rng);
-  const float* y = cpu.forward_train(x.data(), batch);
-  const std::vector<float> want(y, y + upstream.size());
-  double worst = relative_l2(top.forward_train(x.data(), batch), want);
-  cpu.backward(upstream.data());
-  top.backward(upstream.data());
-  for (const auto& [layer, weight] : cpu.trainable_weights())
-    worst = std::max(worst, relative_l2(top.gradient(layer, weight).data(), cpu.gradient(layer, weight)));
-  return worst;
+// One training step of `top` against the CPU's `cpu` on random inputs drawn from `seed`: the
+// largest relative L2 error of the output and the gradients, each expected below `limit`.
+double step_error(TrainableTop& cpu, TrainableTop& top, int batch, unsigned seed, const std::string& what,
+                  double limit) {
+  const auto n = static_cast<std::size_t>(batch);
+  return gradient_error_to_cpu(cpu, top, noise(Tensor::element_count(cpu.input_shape()) * n, seed), batch,
+                               noise(static_cast<std::size_t>(cpu.features()) * n, seed + 1), what, limit);
 }
 
 // f(case name, the case with one output) for every output of every case.
@@ -152,9 +126,10 @@ TEST(Ops, BackwardOnTheHostTwinMatchesTheCpu) {
       if (storage == DType::BF16 && discontinuous(name)) continue;
       TrainableTop cpu(g, from), twin(g, from);
       detail::run_on_host_twin(twin, batch, storage);
-      const double e = step_error(cpu, twin, batch, 11);
-      std::printf("%-28s backward, host twin %s: %.2g\n", name.c_str(), to_string(storage), e);
-      EXPECT_LE(e, storage == DType::F32 ? kFloat32GradientBound : bf16_bound(g));
+      const double e = step_error(cpu, twin, batch, 11, name + " " + to_string(storage),
+                                  storage == DType::F32 ? kFloat32GradientBound : bf16_bound(g));
+      std::printf("%-28s backward, host twin %s: %.2g%s\n", name.c_str(), to_string(storage), e,
+                  gradient_switches(g) ? " (a gradient switches)" : "");
     }
     ++outputs;
   });
@@ -177,9 +152,8 @@ TEST(Ops, BackwardOnTheGpuMatchesTheCpu) {
       no_device = true;
       GTEST_SKIP() << e.what();
     }
-    const double e = step_error(cpu, gpu, batch, 13);
+    const double e = step_error(cpu, gpu, batch, 13, name, bf16_bound(g));
     std::printf("%-28s backward, %s: %.2g\n", name.c_str(), gpu.executor().c_str(), e);
-    EXPECT_LE(e, bf16_bound(g));
   });
 }
 
