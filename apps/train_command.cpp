@@ -17,8 +17,10 @@
 #include "json_text.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
+#include "rank_launcher.hpp"
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/training/checkpoint.hpp"
+#include "stoker/training/device.hpp"
 #include "stoker/training/run_folder.hpp"
 #include "stoker/training/train.hpp"
 #include "stop_signals.hpp"
@@ -102,6 +104,7 @@ nlohmann::json to_json(const Utilisation& u) {
   j["gpu_memory_used_mib"] = opt(u.gpu_memory_used_mib);  // NVML, device-wide peak
   j["backbone_gpu_share"] = opt(u.backbone_gpu_share);    // CUDA events: the run's own GPU time / wall
   j["transfer_share"] = opt(u.transfer_share);            // CUDA events: waiting for copy + GPU augmentation
+  j["exchange_share"] = opt(u.exchange_share);            // several ranks: exchanging with the others
   if (!u.gpu_note.empty()) j["gpu_note"] = u.gpu_note;
   return j;
 }
@@ -122,6 +125,7 @@ Utilisation utilisation_from(const nlohmann::json& j) {
   u.decode_share = j.value("decode_share", 0.0);
   u.transform_share = j.value("transform_share", 0.0);
   u.transfer_share = opt("transfer_share");
+  u.exchange_share = opt("exchange_share");
   u.gpu_run = j.value("gpu_run", false);
   u.gpu_busy_percent = opt("gpu_busy_percent");
   u.gpu_busy_samples = j.value("gpu_busy_samples", 0);
@@ -272,12 +276,15 @@ class TrainLog final : public training::TrainObserver {
   void on_setup(const training::TrainSetup& s) override {
     if (before_first_write_) before_first_write_();
     gpu_ = s.device.cuda ? std::optional<int>(s.device.index) : std::nullopt;
+    ranks_ = !s.rank_devices.empty();
     std::printf("train: %zu images, validation: %zu images, classes:", s.train_images, s.validation_images);
     for (const auto& n : s.class_names) std::printf(" %s", n.c_str());
     std::printf("\nbackbone: %s%s%s%s, %zu parameters, %d features; device %s\n", c_.model.c_str(),
                 s.cut_at.empty() ? "" : " cut at ", s.cut_at.c_str(),
                 c_.cut_at.empty() && !s.cut_at.empty() ? " (its last global pooling, as Keras' include_top=False)" : "",
                 s.backbone_parameters, s.features, s.device.description.c_str());
+    for (std::size_t r = 1; r < s.rank_devices.size(); ++r)
+      std::printf("  rank %zu: device %s\n", r, s.rank_devices[r].c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
     if (!s.loader_tuning.empty()) std::printf("loader: %s\n", s.loader_tuning.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
@@ -343,6 +350,7 @@ class TrainLog final : public training::TrainObserver {
     finish_progress();
     EpochLog e = epoch_log(r, val_skipped_);
     e.utilisation = meter_->finish(r.times);
+    if (ranks_) e.utilisation.exchange_share = r.seconds_exchanging / std::max(1e-9, r.seconds);
     e.run_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     meter_.reset();
     print_epoch(c_, e);
@@ -371,6 +379,7 @@ class TrainLog final : public training::TrainObserver {
   std::vector<EpochLog>& log_;
   Series& throughput_;
   std::optional<int> gpu_;  // the card NVML watches
+  bool ranks_ = false;      // a run of several ranks (this log is rank 0's)
   std::optional<Progress> progress_;
   std::optional<UtilisationMeter> meter_;
   std::size_t images_ = 0;
@@ -529,10 +538,16 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
 // Under mpirun or srun (a build with MPI), this is one rank of a data-parallel run: rank 0 checks
 // and writes --out and prints the log; the others write nothing and print nothing but errors. A
 // rank's error ends every rank (MPI_Abort), named with the rank: the others would wait for it.
+// --device naming several GPUs outside a launcher starts the command again as one rank per GPU.
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
+  if (!training::launched_by_mpi()) {
+    const std::size_t gpus = training::requested_gpus(given.device).size();
+    if (gpus > 1) restart_as_one_rank_per_gpu(static_cast<int>(gpus));
+  }
   const std::shared_ptr<training::Collective> collective = training::launcher_collective();
   if (collective->size() == 1) return run_train_rank(given, cmd, *collective);
   try {
+    collective->set_peer_timeout(std::chrono::duration<double>(given.peer_timeout));
     run_train_rank(given, cmd, *collective);
   } catch (const CLI::Error&) {
     throw;
@@ -639,6 +654,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--overwrite", config->overwrite,
                 "train into a --out that holds an earlier run or other files: the earlier run's files are removed "
                 "(they are listed), any other file is kept (without it such a folder is refused)");
+  cmd->add_option("--peer-timeout", config->peer_timeout,
+                  "several ranks: seconds an exchange waits for the other ranks before it ends every rank (a rank "
+                  "that hung or stopped)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([config, cmd] { run_train(*config, *cmd); });
 }
 

@@ -48,7 +48,10 @@ void TrainConfig::add_to(CLI::App& cmd) {
       ->expected(2);
   cmd.add_flag("--cosine-decay", cosine_decay,
                "Keras' CosineDecay from --learning-rate to 0 over every step of the run (alpha 0)");
-  cmd.add_option("--device", device, "auto | cpu | cuda[:N]")->capture_default_str();
+  cmd.add_option("--device", device,
+                 "auto | cpu | cuda[:N] | cuda:N,M,... or cuda:all: one rank per listed GPU on this machine (started "
+                 "under mpirun); under a launcher, auto and cuda take the rank's own GPU (its local rank)")
+      ->capture_default_str();
   cmd.add_option("--out", out, "folder for the model, the JSON log, the plots and the checkpoint");
   cmd.add_option("--cpu-budget", cpu_budget,
                  "without --threads: the most decode threads the calibration may choose (default: all cores)");

@@ -30,13 +30,14 @@ struct TrainConfig {
   int early_stopping_patience = 0;           // 0: off
   std::vector<double> reduce_lr_on_plateau;  // factor, patience; empty: off
   bool cosine_decay = false;
-  std::string device = "auto";  // auto | cpu | cuda[:N]
+  std::string device = "auto";  // auto | cpu | cuda[:N] | cuda:N,M,... | cuda:all (one rank per GPU)
   std::string out;
   int checkpoint_every = 0;  // batches between checkpoints of an augmenting epoch (0: epoch ends only)
   int cpu_budget = 0;        // without --threads: the calibration's most threads (0: all cores)
   std::string ram_budget;    // without --threads: RAM for prefetched batches (empty: no limit)
   std::string resume;        // the --out of a killed run to continue
   bool overwrite = false;  // --out may hold an earlier run (its files are removed) or other files (kept); not recorded
+  double peer_timeout = 300;  // several ranks: seconds an exchange may wait for the others; not recorded
   // The second phase (training::FineTuneOptions): unfreeze the backbone from this layer up.
   std::string fine_tune_from;
   int fine_tune_epochs = 10;

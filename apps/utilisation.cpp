@@ -207,7 +207,7 @@ std::string limiting_stage(const Utilisation& u) {
 }
 
 std::string describe(const Utilisation& u) {
-  char buf[768];
+  char buf[1024];
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string gpu = "GPU not used";
   if (u.gpu_run) {
@@ -230,14 +230,17 @@ std::string describe(const Utilisation& u) {
   if (u.transfer_share)
     std::snprintf(transfer, sizeof transfer, ", GPU copy + augmentation wait %.0f%% of wall time",
                   100 * *u.transfer_share);
+  char exchange[96] = "";
+  if (u.exchange_share)
+    std::snprintf(exchange, sizeof exchange, " | exchange between ranks %.1f%% of wall time", 100 * *u.exchange_share);
   std::snprintf(
       buf, sizeof buf,
       "disk %.1f MB/s (files %.1f MB/s incl. page cache) | CPU %.0f%% of %u cores | %s | loader (%d threads): "
       "read %.0f%%, decode %.0f%%, %s %.0f%% of their time%s | waited for data %.0f%%, model compute %.0f%% "
-      "of wall time -> limited by %s",
+      "of wall time%s -> limited by %s",
       u.disk_read_mb_per_s, u.file_read_mb_per_s, u.cpu_percent_of_all_cores, cores, gpu.c_str(), u.loader_threads,
       100 * u.read_share, 100 * u.decode_share, u.gpu_run ? "resize" : "augmentation", 100 * u.transform_share,
-      transfer, 100 * u.data_wait_share, 100 * u.compute_share, limiting_stage(u).c_str());
+      transfer, 100 * u.data_wait_share, 100 * u.compute_share, exchange, limiting_stage(u).c_str());
   return buf;
 }
 

@@ -38,6 +38,9 @@ struct Utilisation {
   double read_share = 0, decode_share = 0, transform_share = 0;
   // GPU path: the backbone's stream waited for a batch's copy and GPU augmentation / wall time.
   std::optional<double> transfer_share;
+  // Several ranks: this rank's time in exchanges with the others (waiting for slower ranks
+  // included) / wall time.
+  std::optional<double> exchange_share;
 };
 
 // Snapshots the counters at construction; finish() returns the usage since then. With a CUDA

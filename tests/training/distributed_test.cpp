@@ -1,17 +1,26 @@
 // `stoker train` on two ranks under mpirun (Open MPI, on this machine's loopback): the history and
 // the head equal a one-process run's with the same global batch, seed and data, and only rank 0
 // writes. Skipped in a build without MPI (STOKER_DISTRIBUTED) or without mpirun.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "stoker/core/cuda.hpp"
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/collective.hpp"
 #include "test_support.hpp"
@@ -39,6 +48,74 @@ void make_dataset(const fs::path& root) {
 nlohmann::json history(const fs::path& out) {
   std::ifstream in(out / "history.json");
   return nlohmann::json::parse(in);
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A shell command run in the background in a process group of its own, its output in `log`; the
+// group is killed when the test ends.
+class Background {
+ public:
+  Background(const std::string& command, const fs::path& log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::execl("/bin/sh", "sh", "-c", (command + " >" + log.string() + " 2>&1").c_str(), nullptr);
+      ::_exit(127);
+    }
+  }
+  ~Background() {
+    if (!status_) {
+      ::kill(-pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  // The exit status once the command ends within `limit`; nullopt if it is still running.
+  std::optional<int> wait(std::chrono::duration<double> limit) {
+    for (const auto end = std::chrono::steady_clock::now() + limit; !status_;) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      else if (std::chrono::steady_clock::now() > end) break;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return status_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// Polls `ready` every few milliseconds for up to `limit`.
+bool wait_until(const std::function<bool()>& ready, std::chrono::duration<double> limit) {
+  for (const auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return ready();
+}
+
+// The process of rank `rank` whose command line mentions `marker` (its --out), from the
+// environment Open MPI gives its ranks; -1 when there is none.
+pid_t find_rank(int rank, const std::string& marker) {
+  const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_text(entry.path() / "cmdline"), environ = read_text(entry.path() / "environ");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    environ.push_back('\0');
+    if (cmdline.find(marker) != std::string::npos && cmdline.find(" train ") != std::string::npos &&
+        environ.find(wanted + '\0') != std::string::npos)
+      return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
 }
 
 class Distributed : public ::testing::Test {
@@ -238,6 +315,128 @@ TEST_F(Distributed, FineTuningAcrossRanksEqualsOneProcess) {
     }
     EXPECT_EQ(fs::exists(one / "backbone.h5"), fs::exists(two / "backbone.h5"));
   }
+}
+
+// One machine, two GPUs, no launcher: --device cuda:0,1 starts the command again as one rank per
+// GPU under mpirun, each rank on its own device (its local rank), and the run is one process's on
+// one of them. On the emulated CUDA device (STOKER_EMULATED_DEVICES=2) or a machine with two GPUs.
+TEST_F(Distributed, OneRankPerGpuWithoutALauncher) {
+  stoker::test::Env env;
+  env.set("STOKER_EMULATED_DEVICES", "2");  // read by the emulated runtime only
+  if (stoker::cuda_device_count() < 2) GTEST_SKIP() << "fewer than two CUDA devices";
+  auto on = [&](const std::string& device, const fs::path& out) {
+    std::string args = train_args();
+    args.replace(args.find("--device cpu"), 12, "--device " + device);
+    return run_command("ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 timeout 600 " + args + " --out " + out.string());
+  };
+  // Without augmentation (the features once), then with it and a fine-tuning phase on the GPUs.
+  for (const std::string more : {"", " --horizontal-flip --fine-tune-from block_16_expand --fine-tune-epochs 1"}) {
+    SCOPED_TRACE(more);
+    const fs::path one = dir / ("one" + std::to_string(more.size())), two = dir / ("two" + std::to_string(more.size()));
+    const CommandResult a = on("cuda:0" + more, one);
+    ASSERT_EQ(a.exit_code, 0) << a.out;
+    const CommandResult b = on("cuda:0,1" + more, two);
+    ASSERT_EQ(b.exit_code, 0) << b.out;
+    EXPECT_NE(b.out.find("one rank per GPU: "), std::string::npos) << b.out;
+    EXPECT_NE(b.out.find("data-parallel: 2 ranks"), std::string::npos) << b.out;
+    EXPECT_NE(b.out.find("; device cuda:0 ("), std::string::npos) << b.out;
+    EXPECT_NE(b.out.find("rank 1: device cuda:1 ("), std::string::npos) << b.out;
+    if (!more.empty())
+      EXPECT_NE(b.out.find("of GPU memory for the training step at batch 4; on the GPU: "), std::string::npos) << b.out;
+    const nlohmann::json h1 = history(one), h2 = history(two);
+    ASSERT_EQ(h1["epochs"].size(), h2["epochs"].size());
+    for (std::size_t e = 0; e < h1["epochs"].size(); ++e) {
+      EXPECT_EQ(h1["epochs"][e]["val_accuracy"], h2["epochs"][e]["val_accuracy"]) << e;
+      EXPECT_NEAR(h1["epochs"][e]["loss"].get<double>(), h2["epochs"][e]["loss"].get<double>(), 1e-5) << e;
+    }
+  }
+}
+
+// Three ranks (15 training images: shares of 5), both phases, with augmentation: one process's
+// history up to the order of the sums.
+TEST_F(Distributed, ThreeRanksEqualOneProcess) {
+  const std::string run = " --fine-tune-from block_16_expand --fine-tune-epochs 1 --horizontal-flip --zoom-range 0.1";
+  const CommandResult one = run_command(train_args() + run + " --out " + (dir / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  const CommandResult three =
+      run_command(launcher() + " -np 3 " + train_args() + run + " --out " + (dir / "three").string());
+  ASSERT_EQ(three.exit_code, 0) << three.out;
+  EXPECT_NE(three.out.find("data-parallel: 3 ranks"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("exchange between ranks"), std::string::npos) << three.out;
+  const nlohmann::json h1 = history(dir / "one"), h3 = history(dir / "three");
+  ASSERT_EQ(h1["epochs"].size(), 4u);
+  ASSERT_EQ(h3["epochs"].size(), 4u);
+  for (std::size_t e = 0; e < 4; ++e) {
+    const auto &x = h1["epochs"][e], &y = h3["epochs"][e];
+    EXPECT_EQ(x["images"], y["images"]) << e;
+    EXPECT_EQ(x["accuracy"], y["accuracy"]) << e;
+    EXPECT_EQ(x["val_accuracy"], y["val_accuracy"]) << e;
+    EXPECT_NEAR(x["loss"].get<double>(), y["loss"].get<double>(), 1e-5) << e;
+    EXPECT_NEAR(x["val_loss"].get<double>(), y["val_loss"].get<double>(), 1e-5) << e;
+    EXPECT_TRUE(y["utilisation"].contains("exchange_share")) << e;
+  }
+}
+
+// A rank that stops answering without exiting (SIGSTOP: hung, or a machine lost without a reset)
+// ends every rank after --peer-timeout, with the message, instead of leaving them waiting.
+TEST_F(Distributed, AHungRankEndsEveryRankWithinThePeerTimeout) {
+  const fs::path out = dir / "hung";
+  Background job(
+      launcher() + " -np 2 " + train_args() + " --epochs 200 --horizontal-flip --peer-timeout 2 --out " + out.string(),
+      dir / "hung.log");
+  ASSERT_TRUE(
+      wait_until([&] { return read_text(dir / "hung.log").find("data-parallel: 2 ranks") != std::string::npos; },
+                 std::chrono::seconds(60)))
+      << read_text(dir / "hung.log");
+  const pid_t rank1 = find_rank(1, out.string());
+  ASSERT_GT(rank1, 0);
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  const std::optional<int> status = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status) << "the job still runs a minute after rank 1 stopped:\n" << read_text(dir / "hung.log");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  EXPECT_NE(*status, 0);
+  EXPECT_LT(seconds, 30) << "ended long after the 2 s timeout";
+  const std::string log = read_text(dir / "hung.log");
+  EXPECT_NE(log.find("rank 0 of 2): no answer from the other ranks for 2 s"), std::string::npos) << log;
+}
+
+// A rank killed in the middle of a run (SIGKILL) ends every rank, the launcher naming it; the
+// model folder holds the last epoch's checkpoint, from which --resume ends as the uninterrupted
+// run does, bit for bit.
+TEST_F(Distributed, AKilledRankEndsTheJobAndResumeFinishesTheRun) {
+  const std::string run = " --epochs 40 --horizontal-flip --rotation-range 10";
+  const fs::path full = dir / "full", killed = dir / "killed";
+  const CommandResult uninterrupted =
+      run_command(launcher() + " -np 2 " + train_args() + run + " --out " + full.string());
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.out;
+
+  Background job(launcher() + " -np 2 " + train_args() + run + " --out " + killed.string(), dir / "killed.log");
+  // history.json is written at the end of each epoch, with the checkpoint.
+  ASSERT_TRUE(wait_until([&] { return fs::exists(killed / "history.json"); }, std::chrono::seconds(60)))
+      << read_text(dir / "killed.log");
+  const pid_t rank1 = find_rank(1, killed.string());
+  ASSERT_GT(rank1, 0);
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  const auto at = std::chrono::steady_clock::now();
+  const std::optional<int> status = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status) << read_text(dir / "killed.log");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count(), 30);
+  EXPECT_NE(*status, 0);
+  const std::string log = read_text(dir / "killed.log");
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("signal 9"), std::string::npos) << log;
+  const std::size_t done = history(killed)["epochs"].size();
+  ASSERT_LT(done, 40u) << "the run ended before rank 1 was killed";
+
+  const CommandResult resumed =
+      run_command(launcher() + " -np 2 " + std::string(STOKER_CLI) + " train --resume " + killed.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  const nlohmann::json h = history(full), hk = history(killed);
+  ASSERT_EQ(hk["epochs"].size(), 40u);
+  for (std::size_t e = 0; e < 40; ++e) EXPECT_EQ(h["epochs"][e]["loss"], hk["epochs"][e]["loss"]) << e;
+  EXPECT_EQ(stoker::trainer::Head::load(full / "head.stkh").serialize(),
+            stoker::trainer::Head::load(killed / "head.stkh").serialize());
 }
 
 }  // namespace

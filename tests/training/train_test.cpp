@@ -274,6 +274,14 @@ TEST_F(TrainRun, BadSetupsAreTypedErrorsNamingTheCause) {
   o = small_run(dir / "x");
   o.prepare.preprocess = "yolo";
   EXPECT_THROW(train(training_data((dir / "data").string(), 0.25), o), InvalidArgument);
+  o = small_run(dir / "x");
+  o.device = "cuda:0,1";  // one process, two GPUs: the command starts a rank per GPU, train() refuses
+  try {
+    train(training_data((dir / "data").string(), 0.25), o);
+    FAIL() << "one process trained on a list of GPUs";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("start one rank per GPU"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(load_trained_model(dir / "nothing_here"), IoError);
   fs::create_directories(dir / "odd");
   std::ofstream(dir / "odd" / "stoker_model.json")

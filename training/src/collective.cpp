@@ -12,6 +12,7 @@ class SingleProcess final : public Collective {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int local_rank() const override { return 0; }
   std::string describe() const override { return "single process"; }
   void allreduce_sum(std::span<float>) override {}
   void allreduce_sum(std::span<double>) override {}
@@ -20,6 +21,8 @@ class SingleProcess final : public Collective {
     if (root != 0) throw InvalidArgument("broadcast: root " + std::to_string(root) + " of a single process");
   }
   void barrier() override {}
+  void set_peer_timeout(std::chrono::duration<double>) override {}
+  double seconds_exchanging() const override { return 0; }
   [[noreturn]] void abort(int exit_code) override { std::exit(exit_code); }
 };
 
@@ -51,6 +54,8 @@ std::shared_ptr<Collective> launcher_collective() {
 
 #ifndef STOKER_HAVE_MPI
 bool mpi_available() { return false; }
+
+std::string mpi_launcher() { return {}; }
 
 std::shared_ptr<Collective> mpi_collective() {
   throw Error(

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <string_view>
 #include <system_error>
 
 #include "stoker/core/cuda.hpp"
@@ -12,7 +13,15 @@ namespace stoker::training {
 namespace {
 
 [[noreturn]] void bad_request(const std::string& request) {
-  throw InvalidArgument("--device must be auto, cpu, cuda or cuda:N, received '" + request + "'");
+  throw InvalidArgument("--device must be auto, cpu, cuda, cuda:N, a list cuda:N,M,... or cuda:all, received '" +
+                        request + "'");
+}
+
+int parse_index(std::string_view text, const std::string& request) {
+  int index = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) bad_request(request);
+  return index;
 }
 
 }  // namespace
@@ -37,28 +46,46 @@ std::string disagreement(const std::string& what, double error, double limit) {
   return what + numbers;
 }
 
-DeviceChoice choose_device(const std::string& request) {
+std::vector<int> requested_gpus(const std::string& request) {
+  if (!request.starts_with("cuda:")) return {};
+  const std::string_view list = std::string_view(request).substr(5);
+  if (list == "all") {
+    std::vector<int> all(static_cast<std::size_t>(cuda_device_count()));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    if (all.empty())
+      throw InvalidArgument("--device " + request + ": " + cuda_unavailable_reason() + " (use --device cpu)");
+    return all;
+  }
+  std::vector<int> gpus;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = list.find(',', start);
+    gpus.push_back(parse_index(list.substr(start, comma - start), request));
+    if (comma == std::string_view::npos) return gpus;
+    start = comma + 1;
+  }
+}
+
+DeviceChoice choose_device(const std::string& request, int local_rank) {
   if (request == "cpu") return {false, 0, false, "cpu"};
   if (request == "auto") {
     refuse_cpu_after_gpu_fault();
-    if (cuda_device_count() == 0) return {false, 0, true, "cpu (auto: " + cuda_unavailable_reason() + ")"};
+    const int gpus = cuda_device_count();
+    if (gpus == 0) return {false, 0, true, "cpu (auto: " + cuda_unavailable_reason() + ")"};
     if (!trainer::built_with_cudnn()) return {false, 0, true, "cpu (auto: this stoker was built without cuDNN)"};
-    set_device(0);
-    return {true, 0, true, "cuda:0 (" + cuda_device_description() + "; cuDNN backend; chosen by --device auto)"};
+    const int index = local_rank % gpus;
+    set_device(index);
+    return {true, index, true,
+            "cuda:" + std::to_string(index) + " (" + cuda_device_description() +
+                "; cuDNN backend; chosen by --device auto)"};
   }
-  if (request.rfind("cuda", 0) != 0) bad_request(request);
-  int index = 0;
-  if (request.size() > 4) {
-    if (request[4] != ':' || request.size() == 5) bad_request(request);
-    const char* first = request.data() + 5;
-    const char* last = request.data() + request.size();
-    const auto [end, ec] = std::from_chars(first, last, index);
-    if (ec != std::errc() || end != last) bad_request(request);
-  }
+  if (request != "cuda" && !request.starts_with("cuda:")) bad_request(request);
+  const std::vector<int> listed = requested_gpus(request);  // a malformed request is named first
   const int gpus = cuda_device_count();
   if (gpus == 0) {
     throw InvalidArgument("--device " + request + ": " + cuda_unavailable_reason() + " (use --device cpu)");
   }
+  // "cuda" under several ranks on a machine: the rank's own GPU, as LOCAL_RANK picks it.
+  const int index = listed.empty() ? local_rank % gpus : listed[static_cast<std::size_t>(local_rank) % listed.size()];
   if (index < 0 || index >= gpus) {
     throw InvalidArgument("--device " + request + ": there are " + std::to_string(gpus) + " CUDA devices (0.." +
                           std::to_string(gpus - 1) + ")");

@@ -176,6 +176,7 @@ double gpu_path_error(const Dataset& dataset, LoaderOptions loader, std::shared_
   }
   loader.shuffle = false;
   loader.cache = {};
+  loader.sharding.reset();  // these samples, all of them: a rank's share is already in the GPU's
   loader.transform = std::move(augmenter);
   Loader cpu_loader(std::move(first), loader);
   trainer::Model cpu_model(graph);  // its default backend: the CPU one

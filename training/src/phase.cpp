@@ -158,6 +158,7 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     const int epoch = static_cast<int>(loop.history.size());
     const bool counted = o.augmentation || phase.reports_value_batches();
     loop.observer.on_epoch_begin(epoch, counted ? loop.source.batches_per_epoch() : 0);
+    const double exchanged = o.collective ? o.collective->seconds_exchanging() : 0;
     EpochReport e;
     if (o.augmentation && loop.gather) {
       e = gathered_augmented_epoch(phase, loop, epoch);
@@ -171,6 +172,7 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     } else {
       e = values_epoch(phase, loop, epoch);
     }
+    if (o.collective) e.seconds_exchanging = o.collective->seconds_exchanging() - exchanged;
     end_epoch(phase, e, o.monitor);
     loop.history.push_back(e);
     phase.checkpoint(k + 1, epoch + 1, nullptr);

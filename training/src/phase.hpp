@@ -74,8 +74,7 @@ class Phase {
   virtual trainer::StepResult step(const float* x, const int* y, int n) = 0;
   virtual trainer::EpochStats train_on_values(const Features& values, int epoch) = 0;
   // With more than one rank, an augmenting epoch: the epoch's features of every rank, in the order
-  // one process's loader gave them, trained on in that order. Only the head's phase runs across
-  // ranks (train() refuses fine-tuning there).
+  // one process's loader gave them, trained on in that order.
   virtual trainer::EpochStats train_in_order(const Features& values) = 0;
   // The phase's part of the epoch's report (timings, the phase), before validation.
   virtual void complete(EpochReport& e) = 0;

@@ -227,7 +227,12 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   const int ranks = collective ? collective->size() : 1;
   const bool writes = ranks == 1 || collective->rank() == 0;
   TrainResult result;
-  result.device = choose_device(o.device);
+  if (ranks == 1 && requested_gpus(o.device).size() > 1)
+    throw InvalidArgument("--device " + o.device +
+                          " names several GPUs, and one process trains on one: start one rank per GPU (the stoker "
+                          "command does so itself; or mpirun -np N with --device cuda)");
+  // Several ranks on a machine: each takes its own GPU, by its place among them (LOCAL_RANK).
+  result.device = choose_device(o.device, ranks > 1 ? collective->local_rank() : 0);
   DeviceChoice& device = result.device;
   if (writes) create_output_folder(o.out);
 
@@ -242,9 +247,11 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   Sources sources(data, o, backbone);
   const std::string tuning = choose_loader_threads(data, o, sources, backbone, gpu != nullptr);
   sources.make(gpu);
+  const std::vector<std::string> rank_devices =
+      ranks > 1 ? collective->allgather(device.description) : std::vector<std::string>{};
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
-                     ref.cut_at, dim, device, sources.cache_status(), sources.train().describe(), o.prepare.featurewise,
-                     tuning});
+                     ref.cut_at, dim, device, rank_devices, sources.cache_status(), sources.train().describe(),
+                     o.prepare.featurewise, tuning});
 
   const std::int64_t decay_steps = cosine_decay_steps(o, data.train.size(), sources.train(), ranks);
   const std::string settings =

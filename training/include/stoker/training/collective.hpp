@@ -9,6 +9,7 @@
 //   c->allreduce_sum(gradients);                            // every rank: the sum over the ranks
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -22,6 +23,8 @@ class Collective {
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // This rank's place among the ranks on its machine (0 for one process): which GPU it takes.
+  virtual int local_rank() const = 0;
   // "single process", or the library and its version.
   virtual std::string describe() const = 0;
 
@@ -33,6 +36,13 @@ class Collective {
   // `bytes` becomes root's on every rank (its size must be the same on every rank).
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   virtual void barrier() = 0;
+  // How long one operation may wait for the other ranks. Past it the rank prints which operation
+  // got no answer and ends every rank (abort(2)): a peer that hangs or stopped without exiting
+  // would otherwise keep every rank waiting for ever. One process: no effect.
+  virtual void set_peer_timeout(std::chrono::duration<double> limit) = 0;
+  // Seconds spent inside the operations so far, waiting for slower ranks included (0 for one
+  // process): the run's communication share.
+  virtual double seconds_exchanging() const = 0;
   // Ends every rank with `exit_code` (a rank that failed: the others would wait in their next
   // operation for ever). One process: std::exit.
   [[noreturn]] virtual void abort(int exit_code) = 0;
@@ -51,6 +61,10 @@ bool launched_by_mpi();
 // The MPI collective over MPI_COMM_WORLD, initialised on the first call and finalised at exit.
 // Error (saying how to build it) when this build has no MPI.
 std::shared_ptr<Collective> mpi_collective();
+
+// The MPI launcher (Open MPI's mpirun) of the MPI this build has, for starting ranks on this
+// machine; empty when this build has no MPI or the launcher is not installed.
+std::string mpi_launcher();
 
 // The collective of the launcher that started this process: MPI's when launched_by_mpi() and
 // this build has it, else single_process(). Error when an MPI launcher started a build without MPI

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "stoker/trainer/cudnn_backend.hpp"
 #include "stoker/trainer/model.hpp"
@@ -28,12 +29,17 @@ struct DeviceChoice {
 // choice stops there rather than go on with the CPU. Every fallback to the CPU calls it first.
 void refuse_cpu_after_gpu_fault();
 
-// "auto" | "cpu" | "cuda" | "cuda:N". "auto" takes GPU 0 when there is one and this build has the
-// cuDNN backend, else the CPU (the description says why). Throws InvalidArgument with a one-line
-// reason when an explicit request cannot be met (no usable GPU and why, no such index, a build
-// without cuDNN). A CUDA choice becomes the calling thread's current device and its description
-// names the card.
-DeviceChoice choose_device(const std::string& request);
+// "auto" | "cpu" | "cuda" | "cuda:N" | "cuda:N,M,..." | "cuda:all". "auto" takes a GPU when there is
+// one and this build has the cuDNN backend, else the CPU (the description says why). Which GPU:
+// the local_rank-th (the rank's place on its machine; 0 for one process) of the list, or of the
+// machine's GPUs for "auto" and "cuda", wrapping around (ranks beyond the GPUs share them). Throws InvalidArgument with
+// a one-line reason when an explicit request cannot be met (no usable GPU and why, no such index, a build without
+// cuDNN). A CUDA choice becomes the calling thread's current device and its description names the card.
+DeviceChoice choose_device(const std::string& request, int local_rank = 0);
+
+// The GPUs "cuda:N,M,..." or "cuda:all" names (a one-rank-per-GPU run), in order; empty for every
+// other request. InvalidArgument for a malformed list, or "all" without a GPU.
+std::vector<int> requested_gpus(const std::string& request);
 
 // Puts the backbone on the chosen device: for CUDA the cuDNN backend (planned for `max_batch`
 // samples), returned so that device batches can go to it directly; null for the CPU backend.

@@ -134,6 +134,7 @@ struct TrainSetup {
   std::string cut_at;  // the layer the features come from (chosen by load_feature_backbone when not given)
   int features = 0;
   DeviceChoice device;
+  std::vector<std::string> rank_devices;        // with several ranks: each rank's device.description, by rank
   std::string cache_status;                     // the training loader's cache, when it has one
   std::string batches;                          // how training batches are made (the GPU feed's description), or empty
   std::optional<FeaturewiseStats> featurewise;  // fitted on the training set, when the run standardises so
@@ -163,6 +164,9 @@ struct EpochReport {
   double seconds = 0;          // wall time of the epoch (feature extraction included)
   double images_per_second = 0;
   EpochTimes times;  // waiting for data, backbone, GPU time
+  // With several ranks: the part of `seconds` this rank spent exchanging with the others, waiting
+  // for slower ranks included (Collective::seconds_exchanging).
+  double seconds_exchanging = 0;
 };
 
 // Callbacks for a command's progress and logs; every method has a do-nothing default.
