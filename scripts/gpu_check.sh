@@ -14,7 +14,8 @@
 #    The parts, in this order: env (driver, runtime and cuDNN versions, the libraries cuDNN loads,
 #    free memory, cuDNN's support of small channel counts), feed (GpuFeed, conversion and CUDA
 #    augmentation tests), cudnn (the cuDNN backend's tests), trainer (GPU fine-tuning and the
-#    training loop on the GPU), python (device batches into torch), cli (the command end to end),
+#    training loop on the GPU), python (device batches into torch), cli (the command end to end;
+#    two ranks on one GPU where the bundle has MPI and the machine mpirun),
 #    memcheck (compute-sanitizer over a few GPU tests), then bench (benchmarks against PyTorch on
 #    the same GPU) and large (InceptionResNetV2 at 299 in two precisions). The correctness parts
 #    fit in about five minutes; all parts share one deadline (STOKER_GPU_DEADLINE seconds, default
@@ -35,9 +36,11 @@ prepare() {
   set -e
   source "$root/scripts/build_env.sh"
   # sm_90 machine code only (Hopper) keeps the bundle small; other GPUs: set CMAKE_CUDA_ARCHITECTURES.
-  # No MPI: the check runs one process, and a GPU machine need not have Open MPI installed.
+  # No MPI by default: a GPU machine need not have Open MPI, and the bundle stays self-contained.
+  # STOKER_GPU_MPI=AUTO links it, for the cli part's two ranks on one GPU where the GPU machine has
+  # Open MPI's mpirun (the same major version).
   cmake -S "$root" -B "$build" -DSTOKER_CUDNN=ON -DCMAKE_CUDA_ARCHITECTURES="${STOKER_GPU_ARCH:-90-real}" \
-    -DSTOKER_DISTRIBUTED=OFF >/dev/null
+    -DSTOKER_DISTRIBUTED="${STOKER_GPU_MPI:-OFF}" >/dev/null
   cmake --build "$build" -j"$(nproc)" --target stoker_gpu_tests gpu_bench stoker_trainer_tests trainer_gpu_bench \
     stoker_cli stoker_apps_tests stoker_training_tests cpu_backend_bench fine_tune_bench
   local bundle=$build/carry
@@ -138,14 +141,14 @@ memcheck_filter='GpuKernels.AugmentationMatchesCpuExecutor:GpuKernels.Conversion
 # Limits: a hung step costs its limit once. The correctness parts (env .. memcheck) add up to
 # about five minutes when nothing hangs; bench and large take what is left.
 declare -A limit=(
-  [env]=40 [feed]=60 [cudnn]=75 [trainer]=45 [training]=30 [python]=60 [cli_train]=40 [cli_predict]=15
+  [env]=40 [feed]=60 [cudnn]=75 [trainer]=45 [training]=30 [python]=60 [cli_train]=40 [cli_predict]=15 [cli_two_ranks]=60
   [cli_tests]=50 [memcheck]=45 [gpu_bench]=60 [torch_augment_peer]=60 [trainer_gpu_bench]=45
   [torch_mobilenet_peer]=45 [fine_tune_bench]=40 [fine_tune_peer]=40 [cli_bench_gpu]=60 [python_pinned]=60 [large]=120
 )
 plan() {
   local part steps total=0 sum
   for part in "env:env" "feed:feed" "cudnn:cudnn" "trainer:trainer training" "python:python" \
-    "cli:cli_train cli_predict cli_tests" "memcheck:memcheck" \
+    "cli:cli_train cli_predict cli_two_ranks cli_tests" "memcheck:memcheck" \
     "bench:gpu_bench torch_augment_peer trainer_gpu_bench torch_mobilenet_peer fine_tune_bench fine_tune_peer cli_bench_gpu python_pinned" \
     "large:large"; do
     sum=0
@@ -370,10 +373,33 @@ run_cli() {
   step cli_predict "$s" predict --device cuda --model-dir "$work/train_gpu" "$root"/data/catsdogs-sample/dog/dog.1.jpg \
     "$root"/data/catsdogs-sample/cat/cat.1.jpg || rc=1
   cat "$work/cli_predict.log"
+  run_two_ranks "$s" || rc=1
   STOKER_CLI=$s gtest cli_tests "$bundle/bin/stoker_apps_tests" "$cli_filter" || rc=1
   summary+=("stoker train/predict --device cuda and the command's device tests: $([[ $rc -eq 0 ]] && echo ok || echo FAILED)")
   summary+=("$(grep -E "^best epoch" "$work/cli_train.log" | tail -1)")
   summary+=("$(grep -iE "waited for data|limited by" "$work/cli_train.log" | tail -1)")
+  return $rc
+}
+
+# Two ranks on one GPU (--device cuda:0,0: the command starts them under mpirun), with fine-tuning:
+# the device path across ranks, its history against the one-process run's above. Needs a bundle
+# built with MPI (STOKER_GPU_MPI=AUTO) and mpirun on this machine; else skipped, saying why.
+run_two_ranks() {
+  local s=$1 why=
+  LD_LIBRARY_PATH=$bundle/bin:${LD_LIBRARY_PATH:-} ldd "$s" 2>/dev/null | grep -q 'libmpi\.so' ||
+    why="the bundle was built without MPI (prepare with STOKER_GPU_MPI=AUTO)"
+  [[ -z $why ]] && ! command -v mpirun >/dev/null 2>&1 && why="no mpirun on this machine (Open MPI)"
+  if [[ -n $why ]]; then
+    summary+=("two ranks on one GPU: skipped: $why")
+    return 0
+  fi
+  local rc=0
+  step cli_two_ranks "$s" train --device cuda:0,0 --data "$root/data/catsdogs-sample" --validation-split 0.2 \
+    --model "$root/data/models/mobilenet_v2_0.35_224_3class.h5" --cut-at sequential_9 --image-size 224 \
+    --epochs 3 --horizontal-flip --rotation-range 20 --out "$work/train_two_ranks" || rc=1
+  tail -8 "$work/cli_two_ranks.log"
+  summary+=("two ranks on one GPU: $([[ $rc -eq 0 ]] && echo ok || echo FAILED); $(grep -E "^best epoch" \
+    "$work/cli_two_ranks.log" | tail -1) (one process: $(grep -E "^best epoch" "$work/cli_train.log" | tail -1))")
   return $rc
 }
 
