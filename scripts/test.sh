@@ -7,7 +7,8 @@
 #                                     # runtime emulated on the host so the GPU tests run too: CTest,
 #                                     # then the Python device-batch tests on that build's extension,
 #                                     # then, with clang, a short run of every libFuzzer target in
-#                                     # tests/fuzz (build-fuzz/; STOKER_FUZZ_SECONDS each, 5 by default)
+#                                     # tests/fuzz (build-fuzz/; STOKER_FUZZ_SECONDS each, 30 by default,
+#                                     # one per core at a time)
 #   bash scripts/test.sh --tsan       # ThreadSanitizer on the emulated device (build-tsan/): the CPU
 #                                     # loader and its caches, the GPU feed, CUDA executor and GPU
 #                                     # training path; not in CI (slow; scripts/tsan.supp says what
@@ -68,7 +69,7 @@ case $dir in
     }
     stage "$dir: python device batches" run_device_batch_tests
 
-    # Every fuzz target on its seeds for a few seconds: a parser change that crashes on them, or
+    # Every fuzz target on its seeds for half a minute: a parser change that crashes on them, or
     # on what the fuzzer derives from them at once, fails here. Longer runs: tests/fuzz/README.md.
     if command -v clang++ >/dev/null 2>&1; then
       build_fuzz() {
@@ -76,32 +77,48 @@ case $dir in
           -DSTOKER_BUILD_BENCH=OFF -DSTOKER_BUILD_APPS=OFF -DSTOKER_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
         cmake --build build-fuzz -j"$jobs"
       }
+      # fuzz_one TARGET: TARGET on its seeds for STOKER_FUZZ_SECONDS; one line saying how it went
+      # (its log: build-fuzz/NAME.log; a finding's input: build-fuzz/artifacts/).
+      fuzz_one() {
+        local target=$1 name corpus log rc=0
+        name=$(basename "$target")
+        log=build-fuzz/$name.log
+        corpus=$(mktemp -d)
+        [[ -d tests/fuzz/seeds/${name#fuzz_} ]] && cp -r "tests/fuzz/seeds/${name#fuzz_}/." "$corpus/"
+        local run=(-max_total_time="${STOKER_FUZZ_SECONDS:-30}")
+        if [[ $name == fuzz_model_file ]]; then  # byte 0 picks .h5 (0) or .keras (1)
+          { printf '\0'; cat tests/trainer/vectors/layers/nested.h5; } >"$corpus/nested.h5"
+          { printf '\1'; cat tests/trainer/vectors/keras3/nested.keras; } >"$corpus/nested.keras"
+          # Its seeds only: libhdf5 can spin for minutes, in bounded memory, on a damaged global
+          # heap the fuzzer finds within seconds, which would stall this stage.
+          run=(-runs=0)
+        fi
+        ASAN_OPTIONS="halt_on_error=1" "$target" "${run[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+          -artifact_prefix=build-fuzz/artifacts/ "$corpus" >"$log" 2>&1 || rc=$?
+        rm -rf "$corpus"
+        if ((rc == 0)); then
+          echo "$name: $(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') executions"
+        else
+          echo "$name: FAILED (input in build-fuzz/artifacts/)"
+          tail -n 40 "$log"
+        fi
+        return $rc
+      }
+      # Every target, one per core at a time.
       run_fuzz() {
-        local failed=0 target name corpus log=build-fuzz/fuzz.log
+        local failed=0 target pids=() pid
         mkdir -p build-fuzz/artifacts
         for target in build-fuzz/tests/fuzz/fuzz_*; do
           [[ -f $target && -x $target ]] || continue
-          name=$(basename "$target")
-          corpus=$(mktemp -d)
-          [[ -d tests/fuzz/seeds/${name#fuzz_} ]] && cp -r "tests/fuzz/seeds/${name#fuzz_}/." "$corpus/"
-          local run=(-max_total_time="${STOKER_FUZZ_SECONDS:-5}")
-          if [[ $name == fuzz_model_file ]]; then  # byte 0 picks .h5 (0) or .keras (1)
-            { printf '\0'; cat tests/trainer/vectors/layers/nested.h5; } >"$corpus/nested.h5"
-            { printf '\1'; cat tests/trainer/vectors/keras3/nested.keras; } >"$corpus/nested.keras"
-            # Its seeds only: libhdf5 can spin for minutes, in bounded memory, on a damaged global
-            # heap the fuzzer finds within seconds, which would stall this stage.
-            run=(-runs=0)
+          fuzz_one "$target" >"build-fuzz/$(basename "$target").result" &
+          pids+=($!)
+          if ((${#pids[@]} >= jobs)); then
+            wait "${pids[0]}" || failed=1
+            pids=("${pids[@]:1}")
           fi
-          if ASAN_OPTIONS="halt_on_error=1" "$target" "${run[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-            -artifact_prefix=build-fuzz/artifacts/ "$corpus" >"$log" 2>&1; then
-            echo "$name: $(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') executions"
-          else
-            failed=1
-            echo "$name: FAILED (input in build-fuzz/artifacts/)"
-            tail -n 40 "$log"
-          fi
-          rm -rf "$corpus"
         done
+        for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+        cat build-fuzz/fuzz_*.result
         return $failed
       }
       stage "build-fuzz: build" build_fuzz
