@@ -105,6 +105,10 @@ nlohmann::json to_json(const Utilisation& u) {
   j["backbone_gpu_share"] = opt(u.backbone_gpu_share);    // CUDA events: the run's own GPU time / wall
   j["transfer_share"] = opt(u.transfer_share);            // CUDA events: waiting for copy + GPU augmentation
   j["exchange_share"] = opt(u.exchange_share);            // several ranks: exchanging with the others
+  j["other_gpus"] = nlohmann::json::array();              // several ranks: this machine's other GPUs (NVML)
+  for (const Utilisation::OtherGpu& g : u.other_gpus)
+    j["other_gpus"].push_back(
+        {{"index", g.index}, {"busy_percent", opt(g.busy_percent)}, {"memory_used_mib", opt(g.memory_used_mib)}});
   if (!u.gpu_note.empty()) j["gpu_note"] = u.gpu_note;
   return j;
 }
@@ -126,6 +130,14 @@ Utilisation utilisation_from(const nlohmann::json& j) {
   u.transform_share = j.value("transform_share", 0.0);
   u.transfer_share = opt("transfer_share");
   u.exchange_share = opt("exchange_share");
+  for (const auto& g : j.value("other_gpus", nlohmann::json::array())) {
+    Utilisation::OtherGpu o;
+    o.index = g.value("index", 0);
+    if (g.contains("busy_percent") && g["busy_percent"].is_number()) o.busy_percent = g["busy_percent"].get<double>();
+    if (g.contains("memory_used_mib") && g["memory_used_mib"].is_number())
+      o.memory_used_mib = g["memory_used_mib"].get<double>();
+    u.other_gpus.push_back(o);
+  }
   u.gpu_run = j.value("gpu_run", false);
   u.gpu_busy_percent = opt("gpu_busy_percent");
   u.gpu_busy_samples = j.value("gpu_busy_samples", 0);
@@ -277,6 +289,14 @@ class TrainLog final : public training::TrainObserver {
     if (before_first_write_) before_first_write_();
     gpu_ = s.device.cuda ? std::optional<int>(s.device.index) : std::nullopt;
     ranks_ = !s.rank_devices.empty();
+    // NVML is device-wide: rank 0 watches the GPUs of the ranks on its machine too.
+    other_gpus_.clear();
+    for (std::size_t r = 1; r < s.rank_devices.size(); ++r) {
+      const training::RankDevice& d = s.rank_devices[r];
+      if (d.gpu && d.machine == s.rank_devices[0].machine && d.gpu != s.rank_devices[0].gpu &&
+          std::find(other_gpus_.begin(), other_gpus_.end(), *d.gpu) == other_gpus_.end())
+        other_gpus_.push_back(*d.gpu);
+    }
     std::printf("train: %zu images, validation: %zu images, classes:", s.train_images, s.validation_images);
     for (const auto& n : s.class_names) std::printf(" %s", n.c_str());
     std::printf("\nbackbone: %s%s%s%s, %zu parameters, %d features; device %s\n", c_.model.c_str(),
@@ -284,7 +304,8 @@ class TrainLog final : public training::TrainObserver {
                 c_.cut_at.empty() && !s.cut_at.empty() ? " (its last global pooling, as Keras' include_top=False)" : "",
                 s.backbone_parameters, s.features, s.device.description.c_str());
     for (std::size_t r = 1; r < s.rank_devices.size(); ++r)
-      std::printf("  rank %zu: device %s\n", r, s.rank_devices[r].c_str());
+      std::printf("  rank %zu: device %s on %s\n", r, s.rank_devices[r].description.c_str(),
+                  s.rank_devices[r].machine.c_str());
     if (!s.cache_status.empty()) std::printf("%s\n", s.cache_status.c_str());
     if (!s.loader_tuning.empty()) std::printf("loader: %s\n", s.loader_tuning.c_str());
     if (!s.batches.empty()) std::printf("training batches: %s\n", s.batches.c_str());
@@ -329,7 +350,7 @@ class TrainLog final : public training::TrainObserver {
     skipped_.add(skipped);
   }
   void on_epoch_begin(int epoch, std::size_t batches) override {
-    meter_.emplace(gpu_);
+    meter_.emplace(gpu_, other_gpus_);
     images_ = 0;
     // Epochs without augmentation train the head only: no bar (epoch 0's feature pass has its own).
     if (batches > 0)
@@ -378,8 +399,9 @@ class TrainLog final : public training::TrainObserver {
   const TrainConfig& c_;
   std::vector<EpochLog>& log_;
   Series& throughput_;
-  std::optional<int> gpu_;  // the card NVML watches
-  bool ranks_ = false;      // a run of several ranks (this log is rank 0's)
+  std::optional<int> gpu_;       // the card NVML watches
+  bool ranks_ = false;           // a run of several ranks (this log is rank 0's)
+  std::vector<int> other_gpus_;  // the GPUs of the other ranks on this machine
   std::optional<Progress> progress_;
   std::optional<UtilisationMeter> meter_;
   std::size_t images_ = 0;

@@ -111,14 +111,21 @@ void* nvml_device_for(int cuda_device, std::string& why) {
 
 }  // namespace
 
-UtilisationMeter::UtilisationMeter(std::optional<int> cuda_device) : gpu_run_(cuda_device.has_value()) {
+UtilisationMeter::UtilisationMeter(std::optional<int> cuda_device, const std::vector<int>& other_gpus)
+    : gpu_run_(cuda_device.has_value()) {
   // NVML first: loading and initialising it (the first time) can take a while, which is not the
   // stretch being measured.
   if (cuda_device) nvml_device_ = nvml_device_for(*cuda_device, gpu_note_);
+  for (const int index : other_gpus) {
+    Watched w;
+    w.figures.index = index;
+    w.device = nvml_device_for(index, w.figures.note);
+    others_.push_back(std::move(w));
+  }
   start_ = std::chrono::steady_clock::now();
   cpu_seconds_ = process_cpu_seconds();
   process_io(read_bytes_, rchar_);
-  if (!nvml_device_) return;
+  if (!nvml_device_ && others_.empty()) return;
   // NVML's utilisation is a trailing average over its own sample period (1/6 s to 1 s): one
   // reading at finish() would describe the last moment only (for a head-only epoch, the feature
   // extraction before it). Readings every 100 ms, averaged, describe the stretch.
@@ -143,18 +150,28 @@ void UtilisationMeter::stop_sampler() {
   if (sampler_.joinable()) sampler_.join();
 }
 
-void UtilisationMeter::sample() {
-  if (!nvml_device_) return;
+namespace {
+
+// One NVML reading of `device` into a busy sum and a memory peak.
+void read_nvml(void* device, double& busy_sum, int& busy_samples, std::optional<double>& memory_peak_mib) {
   Nvml::Rates r{};
   Nvml::Memory m{};
-  if (nvml().rates(nvml_device_, &r) == 0) {
-    busy_sum_ += r.gpu;
-    ++busy_samples_;
+  if (nvml().rates(device, &r) == 0) {
+    busy_sum += r.gpu;
+    ++busy_samples;
   }
-  if (nvml().memory(nvml_device_, &m) == 0) {
+  if (nvml().memory(device, &m) == 0) {
     const double used = static_cast<double>(m.used) / (1 << 20);
-    memory_peak_mib_ = std::max(memory_peak_mib_.value_or(0.0), used);
+    memory_peak_mib = std::max(memory_peak_mib.value_or(0.0), used);
   }
+}
+
+}  // namespace
+
+void UtilisationMeter::sample() {
+  if (nvml_device_) read_nvml(nvml_device_, busy_sum_, busy_samples_, memory_peak_mib_);
+  for (Watched& w : others_)
+    if (w.device) read_nvml(w.device, w.busy_sum, w.busy_samples, w.figures.memory_used_mib);
 }
 
 Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
@@ -185,6 +202,10 @@ Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
   u.gpu_memory_used_mib = memory_peak_mib_;
   u.gpu_note = gpu_note_;
   if (nvml_device_ && busy_samples_ == 0) u.gpu_note = "NVML gives no utilisation for this device (MIG instance?)";
+  for (Watched& w : others_) {
+    if (w.busy_samples > 0) w.figures.busy_percent = w.busy_sum / w.busy_samples;
+    u.other_gpus.push_back(w.figures);
+  }
   return u;
 }
 
@@ -207,7 +228,7 @@ std::string limiting_stage(const Utilisation& u) {
 }
 
 std::string describe(const Utilisation& u) {
-  char buf[1024];
+  char buf[2048];
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string gpu = "GPU not used";
   if (u.gpu_run) {
@@ -230,9 +251,23 @@ std::string describe(const Utilisation& u) {
   if (u.transfer_share)
     std::snprintf(transfer, sizeof transfer, ", GPU copy + augmentation wait %.0f%% of wall time",
                   100 * *u.transfer_share);
-  char exchange[96] = "";
-  if (u.exchange_share)
-    std::snprintf(exchange, sizeof exchange, " | exchange between ranks %.1f%% of wall time", 100 * *u.exchange_share);
+  std::string exchange;
+  if (u.exchange_share) {
+    char e[96];
+    std::snprintf(e, sizeof e, " | exchange between ranks %.1f%% of wall time", 100 * *u.exchange_share);
+    exchange = e;
+  }
+  for (std::size_t i = 0; i < u.other_gpus.size(); ++i) {
+    const Utilisation::OtherGpu& g = u.other_gpus[i];
+    char e[160];
+    if (g.busy_percent)
+      std::snprintf(e, sizeof e, "%scuda:%d busy %.0f%%, %.0f MiB", i ? "; " : " | other ranks' GPUs (NVML): ", g.index,
+                    *g.busy_percent, g.memory_used_mib.value_or(0));
+    else
+      std::snprintf(e, sizeof e, "%scuda:%d %s", i ? "; " : " | other ranks' GPUs (NVML): ", g.index,
+                    g.note.empty() ? "NVML n/a" : g.note.c_str());
+    exchange += e;
+  }
   std::snprintf(
       buf, sizeof buf,
       "disk %.1f MB/s (files %.1f MB/s incl. page cache) | CPU %.0f%% of %u cores | %s | loader (%d threads): "
@@ -240,7 +275,7 @@ std::string describe(const Utilisation& u) {
       "of wall time%s -> limited by %s",
       u.disk_read_mb_per_s, u.file_read_mb_per_s, u.cpu_percent_of_all_cores, cores, gpu.c_str(), u.loader_threads,
       100 * u.read_share, 100 * u.decode_share, u.gpu_run ? "resize" : "augmentation", 100 * u.transform_share,
-      transfer, 100 * u.data_wait_share, 100 * u.compute_share, exchange, limiting_stage(u).c_str());
+      transfer, 100 * u.data_wait_share, 100 * u.compute_share, exchange.c_str(), limiting_stage(u).c_str());
   return buf;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "stoker/training/feature_source.hpp"
 
@@ -41,13 +42,21 @@ struct Utilisation {
   // Several ranks: this rank's time in exchanges with the others (waiting for slower ranks
   // included) / wall time.
   std::optional<double> exchange_share;
+  // Several ranks: the other GPUs this machine's ranks use, as NVML sees them (device-wide).
+  struct OtherGpu {
+    int index = 0;  // CUDA device index
+    std::optional<double> busy_percent, memory_used_mib;
+    std::string note;  // why there is no NVML figure, when there is none
+  };
+  std::vector<OtherGpu> other_gpus;
 };
 
 // Snapshots the counters at construction; finish() returns the usage since then. With a CUDA
 // device, NVML is sampled on a background thread until finish().
 class UtilisationMeter {
  public:
-  explicit UtilisationMeter(std::optional<int> cuda_device = std::nullopt);
+  // `other_gpus`: CUDA devices of this machine that other ranks of the run use, watched too.
+  explicit UtilisationMeter(std::optional<int> cuda_device = std::nullopt, const std::vector<int>& other_gpus = {});
   ~UtilisationMeter();
   UtilisationMeter(const UtilisationMeter&) = delete;
   UtilisationMeter& operator=(const UtilisationMeter&) = delete;
@@ -72,6 +81,13 @@ class UtilisationMeter {
   double busy_sum_ = 0;
   int busy_samples_ = 0;
   std::optional<double> memory_peak_mib_;
+  struct Watched {  // another rank's GPU
+    void* device = nullptr;
+    double busy_sum = 0;
+    int busy_samples = 0;
+    Utilisation::OtherGpu figures;
+  };
+  std::vector<Watched> others_;
   std::thread sampler_;
 };
 

@@ -341,11 +341,14 @@ TEST_F(Distributed, OneRankPerGpuWithoutALauncher) {
     EXPECT_NE(b.out.find("data-parallel: 2 ranks"), std::string::npos) << b.out;
     EXPECT_NE(b.out.find("; device cuda:0 ("), std::string::npos) << b.out;
     EXPECT_NE(b.out.find("rank 1: device cuda:1 ("), std::string::npos) << b.out;
+    // Rank 0's utilisation line watches rank 1's GPU too (NVML; none on the emulated device).
+    EXPECT_NE(b.out.find("other ranks' GPUs (NVML): cuda:1 "), std::string::npos) << b.out;
     if (!more.empty())
       EXPECT_NE(b.out.find("of GPU memory for the training step at batch 4; on the GPU: "), std::string::npos) << b.out;
     const nlohmann::json h1 = history(one), h2 = history(two);
     ASSERT_EQ(h1["epochs"].size(), h2["epochs"].size());
     for (std::size_t e = 0; e < h1["epochs"].size(); ++e) {
+      EXPECT_EQ(h2["epochs"][e]["utilisation"]["other_gpus"][0]["index"], 1) << e;
       EXPECT_EQ(h1["epochs"][e]["val_accuracy"], h2["epochs"][e]["val_accuracy"]) << e;
       EXPECT_NEAR(h1["epochs"][e]["loss"].get<double>(), h2["epochs"][e]["loss"].get<double>(), 1e-5) << e;
     }

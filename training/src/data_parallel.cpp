@@ -1,11 +1,15 @@
 #include "data_parallel.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "stoker/core/error.hpp"
 #include "stoker/pipeline/plan.hpp"
@@ -178,6 +182,21 @@ void for_each_global_batch(const Features& values, const std::vector<int>& order
     }
     step(bx.data(), by.data(), m, nb);
   }
+}
+
+std::vector<RankDevice> gather_rank_devices(Collective& collective, const DeviceChoice& mine) {
+  char host[256] = "";
+  ::gethostname(host, sizeof host - 1);
+  const nlohmann::json record = {
+      {"description", mine.description}, {"machine", host}, {"gpu", mine.cuda ? mine.index : -1}};
+  std::vector<RankDevice> all;
+  for (const std::string& text : collective.allgather(record.dump())) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const int gpu = j.at("gpu").get<int>();
+    all.push_back({j.at("description").get<std::string>(), j.at("machine").get<std::string>(),
+                   gpu >= 0 ? std::optional<int>(gpu) : std::nullopt});
+  }
+  return all;
 }
 
 }  // namespace stoker::training

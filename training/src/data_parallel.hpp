@@ -12,6 +12,7 @@
 #include "stoker/trainer/head.hpp"
 #include "stoker/training/collective.hpp"
 #include "stoker/training/feature_source.hpp"
+#include "stoker/training/train.hpp"
 
 namespace stoker::training {
 
@@ -20,6 +21,9 @@ namespace stoker::training {
 // whose sample is not in `order` are dropped. The times stay this rank's; the unreadable samples
 // become every rank's.
 Features gather_features(Collective& collective, Features local, const std::vector<std::uint32_t>& order);
+
+// Every rank's device (its description, machine and GPU), by rank, on every rank.
+std::vector<RankDevice> gather_rank_devices(Collective& collective, const DeviceChoice& mine);
 
 // The dataset indices of a loader's epoch as one process's plan lists them (no sharding).
 std::vector<std::uint32_t> plan_order(std::size_t samples, std::uint64_t seed, std::uint64_t epoch, bool shuffle);

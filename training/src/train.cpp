@@ -247,8 +247,8 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   Sources sources(data, o, backbone);
   const std::string tuning = choose_loader_threads(data, o, sources, backbone, gpu != nullptr);
   sources.make(gpu);
-  const std::vector<std::string> rank_devices =
-      ranks > 1 ? collective->allgather(device.description) : std::vector<std::string>{};
+  const std::vector<RankDevice> rank_devices =
+      ranks > 1 ? gather_rank_devices(*collective, device) : std::vector<RankDevice>{};
   observer.on_setup({data.train.size(), data.validation.size(), data.train.class_names, backbone.parameter_count(),
                      ref.cut_at, dim, device, rank_devices, sources.cache_status(), sources.train().describe(),
                      o.prepare.featurewise, tuning});

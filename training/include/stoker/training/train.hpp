@@ -126,6 +126,13 @@ struct TrainOptions {
 };
 
 // What the run is about to do, for the log.
+// One rank's device in a run of several ranks: what the setup line says, its machine, its GPU.
+struct RankDevice {
+  std::string description;  // DeviceChoice::description
+  std::string machine;      // the host name
+  std::optional<int> gpu;   // the CUDA device index, for a GPU
+};
+
 struct TrainSetup {
   std::size_t train_images = 0;  // listed; those unreadable are left out of each epoch (EpochReport::skipped)
   std::size_t validation_images = 0;
@@ -134,7 +141,7 @@ struct TrainSetup {
   std::string cut_at;  // the layer the features come from (chosen by load_feature_backbone when not given)
   int features = 0;
   DeviceChoice device;
-  std::vector<std::string> rank_devices;        // with several ranks: each rank's device.description, by rank
+  std::vector<RankDevice> rank_devices;         // with several ranks: each rank's device, by rank
   std::string cache_status;                     // the training loader's cache, when it has one
   std::string batches;                          // how training batches are made (the GPU feed's description), or empty
   std::optional<FeaturewiseStats> featurewise;  // fitted on the training set, when the run standardises so
