@@ -50,6 +50,22 @@ nlohmann::json history(const fs::path& out) {
   return nlohmann::json::parse(in);
 }
 
+// Two runs' histories of `epochs` epochs: the same phases, images and accuracies, the losses
+// within `tolerance` (the order of the gradients' sums differs).
+void expect_same_figures(const nlohmann::json& a, const nlohmann::json& b, std::size_t epochs, double tolerance) {
+  ASSERT_EQ(a["epochs"].size(), epochs);
+  ASSERT_EQ(b["epochs"].size(), epochs);
+  for (std::size_t e = 0; e < epochs; ++e) {
+    const auto &x = a["epochs"][e], &y = b["epochs"][e];
+    EXPECT_EQ(x["fine_tuning"], y["fine_tuning"]) << e;
+    EXPECT_EQ(x["images"], y["images"]) << e;
+    EXPECT_EQ(x["accuracy"], y["accuracy"]) << e;
+    EXPECT_EQ(x["val_accuracy"], y["val_accuracy"]) << e;
+    EXPECT_NEAR(x["loss"].get<double>(), y["loss"].get<double>(), tolerance) << e;
+    EXPECT_NEAR(x["val_loss"].get<double>(), y["val_loss"].get<double>(), tolerance) << e;
+  }
+}
+
 std::string read_text(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -219,17 +235,7 @@ TEST_F(Distributed, AugmentationAcrossRanksEqualsOneProcess) {
   ASSERT_EQ(two.exit_code, 0) << two.out;
   EXPECT_NE(two.out.find("this rank's augmented features"), std::string::npos) << two.out;
   EXPECT_FALSE(fs::exists(dir / "rank1")) << "rank 1 wrote into its --out";
-  const nlohmann::json h1 = history(dir / "one"), h2 = history(dir / "two");
-  ASSERT_EQ(h1["epochs"].size(), 3u);
-  ASSERT_EQ(h2["epochs"].size(), 3u);
-  for (std::size_t e = 0; e < 3; ++e) {
-    const auto &a = h1["epochs"][e], &b = h2["epochs"][e];
-    EXPECT_EQ(a["images"], b["images"]) << e;
-    EXPECT_EQ(a["accuracy"], b["accuracy"]) << e;
-    EXPECT_EQ(a["val_accuracy"], b["val_accuracy"]) << e;
-    EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6) << e;
-    EXPECT_NEAR(a["val_loss"].get<double>(), b["val_loss"].get<double>(), 1e-6) << e;
-  }
+  expect_same_figures(history(dir / "one"), history(dir / "two"), 3, 1e-6);
 }
 
 // A two-rank run stopped after its first epoch and resumed, across the two ranks or in one process,
@@ -302,17 +308,7 @@ TEST_F(Distributed, FineTuningAcrossRanksEqualsOneProcess) {
     const CommandResult b = run_command(mpirun(two.string(), (dir / "rank1").string(), tune));
     ASSERT_EQ(b.exit_code, 0) << b.out;
     EXPECT_FALSE(fs::exists(dir / "rank1")) << "rank 1 wrote into its --out";
-    const nlohmann::json h1 = history(one), h2 = history(two);
-    ASSERT_EQ(h1["epochs"].size(), 5u);
-    ASSERT_EQ(h2["epochs"].size(), 5u);
-    for (std::size_t e = 0; e < 5; ++e) {
-      const auto &x = h1["epochs"][e], &y = h2["epochs"][e];
-      EXPECT_EQ(x["fine_tuning"], y["fine_tuning"]) << e;
-      EXPECT_EQ(x["accuracy"], y["accuracy"]) << e;
-      EXPECT_EQ(x["val_accuracy"], y["val_accuracy"]) << e;
-      EXPECT_NEAR(x["loss"].get<double>(), y["loss"].get<double>(), 1e-5) << e;
-      EXPECT_NEAR(x["val_loss"].get<double>(), y["val_loss"].get<double>(), 1e-5) << e;
-    }
+    expect_same_figures(history(one), history(two), 5, 1e-5);
     EXPECT_EQ(fs::exists(one / "backbone.h5"), fs::exists(two / "backbone.h5"));
   }
 }
@@ -366,18 +362,9 @@ TEST_F(Distributed, ThreeRanksEqualOneProcess) {
   ASSERT_EQ(three.exit_code, 0) << three.out;
   EXPECT_NE(three.out.find("data-parallel: 3 ranks"), std::string::npos) << three.out;
   EXPECT_NE(three.out.find("exchange between ranks"), std::string::npos) << three.out;
-  const nlohmann::json h1 = history(dir / "one"), h3 = history(dir / "three");
-  ASSERT_EQ(h1["epochs"].size(), 4u);
-  ASSERT_EQ(h3["epochs"].size(), 4u);
-  for (std::size_t e = 0; e < 4; ++e) {
-    const auto &x = h1["epochs"][e], &y = h3["epochs"][e];
-    EXPECT_EQ(x["images"], y["images"]) << e;
-    EXPECT_EQ(x["accuracy"], y["accuracy"]) << e;
-    EXPECT_EQ(x["val_accuracy"], y["val_accuracy"]) << e;
-    EXPECT_NEAR(x["loss"].get<double>(), y["loss"].get<double>(), 1e-5) << e;
-    EXPECT_NEAR(x["val_loss"].get<double>(), y["val_loss"].get<double>(), 1e-5) << e;
-    EXPECT_TRUE(y["utilisation"].contains("exchange_share")) << e;
-  }
+  const nlohmann::json h3 = history(dir / "three");
+  expect_same_figures(history(dir / "one"), h3, 4, 1e-5);
+  for (const auto& e : h3["epochs"]) EXPECT_TRUE(e["utilisation"].contains("exchange_share"));
 }
 
 // A rank that stops answering without exiting (SIGSTOP: hung, or a machine lost without a reset)
