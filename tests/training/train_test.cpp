@@ -163,6 +163,22 @@ TEST_F(TrainRun, OnTheGpuWhenThereIsOne) {
   EXPECT_EQ(p.predicted[0].class_index, 1);
 }
 
+// Photos at a small size on the GPU: the half-precision path's error is largest there (the final
+// pooling averages a 2x2 map), and a correct GPU must still pass the agreement checks.
+TEST_F(TrainRun, SmallPhotosOnTheGpuPassTheAgreementChecks) {
+  if (cuda_device_count() == 0 || !trainer::built_with_cudnn()) {
+    GTEST_SKIP() << "no CUDA device with the cuDNN backend here";
+  }
+  TrainOptions o = small_run(dir / "small");
+  o.device = "cuda";
+  o.epochs = 1;
+  o.loader.batch_size = 4;
+  TrainingData data = training_data((test::source_dir() / "data/catsdogs-sample").string(), 0.1);
+  data.train.samples.resize(std::min<std::size_t>(data.train.samples.size(), 40));
+  const TrainResult r = train(data, o);
+  EXPECT_TRUE(r.device.cuda) << r.device.description;
+}
+
 // Without a cut, a classifier is cut where Keras' include_top=False, pooling='avg' would end it
 // (its last global pooling), not trained on its old head's class scores.
 TEST_F(TrainRun, WithoutACutTheFeaturesComeFromTheLastGlobalPooling) {

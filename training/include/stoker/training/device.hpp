@@ -49,9 +49,11 @@ std::vector<int> requested_gpus(const std::string& request);
 // explicit one throws: CudaError from CUDA/cuDNN, Error with both numbers for a disagreement.
 std::shared_ptr<trainer::CudnnBackend> place_backbone(trainer::Model& backbone, DeviceChoice& device, int max_batch);
 
-// Twice the bound the tests hold fp16 storage to: a correct half-precision backend stays ~10x
-// below it, a wrong computation (layout, indexing, a missed op) is off by O(1).
-inline constexpr double kGpuAgreementLimit = 2e-2;
+// The largest error, relative to the largest value, a correct half-precision path may show: at
+// 224x224 it stays near 2e-3, but small inputs average fewer positions in the final pooling
+// (MobileNetV2 at 64x64: a 2x2 map) and real photos at 64x64 reached 2.5e-2. A wrong computation
+// (layout, indexing, a missed op, a swapped sample) is off by 0.2 or more.
+inline constexpr double kGpuAgreementLimit = 5e-2;
 
 // "<what> by <error> (limit <limit>)", for a check that failed.
 std::string disagreement(const std::string& what, double error, double limit = kGpuAgreementLimit);
