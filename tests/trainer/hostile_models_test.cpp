@@ -1,6 +1,8 @@
 // Hostile and broken model files: every one is refused with a stoker::Error naming the file and
 // the reason, before anything sized by the file's claims is allocated, with bounded recursion.
 // The files are made here with HDF5's and libzip's C APIs (nothing binary is committed).
+#include <sys/resource.h>
+
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
@@ -166,6 +168,22 @@ TEST(HostileModels, ADamagedGlobalHeapIsRefusedNotLoopedOver) {
 // Files on which libhdf5 1.10 itself crashes (found by fuzzing: a segmentation fault, and a free()
 // of a pointer it did not allocate, which glibc aborts on). Each is read in a process of its own
 // first, and refused naming the file; this process goes on.
+// A variable-length string attribute that declares 1.9 GB in a 118 KB file (found by fuzzing):
+// libhdf5 allocates and fills what it declares. The checking process may not, and the file is
+// refused without this process growing.
+TEST(HostileModels, AStringThatDeclaresGigabytesIsRefusedInBoundedMemory) {
+  const std::filesystem::path file = test::vectors_dir() / "hostile" / "libhdf5_huge_vlen.h5";
+  ASSERT_TRUE(std::filesystem::exists(file)) << file;
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const std::string why = refusal(file);
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_MENTIONS(why, "libhdf5_huge_vlen.h5");
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "kB more at this process's peak";
+  std::printf("[ info ] %s\n", why.c_str());
+}
+
 TEST(HostileModels, FilesThatCrashLibhdf5AreRefusedNotCrashingTheProcess) {
   for (const char* name : {"libhdf5_segfault.h5", "libhdf5_bad_free.h5"}) {
     const std::filesystem::path file = test::vectors_dir() / "hostile" / name;
@@ -177,7 +195,8 @@ TEST(HostileModels, FilesThatCrashLibhdf5AreRefusedNotCrashingTheProcess) {
 }
 
 // The child's verdict, independent of any libhdf5: a read that dies is refused naming the file
-// and how, one that throws is left to this process's read, one that hangs is killed at its limit.
+// and how, one that throws is thrown here as it threw there (its type and message), one that
+// needs more memory than the file's size allows is refused, one that hangs is killed at its limit.
 TEST(HostileModels, TheCheckingProcessReportsCrashesAndHangs) {
   try {
     detail::check_read_in_child("crashing.h5", [] { std::raise(SIGSEGV); });
@@ -187,7 +206,27 @@ TEST(HostileModels, TheCheckingProcessReportsCrashesAndHangs) {
     // The signal itself; under the sanitizers, whose handler reports it, their exit status.
     EXPECT_MENTIONS(std::string(e.what()), "crashed reading it");
   }
-  EXPECT_NO_THROW(detail::check_read_in_child("throwing.h5", [] { throw IoError("damaged"); }));
+  try {
+    detail::check_read_in_child("throwing.h5", [] { throw InvalidArgument("throwing.h5: no model_config"); });
+    ADD_FAILURE() << "the read's error was not thrown";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), "throwing.h5: no model_config");
+  }
+  EXPECT_THROW(detail::check_read_in_child("damaged.h5", [] { throw IoError("damaged"); }), IoError);
+  try {  // 4 GiB where 1 GiB (and 8 bytes for each of the file's, none here) is allowed
+    detail::check_read_in_child("greedy.h5", [] {
+      std::vector<char> v(std::size_t{4} << 30);
+      std::memset(v.data(), 1, v.size());
+    });
+    ADD_FAILURE() << "a read beyond its memory was not refused";
+  } catch (const IoError& e) {
+    EXPECT_MENTIONS(std::string(e.what()), "greedy.h5");
+    // Release: the allocation fails (std::bad_alloc); under AddressSanitizer, its allocator stops.
+    const std::string m = e.what();
+    EXPECT_TRUE(m.find("needs more than the 1024 MiB allowed") != std::string::npos ||
+                m.find("crashed reading it") != std::string::npos)
+        << m;
+  }
   EXPECT_NO_THROW(detail::check_read_in_child("fine.h5", [] {}));
   const auto started = std::chrono::steady_clock::now();
   try {

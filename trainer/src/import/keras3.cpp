@@ -250,7 +250,7 @@ Model detail::load_keras3_in_process(const std::filesystem::path& path, const Lo
 }
 
 Model load_keras3(const std::filesystem::path& path, const LoadOptions& options) try {
-  detail::check_read_in_child(path.string(), [&] { read_keras3(path); });
+  detail::check_read_in_child(path, [&] { read_keras3(path); });
   return detail::load_keras3_in_process(path, options);
 } catch (...) {
   detail::rethrow_as_load_error(path.string());

@@ -192,7 +192,7 @@ Model detail::load_keras_h5_in_process(const std::filesystem::path& path, const 
 }
 
 Model load_keras_h5(const std::filesystem::path& path, const LoadOptions& options) try {
-  detail::check_read_in_child(path.string(), [&] { read_keras_h5(path); });
+  detail::check_read_in_child(path, [&] { read_keras_h5(path); });
   return detail::load_keras_h5_in_process(path, options);
 } catch (...) {
   detail::rethrow_as_load_error(path.string());
