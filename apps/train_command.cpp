@@ -563,7 +563,9 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
 // --device naming several GPUs outside a launcher starts the command again as one rank per GPU.
 void run_train(const TrainConfig& given, const CLI::App& cmd) {
   if (!training::launched_by_mpi()) {
-    const std::size_t gpus = training::requested_gpus(given.device).size();
+    // A resumed run's device is the recorded one unless --device is given again.
+    const std::string device = given.resume.empty() ? given.device : resumed_config(given, cmd).device;
+    const std::size_t gpus = training::requested_gpus(device).size();
     if (gpus > 1) restart_as_one_rank_per_gpu(static_cast<int>(gpus));
   }
   const std::shared_ptr<training::Collective> collective = training::launcher_collective();

@@ -348,6 +348,13 @@ TEST_F(Distributed, OneRankPerGpuWithoutALauncher) {
       EXPECT_EQ(h1["epochs"][e]["val_accuracy"], h2["epochs"][e]["val_accuracy"]) << e;
       EXPECT_NEAR(h1["epochs"][e]["loss"].get<double>(), h2["epochs"][e]["loss"].get<double>(), 1e-5) << e;
     }
+    if (more.empty()) {  // resumed without --device: the recorded list, so again one rank per GPU
+      const CommandResult resumed = run_command("ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 timeout 600 " +
+                                                std::string(STOKER_CLI) + " train --epochs 4 --resume " + two.string());
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+      EXPECT_NE(resumed.out.find("one rank per GPU: "), std::string::npos) << resumed.out;
+      EXPECT_EQ(history(two)["epochs"].size(), 4u);
+    }
   }
 }
 

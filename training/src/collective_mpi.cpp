@@ -149,8 +149,8 @@ class Mpi final : public Collective {
 
   // Polls `request` to completion: at full speed first (an exchange between ranks that arrive
   // together takes microseconds), then every millisecond, so that a rank waiting minutes for a
-  // slow peer leaves its core to the loader's threads. MPI's non-blocking operations progress in
-  // these tests. Past the peer timeout every rank is ended with a message naming the operation.
+  // slow peer leaves its core to the loader's threads. MPI's non-blocking operations progress
+  // inside MPI_Test. Past the peer timeout every rank is ended with a message naming the operation.
   void wait(MPI_Request& request, const char* call) {
     const Clock::time_point start = Clock::now();
     for (int done = 0;;) {
