@@ -718,6 +718,7 @@ struct ConvResults {
   std::vector<std::uint16_t> y, dx, dw;
   bool padded = false;
   std::string described;
+  std::size_t device_bytes = 0;  // the convolution's own buffers (the padded form's)
 };
 
 ConvResults run_conv(const cudnn::ConvGeometry& g, int images, const std::vector<std::uint16_t>& x,
@@ -739,8 +740,12 @@ ConvResults run_conv(const cudnn::ConvGeometry& g, int images, const std::vector
            workspace.bytes());
   conv.backward_data(handle, images, ddy.get(), dw_in.get(), dx.get(), workspace.get(), workspace.bytes());
   conv.backward_filter(handle, images, dx_in.get(), ddy.get(), dw.get(), workspace.get(), workspace.bytes());
-  ConvResults r{std::vector<std::uint16_t>(dy.size()), std::vector<std::uint16_t>(x.size()),
-                std::vector<std::uint16_t>(w.size()), conv.channels_padded(), conv.describe()};
+  ConvResults r{std::vector<std::uint16_t>(dy.size()),
+                std::vector<std::uint16_t>(x.size()),
+                std::vector<std::uint16_t>(w.size()),
+                conv.channels_padded(),
+                conv.describe(),
+                conv.device_bytes()};
   copy_to_host_async(r.y.data(), y.get(), y.bytes(), s.get());
   copy_to_host_async(r.dx.data(), dx.get(), dx.bytes(), s.get());
   copy_to_host_async(r.dw.data(), dw.get(), dw.bytes(), s.get());
@@ -773,12 +778,18 @@ TEST(CudnnConv, RunsOnChannelsPaddedTo8WhereCudnnRefusesTheirs) {
     const auto dy = values(std::size_t{images} * g.oh * g.ow * k);
     const ConvResults plain = run_conv(g, images, x, w, dy);
     EXPECT_FALSE(plain.padded);
+    EXPECT_EQ(plain.device_bytes, 0u);
+    // bf16 input, output, weights and weight gradient on the padded channel counts.
+    const std::size_t pc = (c + 7) / 8 * 8, pk = (k + 7) / 8 * 8;
+    const std::size_t padded_bytes =
+        2 * (std::size_t{images} * 7 * 6 * pc + std::size_t{images} * g.oh * g.ow * pk + 2 * pk * 9 * pc);
     for (const char* refusal : {"unaligned-channels", "unaligned-channels-backward"}) {
       test::Env env;
       env.set("STOKER_EMULATED_CUDNN_REFUSE", refusal);
       const ConvResults padded = run_conv(g, images, x, w, dy);
       const std::string what = std::to_string(c) + " -> " + std::to_string(k) + ", " + refusal;
       EXPECT_TRUE(padded.padded) << what;
+      EXPECT_EQ(padded.device_bytes, padded_bytes) << what;
       EXPECT_NE(
           padded.described.find("channels padded " + std::to_string(c) + " -> " + std::to_string((c + 7) / 8 * 8)),
           std::string::npos)

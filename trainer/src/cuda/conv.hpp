@@ -137,6 +137,8 @@ class Conv {
   std::size_t workspace_bytes() const noexcept { return conv_->workspace_bytes(); }
   bool fused() const noexcept { return conv_->fused(); }
   bool channels_padded() const noexcept { return padded_ != nullptr; }
+  // Device memory of its own: the padded form's buffers (0 when the channels are not padded).
+  std::size_t device_bytes() const noexcept;
   std::string describe() const;
   void run(CudnnHandle& handle, int images, const void* x, const void* w, void* y, const void* z, float z_scale,
            const void* bias, void* workspace, std::size_t workspace_size);

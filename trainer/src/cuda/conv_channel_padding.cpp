@@ -37,6 +37,10 @@ Conv::Conv(CudnnHandle& handle, std::string name, const ConvGeometry& g, int max
 
 Conv::~Conv() = default;
 
+std::size_t Conv::device_bytes() const noexcept {
+  return padded_ ? padded_->x.bytes() + padded_->y.bytes() + padded_->w.bytes() + padded_->dw.bytes() : 0;
+}
+
 void Conv::pad_channels(CudnnHandle& handle, const ConvNotSupported& why) {
   // Grouped convolutions keep their channel counts: padding would move channels between groups.
   if (padded_ || g_.groups != 1 || (g_.c % 8 == 0 && g_.oc % 8 == 0)) throw why;

@@ -233,6 +233,7 @@ class CudnnBackendImpl final : public CudnnBackend {
     }
     g.conv = std::make_unique<cudnn::gpu::Conv>(*handle_, op.name, cudnn::conv_geometry(op, opt_.storage),
                                                 opt_.max_batch * op.rows, fused, opt_.workspace_limit);
+    bytes_ += g.conv->device_bytes();
     return g;
   }
 

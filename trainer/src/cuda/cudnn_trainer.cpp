@@ -205,6 +205,7 @@ class CudnnTrainExecutor final : public detail::TrainExecutor {
         g.conv = std::make_unique<gpu::Conv>(*handle_, op.name, conv_geometry(op, kStorage), opt_.max_batch * op.rows,
                                              false, opt_.workspace_limit);
         workspace = std::max(workspace, g.conv->prepare_backward(*handle_, opt_.workspace_limit));
+        bytes_ += g.conv->device_bytes();
         g.dweights_bf16 = take(op.weights.size() * 2, "weight gradients (bf16)");
       }
       gops_.push_back(std::move(g));
