@@ -73,7 +73,8 @@ std::string encode(const std::exception_ptr& thrown, const std::string& where) {
   try {
     read();
   } catch (...) {
-    const std::string message = encode(std::current_exception(), where);
+    // Within the pipe's buffer, which the parent reads only once this process has exited.
+    const std::string message = encode(std::current_exception(), where).substr(0, 4096);
     [[maybe_unused]] const ssize_t written = write(report, message.data(), message.size());
     _exit(2);
   }
