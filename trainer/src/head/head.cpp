@@ -331,6 +331,26 @@ std::int64_t header_int(const nlohmann::json& v, const std::string& where, const
   return v.get<std::int64_t>();
 }
 
+// The optimizer's settings a head file records.
+AdamConfig adam_config(const nlohmann::json& o) {
+  AdamConfig adam;
+  adam.learning_rate = o.at("learning_rate").get<float>();
+  adam.beta_1 = o.at("beta_1").get<float>();
+  adam.beta_2 = o.at("beta_2").get<float>();
+  adam.epsilon = o.at("epsilon").get<float>();
+  return adam;
+}
+
+// A tensor's recorded shape must be the one the header's input_dim and units give it.
+void check_shape(const nlohmann::json& shape, const std::string& name, const std::vector<std::int64_t>& expected,
+                 const std::string& where) {
+  bool same = shape.is_array() && shape.size() == expected.size();
+  for (std::size_t i = 0; same && i < expected.size(); ++i) same = shape[i] == expected[i];
+  if (!same)
+    throw IoError(where + ": tensor '" + name + "' has shape " + shape.dump().substr(0, 100) +
+                  ", the header's input_dim and units need " + nlohmann::json(expected).dump());
+}
+
 }  // namespace
 
 Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
@@ -356,12 +376,8 @@ Head Head::deserialize(std::string_view bytes, const std::string& where, Backbon
     if (h.at("format") != "stoker-head" || h.at("version") != 1)
       throw IoError(where + ": unsupported head format " + h.at("format").dump().substr(0, 100) + " version " +
                     h.at("version").dump().substr(0, 100));
-    AdamConfig adam;
     const auto& o = h.at("optimizer");
-    adam.learning_rate = o.at("learning_rate").get<float>();
-    adam.beta_1 = o.at("beta_1").get<float>();
-    adam.beta_2 = o.at("beta_2").get<float>();
-    adam.epsilon = o.at("epsilon").get<float>();
+    const AdamConfig adam = adam_config(o);
     const std::string act = h.at("activation").get<std::string>();
     if (act != "sigmoid" && act != "softmax") throw IoError(where + ": unknown activation '" + act + "'");
     const auto input_dim = header_int(h.at("input_dim"), where, "input_dim", 1, kIntMax);
@@ -385,17 +401,11 @@ Head Head::deserialize(std::string_view bytes, const std::string& where, Backbon
                                 : name == "adam_v_bias"   ? &head.v_bias_
                                                           : nullptr;
       if (!dst) continue;  // unknown tensors from a newer writer are ignored
-      if (t.contains("shape")) {
-        const bool is_kernel = name.find("kernel") != std::string::npos;
-        const std::vector<std::int64_t> expected =
-            is_kernel ? std::vector<std::int64_t>{input_dim, units} : std::vector<std::int64_t>{units};
-        const auto& shape = t.at("shape");
-        bool same = shape.is_array() && shape.size() == expected.size();
-        for (std::size_t i = 0; same && i < expected.size(); ++i) same = shape[i] == expected[i];
-        if (!same)
-          throw IoError(where + ": tensor '" + name + "' has shape " + shape.dump().substr(0, 100) +
-                        ", the header's input_dim and units need " + nlohmann::json(expected).dump());
-      }
+      if (t.contains("shape"))
+        check_shape(t.at("shape"), name,
+                    name.find("kernel") != std::string::npos ? std::vector<std::int64_t>{input_dim, units}
+                                                             : std::vector<std::int64_t>{units},
+                    where);
       const auto off = static_cast<std::uint64_t>(header_int(t.at("offset"), where, "offset of tensor '" + name + "'",
                                                              0, std::numeric_limits<std::int64_t>::max()));
       if (off > data.size() || dst->size() > data.size() - off)
