@@ -62,6 +62,52 @@ std::size_t dtype_bytes(const std::string& dtype, const std::string& where) {
   throw InvalidArgument(where + ": weight dtype '" + dtype + "' is not supported");
 }
 
+// The number of values a weight's shape holds, its dimensions appended to `dims`. They are checked
+// before they are multiplied: a negative or huge one must not wrap the count past the bounds
+// check that follows (or into a giant allocation). `what` names the weight in errors.
+std::size_t element_count(const nlohmann::json& shape, std::vector<int>& dims, const std::string& what) {
+  std::size_t n = 1;
+  for (const auto& d : shape) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 0 ||
+        (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT32_MAX)) ||
+        d.get<std::int64_t>() > INT32_MAX)
+      throw InvalidArgument(what + " has an invalid dimension " + d.dump().substr(0, 100) + " in its shape");
+    const auto dim = static_cast<std::size_t>(d.get<std::int64_t>());
+    if (dim != 0 && n > (std::size_t{1} << 40) / dim)
+      throw InvalidArgument(what + " shape " + shape.dump().substr(0, 200) + " is too large");
+    dims.push_back(static_cast<int>(dim));
+    n *= dim;
+  }
+  return n;
+}
+
+// `n` little-endian values of `dtype` from `p` as float32; uint8/uint16 dequantised when quantized.
+std::vector<float> values(const char* p, std::size_t n, const std::string& dtype, bool quantized, float scale,
+                          float minv) {
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dtype == "float32") {
+      std::memcpy(&out[i], p + 4 * i, 4);
+    } else if (dtype == "int32") {
+      std::int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      out[i] = static_cast<float>(v);
+    } else if (dtype == "float16") {
+      std::uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      out[i] = convert::f16_value(v);
+    } else if (dtype == "uint16") {
+      std::uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      out[i] = quantized ? v * scale + minv : static_cast<float>(v);
+    } else {
+      const auto v = static_cast<std::uint8_t>(p[i]);
+      out[i] = quantized ? v * scale + minv : static_cast<float>(v);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& options) try {
@@ -90,22 +136,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
       for (const auto& spec : group.at("weights")) {
         detail::RawWeight w;
         w.full_name = spec.at("name").get<std::string>();
-        // Dimensions are checked before they are multiplied: a negative or huge one must not wrap
-        // the count past the bounds check below (or into a giant allocation).
-        std::size_t n = 1;
-        for (const auto& d : spec.at("shape")) {
-          if (!d.is_number_integer() || d.get<std::int64_t>() < 0 ||
-              (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT32_MAX)) ||
-              d.get<std::int64_t>() > INT32_MAX)
-            throw InvalidArgument(where + ": weight '" + w.full_name + "' has an invalid dimension " +
-                                  d.dump().substr(0, 100) + " in its shape");
-          const auto dim = static_cast<std::size_t>(d.get<std::int64_t>());
-          if (dim != 0 && n > (std::size_t{1} << 40) / dim)
-            throw InvalidArgument(where + ": weight '" + w.full_name + "' shape " + spec.at("shape").dump() +
-                                  " is too large");
-          w.shape.push_back(static_cast<int>(dim));
-          n *= dim;
-        }
+        const std::size_t n = element_count(spec.at("shape"), w.shape, where + ": weight '" + w.full_name + "'");
         std::string dtype = spec.value("dtype", std::string("float32"));
         float scale = 1.0f, minv = 0.0f;
         bool quantized = spec.contains("quantization");
@@ -119,28 +150,7 @@ Model load_tfjs(const std::filesystem::path& model_json, const LoadOptions& opti
         if (bytes_needed > bytes.size() - offset)  // offset <= bytes.size() holds: it only grows by checked sizes
           throw IoError(where + ": weight '" + w.full_name + "' needs bytes " + std::to_string(offset) + ".." +
                         std::to_string(offset + bytes_needed) + " but its shards hold " + std::to_string(bytes.size()));
-        const char* p = bytes.data() + offset;
-        w.data.resize(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          if (dtype == "float32") {
-            std::memcpy(&w.data[i], p + 4 * i, 4);
-          } else if (dtype == "int32") {
-            std::int32_t v;
-            std::memcpy(&v, p + 4 * i, 4);
-            w.data[i] = static_cast<float>(v);
-          } else if (dtype == "float16") {
-            std::uint16_t v;
-            std::memcpy(&v, p + 2 * i, 2);
-            w.data[i] = convert::f16_value(v);
-          } else if (dtype == "uint16") {
-            std::uint16_t v;
-            std::memcpy(&v, p + 2 * i, 2);
-            w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
-          } else {
-            const auto v = static_cast<std::uint8_t>(p[i]);
-            w.data[i] = quantized ? v * scale + minv : static_cast<float>(v);
-          }
-        }
+        w.data = values(bytes.data() + offset, n, dtype, quantized, scale, minv);
         offset += bytes_needed;
         store.add(std::move(w));
       }
