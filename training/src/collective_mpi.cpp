@@ -150,7 +150,7 @@ class Mpi final : public Collective {
   // Polls `request` to completion: at full speed first (an exchange between ranks that arrive
   // together takes microseconds), then every millisecond, so that a rank waiting minutes for a
   // slow peer leaves its core to the loader's threads. MPI's non-blocking operations progress
-  // inside MPI_Test. Past the peer timeout every rank is ended with a message naming the operation.
+  // inside MPI_Test. Past the peer timeout it throws PeerTimeout, naming the operation.
   void wait(MPI_Request& request, const char* call) {
     const Clock::time_point start = Clock::now();
     for (int done = 0;;) {
@@ -163,13 +163,11 @@ class Mpi final : public Collective {
     exchanging_ += Clock::now() - start;
   }
 
-  [[noreturn]] void no_answer(const char* call) {
-    std::fprintf(stderr,
-                 "stoker: error (rank %d of %d): no answer from the other ranks for %.0f s in %s (--peer-timeout): "
-                 "a rank has hung, stopped or lost its connection; ending every rank\n",
-                 rank_, size_, peer_timeout_.count(), call);
-    std::fflush(stderr);
-    abort(2);
+  [[noreturn]] void no_answer(const char* call) const {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.0f", peer_timeout_.count());
+    throw PeerTimeout(std::string("no answer from the other ranks for ") + seconds + " s in " + call +
+                      " (the peer timeout): a rank has hung, stopped or lost its connection");
   }
 
   template <class T>

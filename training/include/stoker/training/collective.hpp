@@ -16,7 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "stoker/core/error.hpp"
+
 namespace stoker::training {
+
+// An operation got no answer from the other ranks within the peer timeout: a rank hung, was
+// stopped or lost its connection. The operation is still in flight (MPI cannot cancel a
+// collective), so the collective must not be used again: end every rank with abort().
+class PeerTimeout : public Error {
+ public:
+  using Error::Error;
+};
 
 class Collective {
  public:
@@ -36,9 +46,9 @@ class Collective {
   // `bytes` becomes root's on every rank (its size must be the same on every rank).
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   virtual void barrier() = 0;
-  // How long one operation may wait for the other ranks. Past it the rank prints which operation
-  // got no answer and ends every rank (abort(2)): a peer that hangs or stopped without exiting
-  // would otherwise keep every rank waiting for ever. One process: no effect.
+  // How long one operation may wait for the other ranks: past it the operation throws PeerTimeout
+  // (a peer that hangs or stopped without exiting would otherwise keep every rank waiting for
+  // ever). One process: no effect.
   virtual void set_peer_timeout(std::chrono::duration<double> limit) = 0;
   // Seconds spent inside the operations so far, waiting for slower ranks included (0 for one
   // process): the run's communication share.
