@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -24,34 +23,16 @@
 namespace {
 namespace fs = std::filesystem;
 using stoker::test::make_dataset;
+using stoker::test::read_text;
 using stoker::test::stoker_binary;
 using stoker::test::TempDir;
+using stoker::test::wait_for;
 
 const std::string kModel = (stoker::test::source_dir() / "data/models/mobilenet_v2_0.35_224_3class.h5").string();
 
-// The command in a child process, its stdout and stderr into `log`.
+// The command in a child process (the command itself, for the signals), its output into `log`.
 pid_t start(const std::string& args, const fs::path& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const std::string cmd = "exec " + stoker_binary() + " " + args + " > " + log.string() + " 2>&1";
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// The exit status, or -signal when a signal ended it.
-int wait_for(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1000;
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return stoker::test::start_command("exec " + stoker_binary() + " " + args, log);
 }
 
 std::vector<std::string> temporaries(const fs::path& dir) {

@@ -1,6 +1,9 @@
 // Helpers shared by every test suite: temporary folders, generated images, the shared data path.
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -82,6 +85,17 @@ class Env {
 };
 
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& file);
+// A file's bytes as text ("" when it cannot be read: a log not written yet, a process gone).
+std::string read_text(const std::filesystem::path& file);
+
+// A shell command started in the background in a process group of its own, its stdout and stderr
+// into `log`. With "exec " in front the command is the child itself: a signal sent to the pid
+// reaches it.
+pid_t start_command(const std::string& shell_command, const std::filesystem::path& log);
+// The background command's exit status, or -signal when a signal ended it.
+int wait_for(pid_t pid);
+// The same once it ends within `limit`; nullopt while it still runs.
+std::optional<int> wait_for(pid_t pid, std::chrono::duration<double> limit);
 void write_bytes(const std::filesystem::path& file, const std::vector<std::uint8_t>& bytes);
 
 }  // namespace stoker::test

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -66,23 +65,13 @@ void expect_same_figures(const nlohmann::json& a, const nlohmann::json& b, std::
   }
 }
 
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using stoker::test::read_text;
 
-// A shell command run in the background in a process group of its own, its output in `log`; the
-// group is killed when the test ends.
+// A shell command run in the background, its output in `log`; its process group is killed when the
+// test ends.
 class Background {
  public:
-  Background(const std::string& command, const fs::path& log) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::execl("/bin/sh", "sh", "-c", (command + " >" + log.string() + " 2>&1").c_str(), nullptr);
-      ::_exit(127);
-    }
-  }
+  Background(const std::string& command, const fs::path& log) : pid_(stoker::test::start_command(command, log)) {}
   ~Background() {
     if (!status_) {
       ::kill(-pid_, SIGKILL);
@@ -94,12 +83,7 @@ class Background {
 
   // The exit status once the command ends within `limit`; nullopt if it is still running.
   std::optional<int> wait(std::chrono::duration<double> limit) {
-    for (const auto end = std::chrono::steady_clock::now() + limit; !status_;) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-      else if (std::chrono::steady_clock::now() > end) break;
-      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (!status_) status_ = stoker::test::wait_for(pid_, limit);
     return status_;
   }
 
