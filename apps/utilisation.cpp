@@ -111,21 +111,21 @@ void* nvml_device_for(int cuda_device, std::string& why) {
 
 }  // namespace
 
-UtilisationMeter::UtilisationMeter(std::optional<int> cuda_device, const std::vector<int>& other_gpus)
-    : gpu_run_(cuda_device.has_value()) {
+UtilisationMeter::UtilisationMeter(std::optional<int> cuda_device, const std::vector<int>& other_gpus) {
   // NVML first: loading and initialising it (the first time) can take a while, which is not the
   // stretch being measured.
-  if (cuda_device) nvml_device_ = nvml_device_for(*cuda_device, gpu_note_);
-  for (const int index : other_gpus) {
-    Watched w;
-    w.figures.index = index;
-    w.device = nvml_device_for(index, w.figures.note);
-    others_.push_back(std::move(w));
-  }
+  auto watch = [](int index) {
+    GpuReadings g;
+    g.index = index;
+    g.device = nvml_device_for(index, g.note);
+    return g;
+  };
+  if (cuda_device) gpu_ = watch(*cuda_device);
+  for (const int index : other_gpus) others_.push_back(watch(index));
   start_ = std::chrono::steady_clock::now();
   cpu_seconds_ = process_cpu_seconds();
   process_io(read_bytes_, rchar_);
-  if (!nvml_device_ && others_.empty()) return;
+  if (!(gpu_ && gpu_->device) && others_.empty()) return;
   // NVML's utilisation is a trailing average over its own sample period (1/6 s to 1 s): one
   // reading at finish() would describe the last moment only (for a head-only epoch, the feature
   // extraction before it). Readings every 100 ms, averaged, describe the stretch.
@@ -150,10 +150,8 @@ void UtilisationMeter::stop_sampler() {
   if (sampler_.joinable()) sampler_.join();
 }
 
-namespace {
-
-// One NVML reading of `device` into a busy sum and a memory peak.
-void read_nvml(void* device, double& busy_sum, int& busy_samples, std::optional<double>& memory_peak_mib) {
+void UtilisationMeter::GpuReadings::read() {
+  if (!device) return;
   Nvml::Rates r{};
   Nvml::Memory m{};
   if (nvml().rates(device, &r) == 0) {
@@ -166,12 +164,13 @@ void read_nvml(void* device, double& busy_sum, int& busy_samples, std::optional<
   }
 }
 
-}  // namespace
+std::optional<double> UtilisationMeter::GpuReadings::busy_percent() const {
+  return busy_samples > 0 ? std::optional<double>(busy_sum / busy_samples) : std::nullopt;
+}
 
 void UtilisationMeter::sample() {
-  if (nvml_device_) read_nvml(nvml_device_, busy_sum_, busy_samples_, memory_peak_mib_);
-  for (Watched& w : others_)
-    if (w.device) read_nvml(w.device, w.busy_sum, w.busy_samples, w.figures.memory_used_mib);
+  if (gpu_) gpu_->read();
+  for (GpuReadings& g : others_) g.read();
 }
 
 Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
@@ -187,7 +186,7 @@ Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
   u.cpu_percent_of_all_cores = 100.0 * (process_cpu_seconds() - cpu_seconds_) / wall / cores;
   u.data_wait_share = t.data_wait_seconds / wall;
   u.compute_share = t.compute_seconds / wall;
-  u.gpu_run = gpu_run_;
+  u.gpu_run = gpu_.has_value();
   if (t.gpu_seconds) u.backbone_gpu_share = *t.gpu_seconds / wall;
   u.loader_threads = t.loader_threads;
   const double thread_time = wall * std::max(1, t.loader_threads);
@@ -197,15 +196,15 @@ Utilisation UtilisationMeter::finish(const training::EpochTimes& t) {
   if (t.transfer_wait_seconds) u.transfer_share = *t.transfer_wait_seconds / wall;
   std::lock_guard lock(mu_);
   sample();  // the last stretch, and the only reading of a stretch shorter than 100 ms
-  if (busy_samples_ > 0) u.gpu_busy_percent = busy_sum_ / busy_samples_;
-  u.gpu_busy_samples = busy_samples_;
-  u.gpu_memory_used_mib = memory_peak_mib_;
-  u.gpu_note = gpu_note_;
-  if (nvml_device_ && busy_samples_ == 0) u.gpu_note = "NVML gives no utilisation for this device (MIG instance?)";
-  for (Watched& w : others_) {
-    if (w.busy_samples > 0) w.figures.busy_percent = w.busy_sum / w.busy_samples;
-    u.other_gpus.push_back(w.figures);
+  if (gpu_) {
+    u.gpu_busy_percent = gpu_->busy_percent();
+    u.gpu_busy_samples = gpu_->busy_samples;
+    u.gpu_memory_used_mib = gpu_->memory_peak_mib;
+    u.gpu_note = gpu_->note;
+    if (gpu_->device && gpu_->busy_samples == 0)
+      u.gpu_note = "NVML gives no utilisation for this device (MIG instance?)";
   }
+  for (const GpuReadings& g : others_) u.other_gpus.push_back({g.index, g.busy_percent(), g.memory_peak_mib, g.note});
   return u;
 }
 

@@ -72,22 +72,22 @@ class UtilisationMeter {
   std::chrono::steady_clock::time_point start_;
   double cpu_seconds_ = 0;
   std::uint64_t read_bytes_ = 0, rchar_ = 0;
-  bool gpu_run_ = false;
-  void* nvml_device_ = nullptr;  // nvmlDevice_t of the run's device, null without one
-  std::string gpu_note_;
+  // One GPU's NVML readings over the stretch.
+  struct GpuReadings {
+    int index = 0;           // CUDA device index
+    void* device = nullptr;  // nvmlDevice_t, null when NVML cannot watch it (`note` says why)
+    std::string note;
+    double busy_sum = 0;
+    int busy_samples = 0;
+    std::optional<double> memory_peak_mib;
+    void read();  // one reading
+    std::optional<double> busy_percent() const;
+  };
+  std::optional<GpuReadings> gpu_;   // the run's device
+  std::vector<GpuReadings> others_;  // other ranks' GPUs on this machine
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  double busy_sum_ = 0;
-  int busy_samples_ = 0;
-  std::optional<double> memory_peak_mib_;
-  struct Watched {  // another rank's GPU
-    void* device = nullptr;
-    double busy_sum = 0;
-    int busy_samples = 0;
-    Utilisation::OtherGpu figures;
-  };
-  std::vector<Watched> others_;
   std::thread sampler_;
 };
 
