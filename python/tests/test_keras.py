@@ -407,6 +407,49 @@ def test_fit_and_standardize_against_keras():
     np.testing.assert_allclose(s2.std, k.std, rtol=0, atol=1e-5)
 
 
+# tf_keras' own test of fit(augment=True): channels_first on an array of shape (32, 10, 10, 3).
+KERAS_FIT_TEST = dict(featurewise_center=True, samplewise_center=True, featurewise_std_normalization=True,
+                      samplewise_std_normalization=True, zca_whitening=True, rotation_range=90.0,
+                      width_shift_range=0.1, height_shift_range=0.1, shear_range=0.5, zoom_range=(0.2, 0.2),
+                      channel_shift_range=0.0, brightness_range=(1, 5), fill_mode="nearest", cval=0.5,
+                      horizontal_flip=True, vertical_flip=True, interpolation_order=1, data_format="channels_first")
+
+
+def test_fit_augment_ten_channels_as_keras():
+    """fit(augment=True) on ten channels (channels_first, shape (32, 10, 10, 3)): Keras transforms
+    each sample in NumPy and its brightness shift casts values in [0, 1) to 8 bits as they are,
+    so every augmented value is 0 whatever the draws: the mean and the ZCA matrix are Keras'."""
+    x = np.random.default_rng(0).random((32, 10, 10, 3))
+    k, s = KerasGen(**KERAS_FIT_TEST), ImageDataGenerator(**KERAS_FIT_TEST)
+    k.fit(x, augment=True, seed=0)
+    with pytest.warns(UserWarning, match="10 channels"):
+        s.fit(x, augment=True, seed=0)
+    assert s.mean.shape == k.mean.shape == (10, 1, 1) and s.std is None and k.std is None
+    np.testing.assert_array_equal(s.mean, k.mean)
+    np.testing.assert_allclose(s.zca_whitening_matrix, k.zca_whitening_matrix, rtol=1e-6, atol=0)
+
+
+def test_fit_and_flow_ten_channels_brightness_as_keras():
+    """A brightness factor fixed at 2 (a deterministic augmentation) on ten channels of values on
+    the 0..255 scale: Pillow's enhancement of each channel is Keras' (which sees each
+    channels_first sample as a 3-channel image), so fit's statistics and flow's batches equal
+    Keras'."""
+    x = np.random.default_rng(1).uniform(0, 200, (32, 10, 10, 3)).astype(np.float32)
+    args = dict(featurewise_center=True, featurewise_std_normalization=True, brightness_range=(2, 2),
+                data_format="channels_first")
+    k, s = KerasGen(**args), ImageDataGenerator(**args)
+    k.fit(x, augment=True, rounds=2)
+    s.fit(x, augment=True, rounds=2)
+    assert s.mean.shape == k.mean.shape == (10, 1, 1) and s.std.shape == k.std.shape
+    assert float(k.mean.max()) > 100  # the brightened values, not a degenerate case
+    np.testing.assert_allclose(s.mean, k.mean, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(s.std, k.std, rtol=1e-5, atol=0)
+    kb = k.flow(x, batch_size=8, shuffle=False)[0]
+    sb = s.flow(x, batch_size=8, shuffle=False)[0]
+    assert sb.shape == kb.shape == (8, 10, 10, 3)
+    np.testing.assert_allclose(sb, kb, rtol=0, atol=1e-4)
+
+
 def test_samplewise_standardize_against_keras(folder):
     kw = dict(samplewise_center=True, samplewise_std_normalization=True)
     k = KerasGen(**kw).flow_from_directory(folder, target_size=(11, 11), shuffle=False, batch_size=32)

@@ -11,16 +11,23 @@ from .. import _stoker
 from .._loader import Augment
 from ._common import _PILImage
 
-def _array_to_pil(x: np.ndarray, data_format: str):
-    """Keras' array_to_img(x, data_format, scale=True)."""
+def _scaled_u8(x: np.ndarray) -> np.ndarray:
+    """Keras' array_to_img(scale=True) values: x shifted and scaled to 0..255 (over the whole
+    array), as uint8."""
     x = np.asarray(x, dtype=np.float32)
-    if data_format == "channels_first":
-        x = x.transpose(1, 2, 0)
     x = x - np.min(x)
     top = np.max(x)
     if top != 0:
         x /= top
-    x = (x * 255).astype(np.uint8)
+    return (x * 255).astype(np.uint8)
+
+
+def _array_to_pil(x: np.ndarray, data_format: str):
+    """Keras' array_to_img(x, data_format, scale=True)."""
+    x = np.asarray(x)
+    if data_format == "channels_first":
+        x = x.transpose(1, 2, 0)
+    x = _scaled_u8(x)
     if x.shape[2] == 4:
         return _PILImage.fromarray(x, "RGBA")
     if x.shape[2] == 3:
@@ -92,16 +99,32 @@ def _apply_transform_numpy(x, params, fill_mode, cval, order):
         x = x[::-1]
     brightness = get("brightness")
     if brightness is not None:
-        from PIL import ImageEnhance
+        x = _brightness_shift(x, brightness)
+    return np.ascontiguousarray(x)
 
-        lo, hi = np.min(x), np.max(x)
-        local_scale = lo < 0 or hi > 255
+
+def _brightness_shift(x, brightness):
+    """Keras' apply_brightness_shift(x, brightness, scale=False) on an HWC float image: Pillow's
+    ImageEnhance.Brightness on the image made 8-bit (the values cast as they are, or scaled to
+    0..255 first when they leave that range, and scaled back after). Pillow's images have 1, 3 or 4
+    channels; the enhancement scales each channel on its own (a blend with black), so other channel
+    counts are enhanced one channel at a time, as 'L' images: the values Keras gives wherever its
+    PIL image takes the array."""
+    from PIL import ImageEnhance
+
+    lo, hi = np.min(x), np.max(x)
+    local_scale = lo < 0 or hi > 255
+    if x.shape[2] in (1, 3, 4):
         img = _array_to_pil(x, "channels_last") if local_scale else _plain_pil(x)
         y = np.asarray(ImageEnhance.Brightness(img).enhance(brightness), dtype=x.dtype)
         if y.ndim == 2:
             y = y[:, :, None]
-        x = y / 255 * (hi - lo) + lo if local_scale else y
-    return np.ascontiguousarray(x)
+    else:
+        u8 = _scaled_u8(x) if local_scale else np.asarray(x).astype(np.uint8)
+        planes = [_PILImage.fromarray(np.ascontiguousarray(u8[:, :, k]), "L") for k in range(u8.shape[2])]
+        y = np.stack([np.asarray(ImageEnhance.Brightness(p).enhance(brightness)) for p in planes], axis=2)
+        y = y.astype(x.dtype)
+    return y / 255 * (hi - lo) + lo if local_scale else y
 
 
 def _plain_pil(x):

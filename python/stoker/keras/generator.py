@@ -447,7 +447,8 @@ class ImageDataGenerator:
                 if self.rescale:
                     data *= self.rescale
                 if augment:  # Keras' order: rescale, then the random transform of each image
-                    self._warn_once("fit(augment=True) on images that are not 8-bit" if u8 is None
+                    self._warn_once(f"fit(augment=True) on {c} channels" if c not in (1, 3, 4)
+                                    else "fit(augment=True) on images that are not 8-bit" if u8 is None
                                     else f"fit(augment=True) with interpolation_order={self.interpolation_order!r}")
                     data = np.concatenate([
                         np.stack([_apply_transform_numpy(data[i], self._draw(data.shape[1:], int(seed), r, i,
