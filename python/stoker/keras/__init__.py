@@ -9,12 +9,13 @@
 
 The constructor and the methods (flow, flow_from_directory, flow_from_dataframe, fit,
 standardize, get_random_transform, apply_transform, random_transform) take the same arguments
-with the same defaults and meaning as tf_keras' ImageDataGenerator. The iterators subclass
-tf_keras.utils.Sequence (or Keras 3's keras.utils.PyDataset when only Keras 3 is installed) and
-carry Keras' attributes (class_indices, classes, filenames, filepaths, labels, samples, n,
-batch_size, num_classes, image_shape, index_array, ...). Class order, file order, the
-validation split, the shuffle order of the first epoch (for a given seed), label arrays and batch
-dtypes/shapes are Keras'.
+with the same defaults and meaning as tf_keras' ImageDataGenerator. The iterators subclass the
+Sequence class of every Keras installed -- tf_keras.utils.Sequence and Keras 3's
+keras.utils.PyDataset (KERAS_FLAVOURS names them) -- so that model.fit, evaluate and predict of
+either Keras take them, whichever Keras the model belongs to. They carry Keras' attributes
+(class_indices, classes, filenames, filepaths, labels, samples, n, batch_size, num_classes,
+image_shape, index_array, ...). Class order, file order, the validation split, the shuffle order
+of the first epoch (for a given seed), label arrays and batch dtypes/shapes are Keras'.
 
 Keras 3's loader has its equivalent too: image_dataset_from_directory (module dataset) takes
 keras.utils.image_dataset_from_directory's arguments and returns a tf.data.Dataset with the same
@@ -26,7 +27,7 @@ Modules: generator (ImageDataGenerator), dataset (image_dataset_from_directory),
 DataFrameIterator, NumpyArrayIterator), pipeline (the epoch pipeline of 4.), _decode (Pillow's
 load_img, and open_loader: the one stoker Loader every C++ decode of files goes through, the
 exact path's and the pipeline's alike), _transform (Keras' apply_transform in NumPy/SciPy) and
-_common (the Keras flavour, the thread pool).
+_common (the Keras flavours, the thread pool).
 
 How a batch is made
 -------------------
@@ -96,10 +97,12 @@ global RNG when the iterator is made.
 
 Data that stoker's C++ augmenter cannot take (float arrays whose values are not integers in
 0..255, or a channel count other than 1, 3, 4) follows Keras' per-image path in NumPy/SciPy
-(parameters still drawn from stoker's RNG). So do settings its C++ path lacks, with one warning
-per generator: interpolation_order other than 0/1 (Keras' scipy.ndimage warp of each image, the
-parameters stoker draws for the sample; file iterators still pipeline the decode), and
-fit(augment=True) on data that is not 8-bit (Keras' order: rescale, then the transform).
+(parameters still drawn from stoker's RNG; Keras' brightness shift, Pillow's ImageEnhance, enhances
+an image of another channel count one channel at a time, which is what it computes per channel).
+So do settings its C++ path lacks, with one warning per generator: interpolation_order other
+than 0/1 (Keras' scipy.ndimage warp of each image, the parameters stoker draws for the sample; file
+iterators still pipeline the decode), and fit(augment=True) on data that is not 8-bit or has
+another channel count (Keras' order: rescale, then the transform).
 zca_whitening=True: fit computes Keras' matrix (NumPy's SVD of the centred, flattened images,
 sqrt(n) / (s + zca_epsilon)), standardize applies it as Keras does, and batches apply it after
 stoker's C++ standardisation as one float32 matrix product (file iterators pipeline the decode). apply_transform uses the binding's
@@ -124,11 +127,11 @@ bilinear warps.
 
 
 from ._common import (  # noqa: F401
+    _BASES,
     _CHANNELS,
     _WHITE_LIST_FORMATS,
-    KERAS_FLAVOUR,
+    KERAS_FLAVOURS,
     _as_u8,
-    _Base,
     _cpu_count,
     _floatx,
     _image_data_format,

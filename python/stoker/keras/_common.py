@@ -1,5 +1,5 @@
-"""What the modules of stoker.keras share: the Keras flavour (tf_keras' Sequence, else Keras 3's
-PyDataset), Pillow, Keras' file formats, the thread pool and the uint8 check."""
+"""What the modules of stoker.keras share: the Keras flavours (the Sequence classes of every Keras
+installed), Pillow, Keras' file formats, the thread pool and the uint8 check."""
 
 from __future__ import annotations
 
@@ -11,34 +11,59 @@ from typing import Optional
 import numpy as np
 
 # ---------------------------------------------------------------------------------------------
-# The Keras flavour: tf_keras first (its Sequence), else Keras 3 (PyDataset).
+# The Keras flavours. model.fit of each Keras takes only its own Sequence class (tf_keras'
+# KerasSequenceAdapter: isinstance(x, tf_keras.utils.Sequence); Keras 3's get_data_adapter:
+# isinstance(x, keras.utils.PyDataset)), and tf_keras and Keras 3 are often installed side by side
+# (tensorflow's tf.keras is Keras 3, `pip install tf-keras` adds Keras 2). The iterators subclass
+# the class of each one installed, so that the Keras the model belongs to takes them, whichever
+# that is. Neither class holds state that the other uses: tf_keras' Sequence has no __init__ and
+# no attributes; PyDataset's __init__ sets workers, use_multiprocessing and max_queue_size, which
+# only Keras 3's fit reads.
+_flavours = []  # (name, module, Sequence class)
 try:
-    import tf_keras as _keras  # noqa: F401
-    from tf_keras.utils import Sequence as _Base
+    import tf_keras as _tf_keras
+    from tf_keras.utils import Sequence as _TfKerasSequence
 
-    def _image_data_format() -> str:
-        return _keras.backend.image_data_format()
+    _flavours.append(("tf_keras", _tf_keras, _TfKerasSequence))
+except ImportError:
+    pass
+try:
+    import keras as _keras3
 
-    def _floatx() -> str:
-        return _keras.backend.floatx()
+    if hasattr(_keras3.utils, "PyDataset"):  # Keras 3
+        _flavours.append(("keras", _keras3, _keras3.utils.PyDataset))
+    elif _keras3.utils.Sequence not in [f[2] for f in _flavours]:  # pragma: no cover - Keras 2 (tf.keras <= 2.15)
+        _flavours.append(("keras", _keras3, _keras3.utils.Sequence))
+except ImportError:
+    pass
+if not _flavours:
+    raise ImportError("stoker.keras needs Keras: install tf-keras (pip install tf-keras) or Keras 3 (pip install keras)")
 
-    KERAS_FLAVOUR = "tf_keras"
-except ImportError:  # pragma: no cover - exercised only without tf_keras
-    try:
-        import keras as _keras
-        from keras.utils import PyDataset as _Base
+KERAS_FLAVOURS = tuple(name for name, _, _ in _flavours)
+_keras = _flavours[0][1]
+_BASES = tuple(base for _, _, base in _flavours)
 
-        def _image_data_format() -> str:
-            return _keras.config.image_data_format()
 
-        def _floatx() -> str:
-            return _keras.config.floatx()
+def _setting(name: str) -> list:
+    """The value of a Keras setting ("image_data_format", "floatx") in each Keras installed."""
+    out = []
+    for _, module, _ in _flavours:
+        config = getattr(module, "config", None)
+        reader = getattr(config, name, None) or getattr(module.backend, name)
+        out.append(reader())
+    return out
 
-        KERAS_FLAVOUR = "keras"
-    except ImportError as e:
-        raise ImportError(
-            "stoker.keras needs Keras: install tf-keras (pip install tf-keras) or Keras 3 (pip install keras)"
-        ) from e
+
+def _image_data_format() -> str:
+    """Keras' image_data_format: "channels_first" when either Keras says so (both read
+    ~/.keras/keras.json; a value set in one by set_image_data_format is followed)."""
+    return "channels_first" if "channels_first" in _setting("image_data_format") else "channels_last"
+
+
+def _floatx() -> str:
+    """Keras' floatx: the first that is not the default float32 (set in keras.json or in one Keras)."""
+    return next((v for v in _setting("floatx") if v != "float32"), "float32")
+
 
 try:
     from PIL import Image as _PILImage

@@ -12,14 +12,14 @@ from typing import Optional
 
 import numpy as np
 
-from ._common import _CHANNELS, _WHITE_LIST_FORMATS, _Base, _as_u8, _floatx, _image_data_format, _threads
+from ._common import _BASES, _CHANNELS, _WHITE_LIST_FORMATS, _as_u8, _floatx, _image_data_format, _threads
 from ._decode import _FileDecoder
 from ._transform import _array_to_pil
 from .pipeline import _EpochPipeline, _FitOrderPipeline
 
 # ---------------------------------------------------------------------------------------------
 # Iterators.
-class Iterator(_Base):
+class Iterator(*_BASES):
     """Keras' Iterator semantics: __getitem__ (any order), __len__, on_epoch_end, next()."""
 
     white_list_formats = _WHITE_LIST_FORMATS
