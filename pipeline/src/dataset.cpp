@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
 #include <sys/stat.h>
 
+#include "csv_records.hpp"
 #include "stoker/core/error.hpp"
 
 namespace stoker {
@@ -117,22 +119,26 @@ Dataset apply_split(const Dataset& dataset, const Split& split) {
   return out;
 }
 
+std::vector<std::string> class_folders(const fs::path& root) {
+  std::vector<std::string> classes;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code entry_ec;
+    if (it->is_directory(entry_ec)) classes.push_back(it->path().filename().string());
+  }
+  if (ec) throw DatasetError(root.string() + ": cannot list the folder: " + ec.message());
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
 Dataset dataset_from_directory(const fs::path& root, const DirectoryOptions& options) {
   check_split(options.split);
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     throw DatasetError(root.string() + ": not a directory (expected one sub-folder per class)");
   }
-  std::vector<std::string> classes = options.classes;
-  if (classes.empty()) {
-    fs::directory_iterator it(root, ec);
-    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-      std::error_code entry_ec;
-      if (it->is_directory(entry_ec)) classes.push_back(it->path().filename().string());
-    }
-    if (ec) throw DatasetError(root.string() + ": cannot list the folder: " + ec.message());
-    std::sort(classes.begin(), classes.end());
-  }
+  const std::vector<std::string> classes = options.classes.empty() ? class_folders(root) : options.classes;
   if (classes.empty()) {
     throw DatasetError(root.string() + ": no class sub-folders (expected one sub-folder per class)");
   }
@@ -152,101 +158,52 @@ Dataset dataset_from_directory(const fs::path& root, const DirectoryOptions& opt
   return apply_split(dataset, options.split);
 }
 
-namespace {
-
-// RFC 4180 record reader: quoted fields may contain the delimiter, doubled quotes and newlines.
-class CsvReader {
- public:
-  CsvReader(std::istream& in, char delimiter, std::string name)
-      : in_(in), delimiter_(delimiter), name_(std::move(name)) {}
-
-  bool next(std::vector<std::string>& fields) {
-    fields.clear();
-    if (in_.peek() == EOF) return false;
-    ++line_;
-    std::string field;
-    bool quoted = false, any = false;
-    for (int ch; (ch = in_.get()) != EOF;) {
-      any = true;
-      const char c = static_cast<char>(ch);
-      if (quoted) {
-        if (c == '"') {
-          if (in_.peek() == '"') {
-            field += '"';
-            in_.get();
-          } else {
-            quoted = false;
-          }
-        } else {
-          if (c == '\n') ++line_;
-          field += c;
-        }
-      } else if (c == '"') {
-        quoted = true;
-      } else if (c == delimiter_) {
-        fields.push_back(std::move(field));
-        field.clear();
-      } else if (c == '\n') {
-        break;
-      } else if (c != '\r') {
-        field += c;
-      }
-    }
-    if (quoted) throw DatasetError(name_ + ":" + std::to_string(line_) + ": unterminated quoted field");
-    if (any) fields.push_back(std::move(field));
-    return true;
-  }
-  int line() const { return line_; }
-
- private:
-  std::istream& in_;
-  char delimiter_;
-  std::string name_;
-  int line_ = 0;
-};
-
-}  // namespace
-
 Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
   check_split(options.split);
+  const std::string name = csv_file.string();
   std::ifstream in(csv_file, std::ios::binary);
-  if (!in) throw DatasetError(csv_file.string() + ": cannot open CSV file");
+  if (!in) throw DatasetError(name + ": cannot open CSV file");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw DatasetError(name + ": cannot read CSV file");
   const char delimiter =
       options.delimiter ? options.delimiter : (lower(csv_file.extension().string()) == ".tsv" ? '\t' : ',');
   const fs::path base = options.base_dir.empty() ? csv_file.parent_path() : options.base_dir;
-  CsvReader reader(in, delimiter, csv_file.string());
+  detail::CsvRecords reader(std::move(text), delimiter, name);
 
   std::vector<std::string> header;
-  if (!reader.next(header) || header.empty())
-    throw DatasetError(csv_file.string() + ": empty CSV file (no header row)");
-  auto column = [&](const std::string& name) -> int {
+  if (!reader.next(header)) throw DatasetError(name + ": empty CSV file (no header row)");
+  auto column = [&](const std::string& wanted) -> int {
     for (std::size_t i = 0; i < header.size(); ++i)
-      if (header[i] == name) return static_cast<int>(i);
+      if (header[i] == wanted) return static_cast<int>(i);
     std::string have;
     for (const auto& h : header) have += (have.empty() ? "" : ", ") + h;
-    throw DatasetError(csv_file.string() + ": no column '" + name + "' (columns: " + have + ")");
+    throw DatasetError(name + ": no column '" + wanted + "' (columns: " + have + ")");
   };
   const int path_col = column(options.path_column);
   const int label_col = options.label_column.empty() ? -1 : column(options.label_column);
+  const auto need = static_cast<std::size_t>(std::max(path_col, label_col) + 1);
 
   std::vector<std::pair<std::string, std::string>> rows;
   std::vector<std::string> fields;
   while (reader.next(fields)) {
-    if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
-    const int need = std::max(path_col, label_col);
-    if (static_cast<int>(fields.size()) <= need) {
-      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": " +
-                         std::to_string(fields.size()) + " fields, expected at least " + std::to_string(need + 1));
+    const std::string at = name + ":" + std::to_string(reader.line()) + ": ";
+    if (fields.size() < need) {
+      throw DatasetError(at + std::to_string(fields.size()) + " fields, expected at least " + std::to_string(need));
     }
-    if (fields[path_col].empty()) {
-      throw DatasetError(csv_file.string() + ":" + std::to_string(reader.line()) + ": empty '" + options.path_column +
-                         "'");
+    if (fields.size() > header.size()) {  // pandas refuses it too ("Expected 2 fields in line 3, saw 3")
+      throw DatasetError(at + std::to_string(fields.size()) + " fields, but the header has " +
+                         std::to_string(header.size()) + " (a field holding the delimiter must be quoted)");
+    }
+    if (fields[path_col].empty()) throw DatasetError(at + "empty '" + options.path_column + "'");
+    if (label_col >= 0 && fields[label_col].empty()) {
+      throw DatasetError(at + "empty '" + options.label_column + "' for " + fields[path_col] +
+                         " (every image needs its class)");
     }
     fs::path p(fields[path_col]);
     if (p.is_relative()) p = base / p;
-    rows.emplace_back(p.string(), label_col >= 0 ? fields[label_col] : std::string());
+    rows.emplace_back(p.string(), label_col >= 0 ? std::move(fields[label_col]) : std::string());
   }
-  if (rows.empty()) throw DatasetError(csv_file.string() + ": no rows after the header");
+  if (rows.empty()) throw DatasetError(name + ": no rows after the header");
 
   Dataset dataset;
   if (label_col >= 0) {
@@ -254,11 +211,12 @@ Dataset dataset_from_csv(const fs::path& csv_file, const CsvOptions& options) {
     for (const auto& r : rows) names.insert(r.second);
     dataset.class_names.assign(names.begin(), names.end());
   }
-  for (auto& [path, name] : rows) {
+  for (auto& [path, label_name] : rows) {
     std::int32_t label = -1;
     if (label_col >= 0) {
-      label = static_cast<std::int32_t>(std::lower_bound(dataset.class_names.begin(), dataset.class_names.end(), name) -
-                                        dataset.class_names.begin());
+      label = static_cast<std::int32_t>(
+          std::lower_bound(dataset.class_names.begin(), dataset.class_names.end(), label_name) -
+          dataset.class_names.begin());
     }
     dataset.samples.push_back({std::move(path), label});
   }

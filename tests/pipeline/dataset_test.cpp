@@ -207,6 +207,100 @@ TEST(DatasetFromCsv, ClearErrors) {
   EXPECT_THROW(dataset_from_csv(dir / "missing.csv"), DatasetError);
 }
 
+// The message of the DatasetError that reading `file` throws ("" when it reads).
+std::string csv_error(const fs::path& file) {
+  try {
+    dataset_from_csv(file);
+  } catch (const DatasetError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Excel's "CSV UTF-8" starts with a byte order mark: pandas skips it, so the first column is named
+// as it reads.
+TEST(DatasetFromCsv, ALeadingByteOrderMarkIsSkipped) {
+  TempDir dir;
+  const std::string bom = "\xEF\xBB\xBF";
+  std::ofstream(dir / "excel.csv") << bom + "filename,class\r\na.jpg,cat\r\n";
+  const Dataset d = dataset_from_csv(dir / "excel.csv");
+  EXPECT_EQ(d.class_names, (std::vector<std::string>{"cat"}));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d.samples[0].path, (dir / "a.jpg").string());
+  // Only at the file's start: elsewhere the bytes are part of a name.
+  std::ofstream(dir / "inner.csv") << "filename,class\n" + bom + "b.jpg,cat\n";
+  EXPECT_EQ(dataset_from_csv(dir / "inner.csv").samples[0].path, (dir / (bom + "b.jpg")).string());
+}
+
+// What pandas.read_csv (its default C parser) gives for this file, row by row:
+// ['a"b.jpg', 'cat'], ['c,"d".jpg', 'dog'], ['multi\nline.jpg', 'cat'], ['ef.jpg', 'dog'],
+// ['g.jpg', 'c"at'], ['h.jpg', 'dog'], ['i.jpg', 'cat'].
+TEST(DatasetFromCsv, FieldsAreReadAsPandasReadsThem) {
+  TempDir dir;
+  std::ofstream(dir / "q.csv") << "filename,class\n"
+                                  "a\"b.jpg,cat\n"             // a quote inside a field is a character
+                                  "\"c,\"\"d\"\".jpg\",dog\n"  // quoted: the delimiter, doubled quotes
+                                  "\"multi\nline.jpg\",cat\n"  // quoted: a line break
+                                  "   \n"                      // only spaces: a blank line
+                                  "\"e\"f.jpg,dog\n"           // after the closing quote, unquoted
+                                  "g.jpg,\"c\"\"at\"\n"
+                                  "\t\n"
+                                  "h.jpg,dog\r\r"  // \r ends a line, and the next one is blank
+                                  "i.jpg,cat";     // no line break at the end
+  const Dataset d = dataset_from_csv(dir / "q.csv");
+  const std::vector<std::pair<std::string, std::string>> pandas = {
+      {"a\"b.jpg", "cat"}, {"c,\"d\".jpg", "dog"}, {"multi\nline.jpg", "cat"}, {"ef.jpg", "dog"}, {"g.jpg", "c\"at"},
+      {"h.jpg", "dog"},    {"i.jpg", "cat"}};
+  ASSERT_EQ(d.size(), pandas.size());
+  for (std::size_t i = 0; i < pandas.size(); ++i) {
+    EXPECT_EQ(d.samples[i].path, (dir / pandas[i].first).string()) << i;
+    EXPECT_EQ(d.class_names.at(static_cast<std::size_t>(d.samples[i].label)), pandas[i].second) << i;
+  }
+}
+
+// Every error names the line its record begins on, counted as an editor counts them: a quote inside
+// a field opens nothing, a quoted line break and blank lines are counted.
+TEST(DatasetFromCsv, ErrorsNameTheLineTheRecordBeginsOn) {
+  TempDir dir;
+  const fs::path f = dir / "list.csv";
+  std::ofstream(f) << "filename,class\na\"b.jpg,cat\nc.jpg,dog\nonlyone\nd.jpg,cat\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":4: 1 fields, expected at least 2"), std::string::npos) << csv_error(f);
+  std::ofstream(f) << "filename,class\n\"two\nlines.jpg\",cat\n\n\"x.jpg\"\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":5: 1 fields"), std::string::npos) << csv_error(f);
+  std::ofstream(f) << "filename,class\na.jpg,cat\n\"b.jpg,dog\nc.jpg,cat\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":3: a quoted field opened on this line has no closing quote"),
+            std::string::npos)
+      << csv_error(f);
+  // More fields than the header: pandas refuses it ("Expected 2 fields in line 3, saw 3").
+  std::ofstream(f) << "filename,class\na.jpg,cat\nb,c.jpg,dog\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":3: 3 fields, but the header has 2"), std::string::npos) << csv_error(f);
+  std::ofstream(f) << "filename,class\na.jpg,cat\n,dog\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":3: empty 'filename'"), std::string::npos) << csv_error(f);
+}
+
+// An empty class cell (NaN in pandas) is refused naming the file, the line and the image, instead
+// of becoming a class named "".
+TEST(DatasetFromCsv, AnEmptyClassIsRefused) {
+  TempDir dir;
+  const fs::path f = dir / "list.csv";
+  std::ofstream(f) << "filename,class\na.jpg,cat\nb.jpg,\nc.jpg,dog\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":3: empty 'class' for b.jpg"), std::string::npos) << csv_error(f);
+  std::ofstream(f) << "filename,class\na.jpg,cat\nb.jpg,\"\"\n";
+  EXPECT_NE(csv_error(f).find(f.string() + ":3: empty 'class'"), std::string::npos) << csv_error(f);
+  CsvOptions unlabelled;
+  unlabelled.label_column.clear();
+  EXPECT_EQ(dataset_from_csv(f, unlabelled).size(), 2u) << "without a class column the cell is not read";
+}
+
+TEST(DatasetFromDirectory, ClassFoldersAreTheSortedSubFolders) {
+  TempDir dir;
+  touch(dir / "b/x.jpg");
+  touch(dir / "a/y.jpg");
+  touch(dir / "notes.txt");
+  EXPECT_EQ(class_folders(dir.path()), (std::vector<std::string>{"a", "b"}));
+  EXPECT_THROW(class_folders(dir / "missing"), DatasetError);
+}
+
 TEST(DatasetFromList, ValidatesLabelsAndSplits) {
   EXPECT_THROW(dataset_from_list({}, {"a"}), DatasetError);
   EXPECT_THROW(dataset_from_list({{"x.jpg", 3}}, {"a", "b"}), DatasetError);

@@ -71,6 +71,10 @@ struct ImageFiles {
 ImageFiles find_image_files(const std::filesystem::path& dir, const std::vector<std::string>& extensions,
                             bool follow_links);
 
+// The sub-folders of `root`, sorted: the classes dataset_from_directory takes when it is given none.
+// Throws DatasetError when `root` cannot be listed.
+std::vector<std::string> class_folders(const std::filesystem::path& root);
+
 // One sub-folder per class; class indices follow the sorted folder names; files inside a class
 // folder are found recursively and sorted, as Keras does (find_image_files: with `follow_links` a
 // folder reached twice, as through a link loop, is listed once). Throws DatasetError when the
@@ -85,8 +89,12 @@ struct CsvOptions {
   Split split;
 };
 
-// A CSV/TSV file with a header row. Labels are class names; classes are the sorted distinct names.
-// Quoted fields (RFC 4180) are supported. Throws DatasetError naming the file, line and column.
+// A CSV/TSV file with a header row, read as pandas' read_csv reads it with its defaults: a leading
+// UTF-8 byte order mark is skipped; a quote is special only at a field's start (`a"b.jpg` is a
+// path), a quoted field may hold the delimiter, line breaks and doubled quotes (one quote each);
+// blank lines are skipped. Labels are class names; classes are the sorted distinct names. Throws
+// DatasetError naming the file and the line a record begins on: a row with fewer fields than the
+// columns read or more than the header, an empty path or an empty class, a quote never closed.
 Dataset dataset_from_csv(const std::filesystem::path& csv_file, const CsvOptions& options = {});
 
 // Validates an explicit list (labels within class_names, non-empty) and applies the split.
