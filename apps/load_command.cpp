@@ -41,6 +41,7 @@ void print_first_batch(const Batch& b, const Dataset& ds) {
 
 // A file --list-samples may replace: absent, empty, or lines of three integers (an earlier list).
 void refuse_foreign_sample_list(const std::string& file) {
+  if (is_stream_target(file)) return;  // a device or a pipe holds no earlier list
   std::ifstream in(file);
   if (!in) return;
   std::string line;
@@ -87,8 +88,10 @@ void run_load(const LoadArgs& args) {
   } remove_tmp{&list_tmp};
   if (!args.list_samples.empty()) {
     refuse_foreign_sample_list(args.list_samples);
-    list_tmp = temporary_path(args.list_samples);
-    list.reset(std::fopen(list_tmp.c_str(), "w"));
+    // A device or a pipe is written in place; a file through a temporary renamed at the end.
+    const bool in_place = is_stream_target(args.list_samples);
+    if (!in_place) list_tmp = temporary_path(args.list_samples);
+    list.reset(std::fopen(in_place ? args.list_samples.c_str() : list_tmp.c_str(), "w"));
     if (!list) throw IoError(args.list_samples + ": cannot write the sample list: " + std::strerror(errno));
   }
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
@@ -127,7 +130,7 @@ void run_load(const LoadArgs& args) {
     const int err = errno;
     if (std::fclose(list.release()) != 0 || !flushed)
       throw IoError(args.list_samples + ": cannot write the sample list: " + std::strerror(flushed ? errno : err));
-    commit_file(list_tmp, args.list_samples);
+    if (!list_tmp.empty()) commit_file(list_tmp, args.list_samples);
     list_tmp.clear();
   }
 }

@@ -1,5 +1,7 @@
 // The stoker command: one subcommand per use (see commands.hpp).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <string>
@@ -7,7 +9,30 @@
 #include "commands.hpp"
 #include "stoker/core/error.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+// CLI11's "INI was not able to parse train.epoch" said as what is wrong in the user's file.
+std::string config_error(const CLI::ConfigError& e, const CLI::App& app) {
+  const std::string file = app.get_option("--config")->as<std::string>();
+  const std::string what = e.what(), marker = "not able to parse ";
+  const std::size_t at = what.find(marker);
+  if (at == std::string::npos) return file + ": " + what;
+  const std::string item = what.substr(at + marker.size());
+  const std::size_t dot = item.find('.');
+  if (item.size() > 3 && item.compare(item.size() - 3, 3, ".++") == 0) {
+    std::string tables;
+    for (const CLI::App* sub : app.get_subcommands({})) tables += (tables.empty() ? "" : ", ") + sub->get_name();
+    return file + ": [" + item.substr(0, item.size() - 3) + "] is not a command's table (" + tables + ")";
+  }
+  if (!item.empty() && item[0] == '[') return file + ": malformed table header '" + item + "'";
+  if (dot == std::string::npos)
+    return file + ": '" + item + "' lies outside a table: settings go under their command's table, as [train]";
+  return file + ": '" + item.substr(dot + 1) + "' is not a setting of [" + item.substr(0, dot) +
+         "] (the settings are the command's long flag names: stoker " + item.substr(0, dot) + " --help)";
+}
+
+// The command's exit status (docs/cli.md#exit-codes).
+int run(int argc, char** argv) {
   CLI::App app{"stoker: keeps a GPU fed while it trains image classifiers"};
   app.require_subcommand(1);
   // A flag given twice (say in a script and again by hand) takes the last value.
@@ -16,6 +41,9 @@ int main(int argc, char** argv) {
   // (rotation-range = 30); flags on the command line win. CLI11 2.1 reads config files only at the
   // top level, hence the table per subcommand.
   app.set_config("--config", "", "read settings from a TOML file ([train] table; command-line flags win)");
+  // A misspelled key or table in that file is an error, as a misspelled flag is: ignored, the run
+  // would train with the default instead.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   stoker::app::add_load_command(app);
   stoker::app::add_bench_command(app);
   stoker::app::add_cache_command(app);
@@ -39,6 +67,9 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    std::fprintf(stderr, "stoker: error: %s\n", config_error(e, app).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const stoker::Error& e) {
@@ -53,4 +84,16 @@ int main(int argc, char** argv) {
     return 3;
   }
   return 0;
+}
+}  // namespace
+
+// Output lost to a full disk behind a redirection (or /dev/full) is an error, never a silent
+// success: stdout is flushed and checked before the exit status is given.
+int main(int argc, char** argv) {
+  int status = run(argc, argv);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "stoker: error: cannot write the output (stdout): %s\n", std::strerror(errno));
+    if (status == 0) status = 2;
+  }
+  return status;
 }

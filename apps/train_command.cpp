@@ -3,6 +3,7 @@
 // callbacks into progress bars, per-epoch lines, history.json and the plots.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -517,7 +518,6 @@ void check_inputs_outside_out(const TrainConfig& c) {
 // A new run's --out: absent or empty, else refused with the choices; with --overwrite the earlier
 // run's files (only those) are listed here and removed by clear_earlier_run.
 training::RunFolder check_out_folder(const TrainConfig& c) {
-  check_inputs_outside_out(c);
   training::RunFolder folder = training::inspect_run_folder(c.out);
   if (!folder.foreign_run_names.empty()) {
     throw InvalidArgument("--out " + c.out + " holds " + training::list_names(folder.foreign_run_names) +
@@ -546,6 +546,22 @@ void clear_earlier_run(const training::RunFolder& folder) {
   std::fflush(stdout);
   training::remove_run_files(folder);
 }
+
+// A folder the command created for a run that fails before writing into it is removed again, so
+// that the corrected command finds things as they were.
+class EmptyFolderOnError {
+ public:
+  explicit EmptyFolderOnError(fs::path dir) : dir_(std::move(dir)) {}
+  ~EmptyFolderOnError() {
+    std::error_code ec;
+    if (!dir_.empty() && std::uncaught_exceptions() > 0 && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+  }
+  EmptyFolderOnError(const EmptyFolderOnError&) = delete;
+  EmptyFolderOnError& operator=(const EmptyFolderOnError&) = delete;
+
+ private:
+  fs::path dir_;
+};
 
 void discard_unstarted_run(const fs::path& out, bool remove_folder) {
   try {
@@ -593,6 +609,15 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
   }
   const bool ranks = collective.size() > 1;
   const bool lead = collective.rank() == 0;
+  const bool new_folder = !fs::exists(c.out);
+  // The folder is held before it is looked into: a second run started on it at the same time is
+  // refused here instead of mixing its files with this one's.
+  std::shared_ptr<const training::RunFolderLock> out_lock;
+  if (lead) {
+    check_inputs_outside_out(c);
+    out_lock = std::make_shared<training::RunFolderLock>(c.out);  // creates the folder
+  }
+  const EmptyFolderOnError created(new_folder && lead ? fs::path(c.out) : fs::path());
   const training::RunFolder earlier = c.resume.empty() && lead ? check_out_folder(c) : training::RunFolder{};
   if (cmd.count("--label-mode") > 0) {
     throw InvalidArgument(
@@ -601,6 +626,7 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
   }
   const training::TrainingData data = training_data(c);
   training::TrainOptions options = c.options();
+  options.out_lock = out_lock;
   if (ranks) {
     options.collective = training::launcher_collective();
     if (lead)
@@ -617,7 +643,6 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
   std::vector<EpochLog> log;
   Series throughput{"img/s", {}, {}};
   TrainLog observer(c, log, throughput);
-  const bool new_folder = !fs::exists(c.out);
   // An earlier run is removed (--overwrite) only once this one's setup has held: a mistyped
   // --cut-at fails with the earlier run still in place.
   bool started = false;  // this run has written into --out (an earlier run's files are gone)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
@@ -45,7 +46,8 @@ void TrainConfig::add_to(CLI::App& cmd) {
   cmd.add_option("--reduce-lr-on-plateau", reduce_lr_on_plateau,
                  "FACTOR,PATIENCE: Keras' ReduceLROnPlateau on --monitor (min_delta 1e-4, cooldown 0)")
       ->delimiter(',')
-      ->expected(2);
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   cmd.add_flag("--cosine-decay", cosine_decay,
                "Keras' CosineDecay from --learning-rate to 0 over every step of the run (alpha 0)");
   cmd.add_option("--device", device,
@@ -79,10 +81,15 @@ void TrainConfig::add_to(CLI::App& cmd) {
   cmd.add_option("--height-shift-range", height_shift_range, "fraction of the height (< 1) or pixels");
   cmd.add_option("--shear-range", shear_range, "degrees");
   cmd.add_option("--zoom-range", zoom_range, "z: zoom factors in [1-z, 1+z]; or two values: lower upper")
-      ->expected(1, 2);
+      ->delimiter(',')
+      ->expected(1, 2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   cmd.add_flag("--horizontal-flip", horizontal_flip);
   cmd.add_flag("--vertical-flip", vertical_flip);
-  cmd.add_option("--brightness-range", brightness_range, "two factors, e.g. 0.5 1.5")->expected(2);
+  cmd.add_option("--brightness-range", brightness_range, "two factors, e.g. 0.5 1.5 (or 0.5,1.5)")
+      ->delimiter(',')
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   cmd.add_option("--channel-shift-range", channel_shift_range);
   cmd.add_option("--fill-mode", fill_mode, "constant | nearest | reflect | wrap")->capture_default_str();
   cmd.add_option("--cval", cval, "fill value for --fill-mode constant");
@@ -101,7 +108,8 @@ void TrainConfig::add_to(CLI::App& cmd) {
                  "torchvision's RandomResizedCrop when training: area scale LO,HI[,aspect RATIO_LO,RATIO_HI] "
                  "(default ratio 3/4,4/3); validation and predict take the centre crop")
       ->delimiter(',')
-      ->expected(2, 4);
+      ->expected(2, 4)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   cmd.add_option("--contrast", contrast, "random contrast factor in [1-c, 1+c]");
   cmd.add_option("--saturation", saturation, "random saturation factor in [1-s, 1+s]");
   cmd.add_option("--hue", hue, "random hue shift in [-h, h] turns (h <= 0.5)");
@@ -114,6 +122,15 @@ bool TrainConfig::augments() const {
 }
 
 namespace {
+
+// A flag of several values holds one of the counts it takes: CLI11 refuses too many on the command
+// line (the options' Throw policy), but a config file or a flag given twice can bring another.
+void check_count(const char* flag, const std::vector<double>& values, std::initializer_list<std::size_t> counts,
+                 const char* form) {
+  if (values.empty() || std::find(counts.begin(), counts.end(), values.size()) != counts.end()) return;
+  throw InvalidArgument(std::string(flag) + " takes " + form + ", received " + std::to_string(values.size()) +
+                        " value" + (values.size() == 1 ? "" : "s"));
+}
 
 // "0.5" or "1/255".
 double parse_fraction(const std::string& flag, const std::string& text) {
@@ -145,6 +162,10 @@ training::TrainOptions TrainConfig::options() const {
   o.prepare.samplewise_std_normalization = samplewise_std_normalization;
   o.prepare.featurewise_center = featurewise_center;
   o.prepare.featurewise_std_normalization = featurewise_std_normalization;
+  check_count("--zoom-range", zoom_range, {1, 2}, "Z or LOWER,UPPER");
+  check_count("--brightness-range", brightness_range, {2}, "LOWER,UPPER");
+  check_count("--random-resized-crop", random_resized_crop, {2, 4}, "SCALE_LO,SCALE_HI[,RATIO_LO,RATIO_HI]");
+  check_count("--reduce-lr-on-plateau", reduce_lr_on_plateau, {2}, "FACTOR,PATIENCE");
   if (augments()) {
     AugmentSpec s;
     s.rotation_range = rotation_range;
@@ -160,8 +181,6 @@ training::TrainOptions TrainConfig::options() const {
     s.fill_mode = fill_mode_from_string(fill_mode);
     s.cval = cval;
     if (!random_resized_crop.empty()) {
-      if (random_resized_crop.size() == 3)
-        throw InvalidArgument("--random-resized-crop takes SCALE_LO,SCALE_HI or SCALE_LO,SCALE_HI,RATIO_LO,RATIO_HI");
       RandomResizedCrop crop;
       crop.scale = {random_resized_crop[0], random_resized_crop[1]};
       if (random_resized_crop.size() == 4) crop.ratio = {random_resized_crop[2], random_resized_crop[3]};

@@ -18,7 +18,7 @@ namespace {
 
 [[noreturn]] void fail(const std::filesystem::path& file, const std::filesystem::path& tmp, const std::string& step) {
   const std::string why = std::strerror(errno);
-  ::unlink(tmp.c_str());
+  if (tmp != file) ::unlink(tmp.c_str());
   throw IoError(file.string() + ": cannot write (" + step + "): " + why);
 }
 
@@ -56,9 +56,18 @@ void commit_file(const std::filesystem::path& tmp, const std::filesystem::path& 
   }
 }
 
+bool is_stream_target(const std::filesystem::path& file) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(file, ec);
+  return !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+         !std::filesystem::is_directory(st);
+}
+
 void write_file_atomically(const std::filesystem::path& file, std::string_view bytes) {
-  const std::filesystem::path tmp = temporary_path(file);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool in_place = is_stream_target(file);  // a device or a pipe is written, never replaced
+  const std::filesystem::path tmp = in_place ? file : temporary_path(file);
+  const int fd = in_place ? ::open(file.c_str(), O_WRONLY | O_CLOEXEC)
+                          : ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(file, tmp, "create " + tmp.filename().string());
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -70,7 +79,7 @@ void write_file_atomically(const std::filesystem::path& file, std::string_view b
     done += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0) fail(file, tmp, "close");
-  commit_file(tmp, file);
+  if (!in_place) commit_file(tmp, file);
 }
 
 void replace_file_atomically(const std::filesystem::path& file,

@@ -237,6 +237,36 @@ TEST(Head, SaveLoadRoundTripsBitForBit) {
   EXPECT_EQ(Head::load(tmp / "s.stkh").kernel(), s.kernel());
 }
 
+// A head file carries a checksum: a damaged byte anywhere is a named error, never other weights.
+TEST(Head, ADamagedFileIsRefused) {
+  test::TempDir tmp;
+  Head::sigmoid(8, {}, 1).save(tmp / "head.stkh");
+  std::vector<std::uint8_t> bytes = test::read_bytes(tmp / "head.stkh");
+  bytes[bytes.size() - 40] ^= 0x10;  // inside the bias
+  test::write_bytes(tmp / "head.stkh", bytes);
+  try {
+    Head::load(tmp / "head.stkh");
+    FAIL() << "a damaged head loaded";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("head.stkh: damaged"), std::string::npos) << e.what();
+  }
+}
+
+// A NaN loss compares false with everything: it must not beat a finite epoch, nor be the first best.
+TEST(BestEpoch, ANonFiniteLossIsNeverTheBest) {
+  const Head head = Head::sigmoid(2, {}, 1);
+  BestEpoch best(Monitor::ValLoss);
+  EXPECT_FALSE(best.offer(0, {std::nan(""), 0.5, 4}, head));
+  EXPECT_EQ(best.epoch(), -1);
+  EXPECT_TRUE(best.offer(1, {0.3, 0.5, 4}, head));
+  EXPECT_FALSE(best.offer(2, {std::nan(""), 0.5, 4}, head));
+  EXPECT_FALSE(best.offer(3, {std::numeric_limits<double>::infinity(), 0.5, 4}, head));
+  EXPECT_EQ(best.epoch(), 1);
+  BestEpoch by_accuracy(Monitor::ValAccuracy);
+  EXPECT_TRUE(by_accuracy.offer(0, {0.3, 0.5, 4}, head));
+  EXPECT_FALSE(by_accuracy.offer(1, {std::nan(""), 0.9, 4}, head)) << "a better accuracy with a NaN loss";
+}
+
 TEST(Head, BadInputsThrow) {
   EXPECT_THROW(Head::softmax(4, 1), InvalidArgument);
   EXPECT_THROW(Head(4, 2, HeadActivation::Sigmoid), InvalidArgument);
@@ -262,7 +292,9 @@ TEST(Head, BogusHeaderFieldsAreIoErrorsNamingTheFile) {
   std::uint64_t len;
   std::memcpy(&len, bytes.data() + 8, 8);
   const auto header = nlohmann::json::parse(bytes.begin() + 16, bytes.begin() + 16 + static_cast<long>(len));
-  const std::vector<std::uint8_t> tensors(bytes.begin() + 16 + static_cast<long>(len), bytes.end());
+  // Without the checksum trailer: the files made here are read as files written before trailers
+  // were, so that each reaches the check of its header.
+  const std::vector<std::uint8_t> tensors(bytes.begin() + 16 + static_cast<long>(len), bytes.end() - 16);
   auto write_with = [&](const nlohmann::json& h) {
     const std::string text = h.dump();
     std::vector<std::uint8_t> file(16 + text.size() + tensors.size());

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stoker/core/atomic_file.hpp"
+#include "stoker/core/checksum.hpp"
 #include "stoker/core/error.hpp"
 #include "stoker/training/run_folder.hpp"
 
@@ -201,13 +202,15 @@ void save_checkpoint(const std::filesystem::path& file, const Checkpoint& c) {
     h["fine_tune"]["head_optimizer"] = to_json(f.head, optimizers);
   }
   h["optimizer_bytes"] = optimizers.size();
-  write_file_atomically(file, framed(kCheckpointMagic, h.dump(1)) + head + best + optimizers);
+  std::string bytes = framed(kCheckpointMagic, h.dump(1)) + head + best + optimizers;
+  append_checksum(bytes);
+  write_file_atomically(file, bytes);
 }
 
 Checkpoint load_checkpoint(const std::filesystem::path& file) {
   const std::string where = file.string();
   const std::string bytes = read_whole_file(file);
-  const auto [h, payload] = unframe(kCheckpointMagic, bytes, where, "checkpoint");
+  const auto [h, payload] = unframe(kCheckpointMagic, checked_content(bytes, where), where, "checkpoint");
   Checkpoint c;
   try {
     if (h.at("format") != "stoker-checkpoint" || h.at("version") != 1)
@@ -277,13 +280,14 @@ void save_features(const std::filesystem::path& file, const Features& f) {
   std::string bytes = framed(kFeaturesMagic, h.dump());
   bytes.append(reinterpret_cast<const char*>(f.y.data()), f.y.size() * sizeof(int));
   bytes.append(reinterpret_cast<const char*>(f.x.data()), f.x.size() * sizeof(float));
+  append_checksum(bytes);
   write_file_atomically(file, bytes);
 }
 
 Features load_features(const std::filesystem::path& file) {
   const std::string where = file.string();
   const std::string bytes = read_whole_file(file);
-  const auto [h, payload] = unframe(kFeaturesMagic, bytes, where, "features");
+  const auto [h, payload] = unframe(kFeaturesMagic, checked_content(bytes, where), where, "features");
   Features f;
   try {
     f.n = h.at("n").get<int>();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -215,6 +216,11 @@ ModelInfo read_model_info(const fs::path& dir) {
   return info;
 }
 
+// Equal bit for bit: a NaN weight equals itself here, unlike under ==.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 
 TrainedModel load_trained_model(const fs::path& dir) {
@@ -255,7 +261,7 @@ TrainedModel load_trained_model(const fs::path& dir) {
     // model.h5 is written when a run ends, head.stkh at each best epoch: a run continued and
     // stopped before its end leaves a model.h5 whose head is not the folder's.
     const auto kernel = head.weights.find("kernel");
-    if (kernel == head.weights.end() || !kernel->second.data || *kernel->second.data != m.head->kernel())
+    if (kernel == head.weights.end() || !kernel->second.data || !same_bits(*kernel->second.data, m.head->kernel()))
       throw IoError((dir / kClassifierFile).string() +
                     ": its head is not head.stkh's (a run continued in this folder stopped before its end): "
                     "finish it with stoker train --resume " +

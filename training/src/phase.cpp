@@ -1,7 +1,10 @@
 #include "phase.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <functional>
+#include <string>
 
 #include "sources.hpp"
 #include "stoker/core/error.hpp"
@@ -10,15 +13,26 @@
 namespace stoker::training {
 namespace {
 
+// Keras' TerminateOnNaN, always on: the run stops at the first loss that is not finite, before a
+// checkpoint or the best epoch can take anything of it.
+void check_finite(double loss, const char* which, int epoch, const std::string& where, double learning_rate) {
+  if (std::isfinite(loss)) return;
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%g", learning_rate);
+  throw NonFiniteLoss("epoch " + std::to_string(epoch + 1) + ": the " + which + " loss is " +
+                      (std::isnan(loss) ? "nan" : "infinite") + where + " (learning rate " + rate +
+                      "): training stopped; nothing of this epoch was saved (the best epoch and the checkpoint "
+                      "are the last finite ones): lower the learning rate and train again");
+}
+
 // One epoch that augments: decode, augment and run the backbone (in the second phase its frozen
-// part) again, `step` training on each batch. Every `checkpoint_every` batches (0: never) but the
+// part) again, the phase's step training on each batch. Every `checkpoint_every` batches (0: never) but the
 // last, `checkpoint` saves the run with the epoch's sums so far. A resumed epoch starts at
 // `resume`'s next batch with the sums the checkpoint kept. When `should_stop` asks after a batch
 // but the last, the run is saved there and StopRequested thrown.
-EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_every,
+EpochReport augmented_epoch(Phase& phase, int epoch, FeatureSource& source, int checkpoint_every,
                             const std::function<bool()>& should_stop, TrainObserver& observer,
                             const LoaderState* resume, EpochProgress sums,
-                            const std::function<trainer::StepResult(const float*, const int*, int)>& step,
                             const std::function<void(const EpochProgress&)>& checkpoint) {
   EpochReport e;
   e.epoch = epoch;
@@ -34,7 +48,9 @@ EpochReport augmented_epoch(int epoch, FeatureSource& source, int checkpoint_eve
   e.times = source.run_epoch(
       static_cast<std::uint64_t>(epoch),
       [&](const float* x, const int* y, const std::int64_t*, int n, int) {
-        add_step(sums, step(x, y, n), n, observer);
+        const trainer::StepResult r = phase.step(x, y, n);
+        check_finite(r.loss, "training", epoch, " at batch " + std::to_string(sums.batches + 1), phase.learning_rate());
+        add_step(sums, r, n, observer);
         if (sums.batches >= total) return;  // the epoch's end saves the run
         const bool due = checkpoint_every > 0 && sums.batches % static_cast<std::size_t>(checkpoint_every) == 0;
         const bool stop = should_stop && should_stop();
@@ -107,7 +123,9 @@ EpochReport gathered_augmented_epoch(Phase& phase, const PhaseLoop& loop, int ep
 // value (lower is better, as BestEpoch).
 void end_epoch(Phase& phase, EpochReport& e, trainer::Monitor monitor) {
   phase.complete(e);
+  check_finite(e.train.loss, "training", e.epoch, "", phase.learning_rate());
   e.validation = phase.validate();
+  check_finite(e.validation.loss, "validation", e.epoch, "", phase.learning_rate());
   e.improved = phase.best().offer(e.epoch, e.validation, phase.head());
   if (e.improved) phase.improved();
   e.learning_rate = phase.learning_rate();
@@ -165,9 +183,8 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
     } else if (o.augmentation) {
       const bool mid_epoch = resumed && k == done && resumed->loader.next_batch > 0;
       e = augmented_epoch(
-          epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,
+          phase, epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,
           mid_epoch ? &resumed->loader : nullptr, mid_epoch ? resumed->progress : EpochProgress{},
-          [&phase](const float* x, const int* y, int n) { return phase.step(x, y, n); },
           [&](const EpochProgress& progress) { phase.checkpoint(k, epoch, &progress); });
     } else {
       e = values_epoch(phase, loop, epoch);

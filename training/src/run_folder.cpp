@@ -1,6 +1,12 @@
 #include "stoker/training/run_folder.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -137,5 +143,23 @@ bool is_plain_file_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
 }
+
+RunFolderLock::RunFolderLock(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(dir.string() + ": cannot create the output folder");
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(dir.string() + ": cannot open the output folder (" + std::strerror(errno) + ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  const int error = errno;
+  ::close(fd_);
+  if (error == EWOULDBLOCK)
+    throw IoError(dir.string() +
+                  ": another stoker train is running in this folder (it holds the folder's lock): wait for it to "
+                  "end, or train into another --out");
+  throw IoError(dir.string() + ": cannot lock the output folder (" + std::strerror(error) + ")");
+}
+
+RunFolderLock::~RunFolderLock() { ::close(fd_); }  // closing the descriptor releases the lock
 
 }  // namespace stoker::training

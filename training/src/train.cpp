@@ -138,12 +138,6 @@ void check_resumable_across_ranks(const Checkpoint& resumed, const fs::path& out
                         "finishes that epoch, then across ranks");
 }
 
-void create_output_folder(const fs::path& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out)) throw IoError(out.string() + ": cannot create the output folder");
-}
-
 // The steps the cosine schedule spans: the run's planned steps (an epoch whose files were all
 // skipped in one batch has one step fewer); across ranks the head's epochs are global batches of
 // the gathered features. 0 without the schedule.
@@ -234,7 +228,10 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
   // Several ranks on a machine: each takes its own GPU, by its place among them (LOCAL_RANK).
   result.device = choose_device(o.device, ranks > 1 ? collective->local_rank() : 0);
   DeviceChoice& device = result.device;
-  if (writes) create_output_folder(o.out);
+  // One run at a time writes a folder: two would mix their files (the command took the lock before
+  // it looked into the folder).
+  std::shared_ptr<const RunFolderLock> out_lock = o.out_lock;
+  if (writes && !out_lock) out_lock = std::make_shared<RunFolderLock>(o.out);  // creates the folder
 
   trainer::BackboneRef ref = backbone_ref(o);
   trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);

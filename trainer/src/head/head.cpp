@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <stoker/core/atomic_file.hpp>
+#include <stoker/core/checksum.hpp>
 #include <stoker/core/error.hpp>
 #include <stoker/core/splitmix.hpp>
 #include <stoker/trainer/head.hpp>
@@ -313,7 +314,9 @@ std::string Head::serialize(const BackboneRef& backbone) const {
 }
 
 void Head::save(const std::filesystem::path& file, const BackboneRef& backbone) const {
-  write_file_atomically(file, serialize(backbone));
+  std::string bytes = serialize(backbone);
+  append_checksum(bytes);  // the file's own; a checkpoint embeds the head and checks itself whole
+  write_file_atomically(file, bytes);
 }
 
 namespace {
@@ -354,7 +357,8 @@ void check_shape(const nlohmann::json& shape, const std::string& name, const std
 }  // namespace
 
 Head Head::load(const std::filesystem::path& file, BackboneRef* backbone) {
-  return deserialize(read_whole_file(file), file.string(), backbone);
+  const std::string bytes = read_whole_file(file);
+  return deserialize(checked_content(bytes, file.string()), file.string(), backbone);
 }
 
 Head Head::deserialize(std::string_view bytes, const std::string& where, BackboneRef* backbone) {
@@ -441,6 +445,8 @@ BestEpoch::BestEpoch(Monitor monitor, std::filesystem::path checkpoint, Backbone
 
 bool BestEpoch::offer(int epoch, const EpochStats& validation, const Head& head) {
   const double value = monitor_ == Monitor::ValLoss ? validation.loss : -validation.accuracy;
+  // NaN compares false with everything: without this test it would beat every finite epoch.
+  if (!std::isfinite(validation.loss) || !std::isfinite(value)) return false;
   if (best_ && value >= best_value_) return false;
   best_value_ = value;
   best_ = head;

@@ -108,17 +108,24 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
   const json model_config = {
       {"class_name", "Functional"}, {"config", config}, {"keras_version", kKerasVersion}, {"backend", "tensorflow"}};
 
-  // Written beside the target, synced and renamed over it when complete.
-  replace_file_atomically(file, [&](const std::filesystem::path& tmp) {
+  // Built in memory by libhdf5's core driver and written by write_file_atomically: the disk is
+  // never libhdf5's to fail on. (A file libhdf5 cannot flush stays open inside it, and it crashes
+  // closing that file again when the process exits.)
+  std::string image;
+  {
     const std::lock_guard lock(detail::hdf5_mutex());
     QuietHdf5 quiet;
-    Hid f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!f.ok()) throw IoError(tmp.string() + ": cannot create");
+    const std::string where = file.string();
+    Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/0) < 0)
+      throw IoError(where + ": cannot set up an HDF5 file in memory");
+    Hid f(H5Fcreate(where.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!f.ok()) throw IoError(where + ": cannot create");
     write_string_attribute(f.get(), "backend", "tensorflow");
     write_string_attribute(f.get(), "keras_version", kKerasVersion);
     write_string_attribute(f.get(), "model_config", model_config.dump());
     Hid weights(H5Gcreate2(f.get(), "model_weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    if (!weights.ok()) throw IoError(tmp.string() + ": cannot create the weights group");
+    if (!weights.ok()) throw IoError(where + ": cannot create the weights group");
     write_string_attribute(weights.get(), "backend", "tensorflow");
     write_string_attribute(weights.get(), "keras_version", kKerasVersion);
     std::vector<std::string> names;
@@ -126,7 +133,7 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
       const std::string name = k.config["name"];
       names.push_back(name);
       Hid group(H5Gcreate2(weights.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      if (!group.ok()) throw IoError(tmp.string() + ": cannot create the weights group of '" + name + "'");
+      if (!group.ok()) throw IoError(where + ": cannot create the weights group of '" + name + "'");
       std::vector<std::string> weight_names;
       if (!k.weights.empty()) {
         Hid inner(H5Gcreate2(group.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -138,8 +145,14 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
       write_name_list(group.get(), "weight_names", weight_names);
     }
     write_name_list(weights.get(), "layer_names", names);
-    if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(tmp.string() + ": cannot flush");
-  });
+    if (H5Fflush(f.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(where + ": cannot flush");
+    const ssize_t size = H5Fget_file_image(f.get(), nullptr, 0);
+    if (size < 0) throw IoError(where + ": cannot read back the HDF5 image");
+    image.resize(static_cast<std::size_t>(size));
+    if (H5Fget_file_image(f.get(), image.data(), image.size()) != size)
+      throw IoError(where + ": cannot read back the HDF5 image");
+  }
+  write_file_atomically(file, image);  // beside the target, synced and renamed over it
 }
 
 }  // namespace stoker::trainer

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "stoker/cache/sample_cache.hpp"
+#include "stoker/core/checksum.hpp"  // checksum64, for the entries, the index and the header
 
 namespace stoker {
 
@@ -90,8 +91,5 @@ struct CacheFileRecord {
 // Writes a complete cache file atomically (temp file in the same folder + fsync + rename).
 void write_cache_file(const std::filesystem::path& path, const CacheKey& key,
                       const std::vector<CacheFileRecord>& records);
-
-// 64-bit checksum used for entries, the index and the header (fast, not cryptographic).
-std::uint64_t checksum64(const void* data, std::size_t size) noexcept;
 
 }  // namespace stoker

@@ -12,8 +12,13 @@ namespace stoker {
 
 // Writes `bytes` to a temporary file beside `file`, flushes it to the disk (fsync), renames it
 // over `file` and syncs the folder. IoError naming the file and the reason when any step fails
-// (the temporary file is removed; `file` keeps its old content).
+// (the temporary file is removed; `file` keeps its old content). A `file` that is a device or a
+// pipe (/dev/stdout, a FIFO) is written in place, each write checked.
 void write_file_atomically(const std::filesystem::path& file, std::string_view bytes);
+
+// Whether `file` exists and is neither a regular file nor a folder (a device, a pipe, a socket):
+// such a target is written in place, not replaced by a renamed temporary.
+bool is_stream_target(const std::filesystem::path& file);
 
 // The same for a file another library writes by name (HDF5): `write` creates the temporary path
 // it is given; it is then synced, renamed over `file` and the folder synced. What `write` throws

@@ -156,8 +156,9 @@ Monitor parse_monitor(const std::string& name);  // "val_loss" | "val_accuracy"
 class BestEpoch {
  public:
   explicit BestEpoch(Monitor monitor, std::filesystem::path checkpoint = {}, BackboneRef backbone = {});
-  // Records an epoch's validation metrics; when they improve on every earlier epoch, keeps a copy of
-  // the head (and saves it to the checkpoint, when set). Returns whether it improved.
+  // Records an epoch's validation metrics; when they improve on every earlier epoch (a non-finite
+  // loss never does), keeps a copy of the head (and saves it to the checkpoint, when set).
+  // Returns whether it improved.
   bool offer(int epoch, const EpochStats& validation, const Head& head);
   int epoch() const { return epoch_; }  // -1 before the first offer
   const Head* head() const { return best_ ? &*best_ : nullptr; }

@@ -50,4 +50,19 @@ bool is_inside(const std::filesystem::path& path, const std::filesystem::path& d
 // A file name a checkpoint may name inside its run's folder: one plain name, no folder, no `..`.
 bool is_plain_file_name(const std::string& name);
 
+// One run at a time in a folder: an advisory lock (flock) on the folder itself, held while the
+// object lives and released by the system when the process ends, however it ends (a kill -9 leaves
+// no stale lock, and no file is added to the folder). The folder is created when missing.
+// IoError naming the folder when another run (another process, or another lock in this one) holds it.
+class RunFolderLock {
+ public:
+  explicit RunFolderLock(const std::filesystem::path& dir);
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace stoker::training

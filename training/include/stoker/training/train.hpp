@@ -30,6 +30,7 @@
 #include "stoker/training/device.hpp"
 #include "stoker/training/feature_source.hpp"
 #include "stoker/training/model_folder.hpp"
+#include "stoker/training/run_folder.hpp"
 #include "stoker/training/schedules.hpp"
 
 namespace stoker::training {
@@ -101,6 +102,9 @@ struct TrainOptions {
   bool cosine_decay = false;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (device.hpp)
   std::filesystem::path out;    // the model folder, created when missing
+  // The lock that keeps other runs out of `out` (run_folder.hpp), when the caller took it before
+  // looking into the folder (the command does); null: train() takes it itself.
+  std::shared_ptr<const RunFolderLock> out_lock;
   // A checkpoint (checkpoint.hpp) goes to `out` at each epoch end and, when > 0, after every this
   // many training batches of an augmenting epoch.
   int checkpoint_every_batches = 0;
@@ -223,8 +227,17 @@ struct TrainResult {
   std::string classifier_note;  // why model.h5 was not written, when it was not
 };
 
+// A training or validation loss that is not finite (a learning rate too large, a diverging step):
+// the run stops there, as Keras' TerminateOnNaN callback stops fit(). Nothing of the failing epoch
+// is saved: head.stkh keeps the best finite epoch, the checkpoint the last finite position.
+class NonFiniteLoss : public Error {
+ public:
+  using Error::Error;
+};
+
 // Trains and writes the model folder (head.stkh, stoker_model.json) to options.out. Throws
-// stoker::Error subclasses naming the file or option at fault.
+// stoker::Error subclasses naming the file or option at fault (NonFiniteLoss when the loss
+// becomes NaN or infinite).
 TrainResult train(const TrainingData& data, const TrainOptions& options, TrainObserver* observer = nullptr);
 
 }  // namespace stoker::training
