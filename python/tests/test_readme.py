@@ -12,7 +12,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(ROOT, "README.md")
-NEEDS = {"keras": "tf_keras", "torch": "torch"}
+NEEDS = {"keras": "keras", "torch": "torch"}
 
 
 def snippets():
