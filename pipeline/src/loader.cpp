@@ -22,6 +22,7 @@
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
 
+#include "batch_buffers.hpp"
 #include "polled_wait.hpp"
 #include "stoker/cache/cache_file.hpp"
 #include "stoker/core/error.hpp"
@@ -194,6 +195,7 @@ class LoaderCore : public std::enable_shared_from_this<LoaderCore> {
   int decode_min_height_ = 0, decode_min_width_ = 0;  // the decoder's DCT-scaling floor (0: full size)
   int label_width_ = 0;
   int threads_ = 1;
+  int batch_capacity_ = 0;  // samples a batch buffer holds: min(batch_size, samples_per_epoch_)
   std::size_t slot_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;
   std::int64_t batches_per_epoch_ = 0;
@@ -273,7 +275,10 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   if (o.batch_size < 1) throw InvalidArgument("batch_size must be >= 1, received " + std::to_string(o.batch_size));
   if (o.prefetch < 1) throw InvalidArgument("prefetch must be >= 1, received " + std::to_string(o.prefetch));
   if (o.threads < 0) throw InvalidArgument("threads must be >= 0, received " + std::to_string(o.threads));
-  if (o.limits.max_pixels < 1) throw InvalidArgument("limits.max_pixels must be >= 1");
+  if (o.limits.max_pixels < 1) {
+    throw InvalidArgument("limits.max_pixels (max_image_pixels) must be >= 1, received " +
+                          std::to_string(o.limits.max_pixels));
+  }
 
   const auto classes = static_cast<int>(dataset_.class_names.size());
   switch (o.label_mode) {
@@ -319,6 +324,20 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
         (sharding_.world_size > 1 ? " (this rank's share of " + std::to_string(draws) + ")" : std::string()));
   }
 
+  // What the batch buffers take, checked before anything is allocated: each batch as large as this
+  // rank's batches can be, prefetch batches in flight + one with the consumer.
+  const detail::BatchBuffers buffers = detail::plan_batch_buffers(
+      {.shape = shape_,
+       .batch_size = o.batch_size,
+       .samples = samples_per_epoch_,
+       .slots = static_cast<std::size_t>(o.prefetch) + 1,
+       .per_sample = static_cast<std::size_t>(label_width_) * sizeof(float) + sizeof(std::int32_t) +
+                     sizeof(std::int64_t) + sizeof(std::uint8_t) + sizeof(SampleFailure) + sizeof(SampleTask),
+       .per_batch = sizeof(Slot) + sizeof(std::unique_ptr<Slot>) + sizeof(int),
+       .page = kPage},
+      detail::host_memory_bytes());
+  batch_capacity_ = buffers.capacity;
+
   if (o.cache.kind != CacheKind::None) {
     // Decoded entries are the decoder's output, so they depend on its minimum (DCT-scaling) size,
     // 0x0 for full-size decoding (dct_scaling false); behind a deterministic uint8 transform they
@@ -344,13 +363,13 @@ LoaderCore::LoaderCore(Dataset dataset, LoaderOptions options)
   ensure_tbb_workers(threads_);
   arena_.initialize(threads_, 0);  // no slot reserved for a master: workers run everything
 
-  // Every batch buffer is allocated here, once: prefetch batches in flight + one with the consumer.
+  // Every batch buffer is allocated here, once, as planned above.
   auto allocator = o.allocator ? o.allocator : std::make_shared<AlignedHostAllocator>();
   const int slot_count = o.prefetch + 1;
-  slot_bytes_ = round_up(shape_.bytes() * static_cast<std::size_t>(o.batch_size), kPage);
-  buffer_bytes_ = slot_bytes_ * static_cast<std::size_t>(slot_count);
+  slot_bytes_ = buffers.slot_bytes;
+  buffer_bytes_ = buffers.pixel_bytes;
   memory_ = {static_cast<std::byte*>(allocator->allocate(buffer_bytes_)), BlockDeleter{allocator, buffer_bytes_}};
-  const auto per_batch = static_cast<std::size_t>(o.batch_size);
+  const auto per_batch = static_cast<std::size_t>(batch_capacity_);
   for (int i = 0; i < slot_count; ++i) {
     auto s = std::make_unique<Slot>();
     s->pixels = memory_.get() + slot_bytes_ * static_cast<std::size_t>(i);
@@ -991,6 +1010,7 @@ SampleShape Loader::sample_shape() const noexcept { return core_->shape_; }
 int Loader::label_width() const noexcept { return core_->label_width_; }
 int Loader::threads() const noexcept { return core_->threads_; }
 std::size_t Loader::buffer_bytes() const noexcept { return core_->buffer_bytes_; }
+int Loader::batch_capacity() const noexcept { return core_->batch_capacity_; }
 
 LoaderStats Loader::stats() const noexcept {
   const auto& c = core_->counters_;

@@ -82,5 +82,19 @@ TEST_F(Autotune, AConsumerOnTheSameCoresIsKeptFedAtTheRateBothReachTogether) {
   EXPECT_EQ(tune_loader(ds, options, 1.0, shared).threads, 1);
 }
 
+// A batch_size above the dataset: one batch per epoch, measured across epochs (it was 0 img/s, and
+// the buffers were sized for batch_size).
+TEST_F(Autotune, ADatasetOfOneBatchIsMeasuredAcrossEpochs) {
+  const Dataset ds = dataset_from_directory(dir.path());
+  options.batch_size = 20'000;
+  const LoaderTuning t = tune_loader(ds, options, 1e9, two_threads());
+  ASSERT_EQ(t.curve.size(), 2u);
+  for (const auto& [threads, rate] : t.curve) EXPECT_GT(rate, 0) << threads << " threads";
+  EXPECT_EQ(t.reason.find("the loader's 0 img/s"), std::string::npos) << t.reason;
+  TuneOptions budget = two_threads();
+  budget.ram_budget_bytes = 3 * 48 * 64 * 64 * 3;  // three batches of the 48 images there are
+  EXPECT_EQ(tune_loader(ds, options, 1e9, budget).prefetch, 3);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -708,6 +709,99 @@ TEST(Loader, KeepAspectRatioAndInterpolationsProduceTheExpectedPixels) {
       EXPECT_EQ(d.pixels[i], expected_pixels(ds.samples[static_cast<std::size_t>(d.ids[i])], o));
     }
   }
+}
+
+// A host allocator that records what it is asked for.
+class RecordingAllocator final : public HostAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    requests.push_back(bytes);
+    return std::aligned_alloc(4096, (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096);
+  }
+  void deallocate(void* p, std::size_t) noexcept override { std::free(p); }
+  const char* name() const noexcept override { return "recording"; }
+  std::vector<std::size_t> requests;
+};
+
+// A batch_size above the dataset: each buffer holds what a batch can, this rank's samples of an
+// epoch, not batch_size of them (20,000 on 24 images reserved 14 GiB).
+TEST(Loader, BuffersHoldWhatABatchCanHoldNotBatchSize) {
+  Fixture f(3, 2);  // 6 samples
+  const Dataset ds = f.dataset();
+  auto o = small_options();
+  o.batch_size = 1'000'000'000;
+  const auto allocator = std::make_shared<RecordingAllocator>();
+  o.allocator = allocator;
+  Loader loader(ds, o);
+  EXPECT_EQ(loader.batch_capacity(), 6);
+  const std::size_t slot = (6 * 16 * 24 * 3 + 4095) / 4096 * 4096;
+  EXPECT_EQ(loader.buffer_bytes(), 3 * slot) << "prefetch 2 + 1 batches of 6 samples";
+  EXPECT_EQ(allocator->requests, std::vector<std::size_t>{3 * slot});
+  const Delivered d = run_epoch(loader, 0);
+  EXPECT_EQ(d.batch_sizes, std::vector<int>{6});
+  for (std::size_t i = 0; i < d.ids.size(); ++i) {
+    EXPECT_EQ(d.pixels[i], expected_pixels(ds.samples[static_cast<std::size_t>(d.ids[i])], o));
+  }
+
+  o.sharding = Sharding{1, 4};  // 6 samples on 4 ranks: 2 each, padded
+  EXPECT_EQ(Loader(ds, o).batch_capacity(), 2);
+  o.sharding.reset();
+  o.batch_size = 4;  // below the epoch: batch_size
+  EXPECT_EQ(Loader(ds, o).batch_capacity(), 4);
+}
+
+// Buffers that cannot be had are refused before anything is allocated, with the settings and the
+// bytes: more than the machine's memory is a BadAlloc, bytes past 64 bits an InvalidArgument.
+TEST(Loader, BuffersBeyondMemoryAreRefusedNamingTheSettingsBeforeAllocating) {
+  std::vector<Sample> many(100'000, Sample{"never-read.jpg", 0});
+  const Dataset ds = dataset_from_list(std::move(many), {"a"});
+  auto o = small_options();
+  const auto allocator = std::make_shared<RecordingAllocator>();
+  o.allocator = allocator;
+  o.batch_size = 100'000;
+  o.image_height = o.image_width = 8192;  // 100,000 x 192 MiB: 19 TiB a batch
+  try {
+    Loader loader(ds, o);
+    ADD_FAILURE() << "accepted";
+  } catch (const BadAlloc& e) {
+    const std::string m = e.what();
+    // 3 x 100,000 x 8192 x 8192 x 3 bytes of pixels and the batches' bookkeeping
+    EXPECT_NE(m.find("the batch buffers for 3 batches (prefetch 2 + 1) of 100000 samples (batch_size 100000) x "
+                     "8192x8192x3 uint8 would take 603980"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("of memory this process may use; lower batch_size, prefetch or the image size"), std::string::npos)
+        << m;
+  }
+  o.prefetch = INT_MAX;  // and bytes that overflow
+  try {
+    Loader loader(ds, o);
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("(prefetch 2147483647 + 1) of 100000 samples (batch_size 100000) x "
+                                         "8192x8192x3 uint8 would take more bytes than 64 bits count"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(allocator->requests.empty()) << "nothing is allocated for a refused request";
+}
+
+// max_image_pixels reaches the decoder: an image over it is a bad sample naming the limit.
+TEST(Loader, AnImageOverMaxImagePixelsIsABadSample) {
+  Fixture f(1, 1);  // one 40x50 PNG
+  auto o = small_options();
+  o.limits.max_pixels = 40 * 50 - 1;
+  Loader loader(f.dataset(), o);
+  loader.begin_epoch(0);
+  try {
+    loader.next();
+    ADD_FAILURE() << "decoded";
+  } catch (const DecodeError& e) {
+    EXPECT_NE(std::string(e.what()).find("50x40 pixels, over the limit of 1999"), std::string::npos) << e.what();
+  }
+  o.limits.max_pixels = 40 * 50;
+  Loader at_the_limit(f.dataset(), o);
+  EXPECT_EQ(run_epoch(at_the_limit, 0).ids.size(), 1u);
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ class FeedCore : public std::enable_shared_from_this<FeedCore> {
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<PinnedHostAllocator> pinned_;
   int device_ = 0;
-  int batch_size_ = 0;
+  int batch_size_ = 0;  // samples a slot holds: the loader's batch_capacity()
   int label_width_ = 0;
   SampleShape in_shape_, out_shape_;
   std::size_t in_bytes_ = 0, out_bytes_ = 0, meta_bytes_ = 0, workspace_bytes_ = 0, slot_bytes_ = 0;
@@ -141,8 +141,8 @@ FeedCore::FeedCore(Dataset dataset, LoaderOptions loader, GpuFeedOptions options
     pinned_ = std::make_shared<PinnedHostAllocator>();
     loader.allocator = pinned_;
   }
-  batch_size_ = loader.batch_size;
   loader_ = std::make_unique<Loader>(std::move(dataset), std::move(loader));
+  batch_size_ = loader_->batch_capacity();  // the ring's slots hold what a host batch can
   in_shape_ = loader_->sample_shape();
   label_width_ = loader_->label_width();
   out_shape_ = options_.stage ? options_.stage->output_shape(in_shape_) : in_shape_;

@@ -168,7 +168,10 @@ class Batch {
 class Loader {
  public:
   // Validates the options (throws InvalidArgument naming the option) and allocates every batch
-  // buffer up front. The dataset must not be empty (DatasetError).
+  // buffer up front, each as large as a batch can be (batch_capacity()). The dataset must not be
+  // empty (DatasetError). Buffers whose bytes overflow are an InvalidArgument, and buffers larger
+  // than the memory this process may use (the machine's, or its cgroup's limit) a BadAlloc, both
+  // naming batch_size, prefetch, the sample's shape and the bytes, before anything is allocated.
   Loader(Dataset dataset, LoaderOptions options);
   ~Loader();  // stops decoding, joins every task; outstanding Batches stay valid
   Loader(const Loader&) = delete;
@@ -220,6 +223,9 @@ class Loader {
   int label_width() const noexcept;
   int threads() const noexcept;
   std::size_t buffer_bytes() const noexcept;  // batch memory allocated at construction
+  // The samples a batch buffer holds: batch_size, or samples_per_epoch() when fewer (a batch can
+  // hold no more). The buffers are sized by it.
+  int batch_capacity() const noexcept;
 
   LoaderStats stats() const noexcept;
   void reset_stats() noexcept;
