@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -43,6 +44,7 @@ struct LoaderFlags {
   int threads = 0;
   int prefetch = 0;  // 0: two batches per decode thread (train: with --threads not given, calibrated)
   std::uint64_t seed = 0;
+  std::uint64_t max_image_pixels = 0;
   std::string interpolation;
   std::string label_mode;
   std::string on_bad_sample;
@@ -84,6 +86,7 @@ struct LoaderFlags {
         {"threads", &LoaderFlags::threads},
         {"prefetch", &LoaderFlags::prefetch},
         {"on_bad_sample", &LoaderFlags::on_bad_sample},
+        {"max_image_pixels", &LoaderFlags::max_image_pixels},
         {"cache", &LoaderFlags::cache},
         {"cache_budget", &LoaderFlags::cache_budget},
         {"cache_file", &LoaderFlags::cache_file},
@@ -116,7 +119,8 @@ struct LoaderFlags {
         },
         member(s));
   }
-  // A setting's field as text ("" for an unset one: an integer below the setting's minimum).
+  // A setting's field as text ("" for an unset one: an integer below the setting's minimum that
+  // was not given as a flag; given, it is checked as typed: --rank -1 is refused naming -1).
   std::string text(const LoaderSetting& s) const {
     return std::visit(
         [&](auto field) -> std::string {
@@ -125,7 +129,7 @@ struct LoaderFlags {
           if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
           else if constexpr (std::is_same_v<V, std::string>) return v;
           else {
-            if (s.may_be_unset() && static_cast<std::int64_t>(v) < s.min) return {};
+            if (s.may_be_unset() && static_cast<std::int64_t>(v) < s.min && !given_.contains(s.name)) return {};
             return std::to_string(v);
           }
         },
@@ -231,6 +235,8 @@ struct LoaderFlags {
           } else {
             auto* option = cmd.add_option(s.flag(), v, help);
             if (!s.may_be_unset() && !s.default_value.empty()) option->capture_default_str();
+            // Its unset value is one below its minimum, so a value given there must be told apart.
+            if (s.may_be_unset()) option->each([this, name = s.name](const std::string&) { given_.insert(name); });
           }
         },
         member(s));
@@ -248,6 +254,10 @@ struct LoaderFlags {
     if (shard_remainder == "drop") given["drop_remainder"] = "true";
     return loader_options_from(given, kWhereCommand);
   }
+
+ private:
+  // The settings that may be unset (rank, world_size) given as flags, whatever their value.
+  std::set<std::string_view> given_;
 };
 
 }  // namespace stoker::app

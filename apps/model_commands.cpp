@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,8 +61,21 @@ training::TrainedModel load_for_use(const UseArgs& a) {
   return m;
 }
 
+// A class folder the model was not trained on would be left out of the figures without a word.
+void refuse_unknown_class_folders(const std::string& data, const std::vector<std::string>& classes) {
+  for (const std::string& folder : class_folders(data)) {
+    if (std::find(classes.begin(), classes.end(), folder) != classes.end()) continue;
+    std::string known;
+    for (const std::string& c : classes) known += (known.empty() ? "" : ", ") + c;
+    throw DatasetError((std::filesystem::path(data) / folder).string() +
+                       ": a class folder the model does not have (its classes: " + known +
+                       "); evaluate takes a folder of the model's classes only");
+  }
+}
+
 void run_evaluate(const UseArgs& a) {
   const training::TrainedModel m = load_for_use(a);
+  refuse_unknown_class_folders(a.data, m.info.class_names);
   std::optional<Progress> progress;
   const training::Evaluation r =
       training::evaluate(m, a.data, a.options(), [&](std::size_t batches, std::size_t total, std::size_t images) {

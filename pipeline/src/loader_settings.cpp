@@ -84,6 +84,12 @@ std::vector<LoaderSetting> make_settings() {
        .default_value = "fail",
        .help = "a file that cannot be read or decoded: fail (the error names it) or skip (left out, counted)",
        .choices = {"fail", "skip"}},
+      {.name = "max_image_pixels",
+       .type = T::Integer,
+       .default_value = "178956970",
+       .help = "an image whose header announces more pixels is a bad sample, refused before it is decoded "
+               "(Pillow's MAX_IMAGE_PIXELS, whose default this is)",
+       .min = 1},
       {.name = "cache",
        .type = T::Choice,
        .default_value = "none",
@@ -249,6 +255,7 @@ LoaderOptions loader_options_from(const LoaderSettingValues& given, std::string_
   o.prefetch = static_cast<int>(integer("prefetch"));
   if (o.prefetch == 0) o.prefetch = 2 * std::max(1, o.threads > 0 ? o.threads : tbb::info::default_concurrency());
   o.on_bad_sample = parse_bad_sample_policy(text("on_bad_sample"));
+  o.limits.max_pixels = integer("max_image_pixels");
   o.cache.kind = parse_cache_kind(text("cache"));
   o.cache.budget_bytes = parse_byte_size(text("cache_budget"));
   o.cache.file = text("cache_file");
@@ -266,7 +273,9 @@ Sharding resolve_sharding(std::optional<int> rank, std::optional<int> world_size
                           (rank ? "rank" : "world_size") + ")");
   }
   Sharding s = rank ? Sharding{*rank, *world_size} : sharding_from_environment();
-  if (rank && (*world_size < 1 || *rank < 0 || *rank >= *world_size)) {
+  if (rank && *world_size < 1)
+    throw InvalidArgument("world_size must be >= 1, received " + std::to_string(*world_size));
+  if (rank && (*rank < 0 || *rank >= *world_size)) {
     throw InvalidArgument("rank must be in [0, world_size = " + std::to_string(*world_size) + "), received " +
                           std::to_string(*rank));
   }

@@ -999,4 +999,79 @@ TEST_F(Cli, ShardRefusesAnEarlierSetAndOverwriteReplacesItWhole) {
   EXPECT_TRUE(fs::is_empty(dir / "full")) << "no temporary left";
 }
 
+// A --batch-size above the dataset sizes the buffers by what a batch holds (the 20 images); buffers
+// that cannot be had are a one-line error naming the settings and the bytes, exit 2, before any
+// allocation (1e9 ended in "internal error: std::bad_alloc").
+TEST_F(Cli, LoadSizesItsBuffersByWhatABatchHolds) {
+  const std::string data = "load --data " + (dir / "data").string() + " --epochs 1 --image-size 32 --threads 2";
+  const CommandResult huge = stoker(data + " --batch-size 1000000000 --prefetch 2");
+  ASSERT_EQ(huge.exit_code, 0) << huge.out;
+  EXPECT_NE(huge.out.find("batch 1000000000, prefetch 2, 0.2 MiB of batch buffers"), std::string::npos) << huge.out;
+  EXPECT_NE(huge.out.find("first batch: 20 samples"), std::string::npos) << huge.out;
+
+  const CommandResult beyond = stoker(data + " --batch-size 1000 --prefetch 1000000 --image-size 16384");
+  EXPECT_EQ(beyond.exit_code, 2) << beyond.out;
+  EXPECT_NE(beyond.out.find("stoker: error: the batch buffers for 1000001 batches (prefetch 1000000 + 1) of 20 "
+                            "samples (batch_size 1000, this rank's 20 samples per epoch) x 16384x16384x3 uint8 "
+                            "would take "),
+            std::string::npos)
+      << beyond.out;
+  EXPECT_EQ(beyond.out.find("internal error"), std::string::npos) << beyond.out;
+}
+
+// --rank and --world-size: a wrong value is named as given (--rank -1 read "received only
+// world_size", --world-size 0 was taken as unset).
+TEST_F(Cli, AWrongRankOrWorldSizeIsNamed) {
+  const std::string data = "load --data " + (dir / "data").string() + " --epochs 1 --image-size 32";
+  const CommandResult rank = stoker(data + " --rank -1 --world-size 2");
+  EXPECT_EQ(rank.exit_code, 2) << rank.out;
+  EXPECT_NE(rank.out.find("stoker: error: rank must be >= 0, received '-1'"), std::string::npos) << rank.out;
+  const CommandResult world = stoker(data + " --world-size 0");
+  EXPECT_EQ(world.exit_code, 2) << world.out;
+  EXPECT_NE(world.out.find("stoker: error: world_size must be >= 1, received '0'"), std::string::npos) << world.out;
+  const CommandResult both = stoker(data + " --rank 1 --world-size 2");
+  ASSERT_EQ(both.exit_code, 0) << both.out;
+  EXPECT_NE(both.out.find("rank 1 of 2"), std::string::npos) << both.out;
+}
+
+// A CSV list as Excel writes it (a byte order mark, CRLF) with a quote inside a file name, read as
+// pandas reads it; an empty class is refused naming the line.
+TEST_F(Cli, LoadACsvAsPandasReadsIt) {
+  fs::copy_file(dir / "data" / "cat" / "img0.jpg", dir / "data" / "cat" / "a\"b.jpg");
+  std::ofstream(dir / "list.csv", std::ios::binary) << "\xEF\xBB\xBF"
+                                                    << "filename,class\r\ncat/a\"b.jpg,cat\r\n"
+                                                    << "dog/img1.jpg,dog\r\n";
+  const std::string load = "load --epochs 1 --image-size 32 --directory " + (dir / "data").string() + " --data-csv ";
+  const CommandResult ok = stoker(load + (dir / "list.csv").string());
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("dataset: 2 images in 2 classes (cat, dog)"), std::string::npos) << ok.out;
+  std::ofstream(dir / "empty.csv") << "filename,class\ncat/img0.jpg,cat\ndog/img1.jpg,\n";
+  const CommandResult empty = stoker(load + (dir / "empty.csv").string());
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.out.find("empty.csv:3: empty 'class' for dog/img1.jpg"), std::string::npos) << empty.out;
+}
+
+// evaluate on a folder with a class the model does not have: refused naming the folder and the
+// model's classes (its images were left out of the figures without a word).
+TEST_F(Cli, EvaluateRefusesAClassFolderTheModelDoesNotHave) {
+  const CommandResult t = stoker("train --data " + (dir / "data").string() + " --model " + kModel +
+                                 " --cut-at sequential_9 --image-size 96 --epochs 1 --batch-size 8 --threads 2 "
+                                 "--device cpu --out " +
+                                 (dir / "out").string());
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  fs::create_directories(dir / "data" / "fox");
+  fs::copy_file(dir / "data" / "cat" / "img0.jpg", dir / "data" / "fox" / "img0.jpg");
+  const CommandResult e =
+      stoker("evaluate --device cpu --model-dir " + (dir / "out").string() + " --data " + (dir / "data").string());
+  EXPECT_EQ(e.exit_code, 2) << e.out;
+  EXPECT_NE(e.out.find("stoker: error: " + (dir / "data" / "fox").string() +
+                       ": a class folder the model does not have (its classes: cat, dog)"),
+            std::string::npos)
+      << e.out;
+  fs::remove_all(dir / "data" / "fox");
+  const CommandResult fine =
+      stoker("evaluate --device cpu --model-dir " + (dir / "out").string() + " --data " + (dir / "data").string());
+  EXPECT_EQ(fine.exit_code, 0) << fine.out;
+}
+
 }  // namespace

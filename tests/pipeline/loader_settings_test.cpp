@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "stoker/core/error.hpp"
 
@@ -20,7 +21,8 @@ std::string describe(const LoaderOptions& o) {
   s << o.batch_size << ' ' << o.image_height << 'x' << o.image_width << ' ' << static_cast<int>(o.interpolation) << ' '
     << o.keep_aspect_ratio << ' ' << o.dct_scaling << ' ' << static_cast<int>(o.label_mode) << ' ' << o.shuffle << ' '
     << o.seed << ' ' << o.drop_last << ' ' << o.threads << ' ' << o.prefetch << ' ' << static_cast<int>(o.on_bad_sample)
-    << ' ' << static_cast<int>(o.cache.kind) << ' ' << o.cache.budget_bytes << ' ' << o.cache.file;
+    << ' ' << static_cast<int>(o.cache.kind) << ' ' << o.cache.budget_bytes << ' ' << o.cache.file << ' '
+    << o.limits.max_pixels;
   if (o.sharding) {
     s << ' ' << o.sharding->rank << '/' << o.sharding->world_size << ' ' << static_cast<int>(o.sharding->mode) << ' '
       << o.sharding->drop_remainder;
@@ -143,6 +145,34 @@ TEST_F(LoaderSettings, RankAndWorldSizeTogetherOrFromTheEnvironment) {
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
   EXPECT_THROW(resolve_sharding(0, std::nullopt), InvalidArgument);
+}
+
+// A wrong rank or world size is named with its value, whichever is wrong (a world size of 0 read
+// "rank must be in [0, world_size = 0), received 0").
+TEST_F(LoaderSettings, AWrongRankOrWorldSizeIsNamedWithItsValue) {
+  expect_refused({{"rank", "-1"}, {"world_size", "2"}}, "rank must be >= 0, received '-1'");
+  expect_refused({{"world_size", "0"}}, "world_size must be >= 1, received '0'");
+  expect_refused({{"rank", "0"}, {"world_size", "0"}}, "world_size must be >= 1, received '0'");
+  for (const auto& [rank, world, message] :
+       {std::tuple{0, 0, "world_size must be >= 1, received 0"}, std::tuple{-1, 2, "received -1"},
+        std::tuple{0, -3, "world_size must be >= 1, received -3"}}) {
+    try {
+      resolve_sharding(rank, world);
+      ADD_FAILURE() << rank << " of " << world << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The decoder's pixel cap is a setting, by default Pillow's Image.MAX_IMAGE_PIXELS (about 179 MP;
+// it was a fixed 100 MP).
+TEST_F(LoaderSettings, TheDecodersPixelCapIsASettingWithPillowsDefault) {
+  EXPECT_EQ(loader_setting("max_image_pixels").default_value, "178956970");
+  EXPECT_EQ(loader_options_from({}).limits.max_pixels, 178'956'970);
+  EXPECT_EQ(DecodeLimits{}.max_pixels, 178'956'970);
+  EXPECT_EQ(loader_options_from({{"max_image_pixels", "400000000"}}).limits.max_pixels, 400'000'000);
+  expect_refused({{"max_image_pixels", "0"}}, "max_image_pixels must be >= 1, received '0'");
 }
 
 }  // namespace

@@ -32,8 +32,9 @@ struct ImageHeader {
 ImageHeader read_image_header(std::span<const std::uint8_t> bytes, const std::string& name);
 
 struct DecodeLimits {
-  // Headers announcing more pixels than this are rejected before allocation (default 100 MP).
-  std::int64_t max_pixels = 100'000'000;
+  // Headers announcing more pixels than this are rejected before allocation. The default is
+  // Pillow's Image.MAX_IMAGE_PIXELS (about 179 MP); the loader's setting max_image_pixels.
+  std::int64_t max_pixels = 178'956'970;
 };
 
 // Reads a whole file into `out` (reusing its capacity) and returns its stamp. Throws DecodeError
