@@ -199,47 +199,58 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
     result.bytes += writer->bytes_written();
     writer.reset();
   };
+  // A write that stops or fails leaves nothing: finished shards without their classes.txt would
+  // read as a smaller dataset.
+  const auto discard_written = [&] {
+    writer.reset();  // its temporary goes
+    std::error_code ignored;
+    for (const auto& shard : result.shards) fs::remove(shard, ignored);
+  };
   std::vector<std::uint8_t> bytes;
-  for (const std::uint32_t index : order) {
-    if (options.should_stop && options.should_stop()) {
-      writer.reset();  // its temporary goes
-      for (const auto& shard : result.shards) fs::remove(shard);
-      ShardWriteResult stopped;
-      stopped.stopped = true;
-      stopped.replaced = result.replaced;
-      return stopped;
+  try {
+    for (const std::uint32_t index : order) {
+      if (options.should_stop && options.should_stop()) {
+        discard_written();
+        ShardWriteResult stopped;
+        stopped.stopped = true;
+        stopped.replaced = result.replaced;
+        return stopped;
+      }
+      const Sample& s = dataset.samples[index];
+      const SourceStamp stamp =
+          s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);
+      const std::string key = key_of(s, index);
+      const std::string label = s.label >= 0 ? std::to_string(s.label) : std::string();
+      const std::uint64_t need =
+          TarWriter::member_bytes(bytes.size()) + (label.empty() ? 0 : TarWriter::member_bytes(label.size()));
+      if (writer && in_shard > 0 &&
+          writer->bytes_written() + need + TarWriter::end_bytes(writer->bytes_written() + need) > options.max_bytes) {
+        close();
+      }
+      if (!writer) {
+        const fs::path path = shard_name(options.pattern, result.shards.size());
+        if (path.has_parent_path()) fs::create_directories(path.parent_path());
+        writer.emplace(path);
+        result.shards.push_back(path.string());
+        in_shard = 0;
+      }
+      const std::int64_t mtime = stamp.mtime_ns / 1'000'000'000;
+      writer->add(key + "." + extension_of(s), bytes, mtime);
+      if (!label.empty()) {
+        writer->add(key + ".cls", {reinterpret_cast<const std::uint8_t*>(label.data()), label.size()}, mtime);
+      }
+      ++in_shard;
+      ++result.samples;
     }
-    const Sample& s = dataset.samples[index];
-    const SourceStamp stamp =
-        s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);
-    const std::string key = key_of(s, index);
-    const std::string label = s.label >= 0 ? std::to_string(s.label) : std::string();
-    const std::uint64_t need =
-        TarWriter::member_bytes(bytes.size()) + (label.empty() ? 0 : TarWriter::member_bytes(label.size()));
-    if (writer && in_shard > 0 &&
-        writer->bytes_written() + need + TarWriter::end_bytes(writer->bytes_written() + need) > options.max_bytes) {
-      close();
+    close();
+    if (!dataset.class_names.empty()) {
+      const fs::path classes = fs::path(result.shards.front()).parent_path() / "classes.txt";
+      write_file_atomically(classes, class_list);
+      result.classes_file = classes.string();
     }
-    if (!writer) {
-      const fs::path path = shard_name(options.pattern, result.shards.size());
-      if (path.has_parent_path()) fs::create_directories(path.parent_path());
-      writer.emplace(path);
-      result.shards.push_back(path.string());
-      in_shard = 0;
-    }
-    const std::int64_t mtime = stamp.mtime_ns / 1'000'000'000;
-    writer->add(key + "." + extension_of(s), bytes, mtime);
-    if (!label.empty()) {
-      writer->add(key + ".cls", {reinterpret_cast<const std::uint8_t*>(label.data()), label.size()}, mtime);
-    }
-    ++in_shard;
-    ++result.samples;
-  }
-  close();
-  if (!dataset.class_names.empty()) {
-    const fs::path classes = fs::path(result.shards.front()).parent_path() / "classes.txt";
-    write_file_atomically(classes, class_list);
-    result.classes_file = classes.string();
+  } catch (...) {
+    discard_written();
+    throw;
   }
   return result;
 }

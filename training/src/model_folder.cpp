@@ -14,6 +14,11 @@
 #include "stoker/training/checkpoint.hpp"
 
 namespace stoker::training {
+namespace {
+// The name of the classifier graph stoker train exports: how predict --model knows its own file.
+constexpr const char* kClassifierName = "stoker_classifier";
+}  // namespace
+
 namespace fs = std::filesystem;
 
 AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool training) {
@@ -94,7 +99,7 @@ trainer::Graph classifier_graph(const trainer::Graph& backbone, const trainer::H
     return trainer::Weight{std::move(shape), std::make_shared<const std::vector<float>>(std::move(values))};
   };
   trainer::Graph g;
-  g.name = "stoker_classifier";
+  g.name = kClassifierName;
   const int input = backbone.inputs[0];
   g.nodes.push_back(backbone.nodes.at(static_cast<std::size_t>(input)));
   g.inputs = {0};
@@ -278,10 +283,19 @@ TrainedModel load_classifier(const fs::path& file, const ImagePreparation& prep,
   TrainedModel m;
   m.info.backbone.model = file.string();
   m.info.prepare = prep;
-  image_spec(prep);  // an unknown preprocessing fails before the model loads
+  if (prep.preprocess.empty()) m.info.prepare.preprocess = "tf";
+  image_spec(m.info.prepare);  // an unknown preprocessing fails before the model loads
   trainer::LoadOptions lo;
   if (prep.image_size > 0) lo.input_hw = {prep.image_size, prep.image_size};
   m.backbone = trainer::load_model(file, lo);
+  if (m.backbone.graph().name == kClassifierName) {  // stoker train's model.h5: 0..255 pixels in
+    if (!prep.preprocess.empty() && prep.preprocess != "none")
+      throw InvalidArgument(file.string() + ": written by stoker train, it normalises its input itself (its first "
+                            "layer); preprocessing '" + prep.preprocess +
+                            "' would normalise twice: leave --preprocess out");
+    m.info.prepare.preprocess = "none";
+    m.preprocessing_in_backbone = true;
+  }
   const std::vector<int> in = m.backbone.input_shape(), out = m.backbone.output_shape();
   m.info.prepare.image_size = in.at(0);
   if (in.size() != 3 || in[0] != in[1] || in[2] != 3) {

@@ -4,6 +4,7 @@
 // datasets in the order Keras' layers create their weights. Each node's Keras layers come from its
 // kind's Keras form (layers.hpp); this file writes them as HDF5.
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,16 @@ void write_weight(hid_t group, const std::string& name, const Weight& w) {
     throw IoError("save_keras_h5: cannot write weight '" + name + "'");
 }
 
+// The model's name as Keras accepts a root name scope ([A-Za-z0-9.][A-Za-z0-9_.-]*): a cut
+// model's "model@layer" loads but cannot predict in tf_keras or Keras 3.
+std::string keras_model_name(const std::string& name) {
+  std::string out = name.empty() ? "model" : name;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') c = '_';
+  if (!std::isalnum(static_cast<unsigned char>(out[0])) && out[0] != '.') out.insert(0, "m");
+  return out;
+}
+
 }  // namespace
 
 void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
@@ -89,7 +100,7 @@ void save_keras_h5(const Graph& graph, const std::filesystem::path& file) {
     for (int i : n.inputs) inputs.push_back(detail::keras_output_name(graph.nodes.at(static_cast<std::size_t>(i))));
     for (KerasLayer& k : detail::keras_layers(n, inputs)) layers.push_back(std::move(k));
   }
-  json config = {{"name", graph.name.empty() ? "model" : graph.name}, {"trainable", true}};
+  json config = {{"name", keras_model_name(graph.name)}, {"trainable", true}};
   config["layers"] = json::array();
   for (const KerasLayer& k : layers) {
     json inbound = json::array();
