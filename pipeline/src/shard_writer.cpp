@@ -143,6 +143,15 @@ std::string key_of(const Sample& s, std::size_t index) {
   return std::string(number) + (stem.empty() ? "" : "_" + stem);
 }
 
+// What the loader checks before it decodes: a format it reads, and a size within the limits.
+void check_sample(std::span<const std::uint8_t> bytes, const std::string& name, const DecodeLimits& limits) {
+  const ImageHeader h = read_image_header(bytes, name);
+  if (static_cast<std::int64_t>(h.width) * h.height > limits.max_pixels)
+    throw DecodeError(name, std::string(to_string(h.format)) + " header announces " + std::to_string(h.width) + "x" +
+                                std::to_string(h.height) + " pixels, over the limit of " +
+                                std::to_string(limits.max_pixels));
+}
+
 }  // namespace
 
 ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWriteOptions& options) {
@@ -217,8 +226,15 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
         return stopped;
       }
       const Sample& s = dataset.samples[index];
-      const SourceStamp stamp =
-          s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);
+      SourceStamp stamp;
+      try {
+        stamp = s.range ? read_file_range(s.path, *s.range, sample_name(s), bytes) : read_file(s.path, bytes);
+        check_sample(bytes, sample_name(s), options.limits);
+      } catch (const DecodeError& e) {
+        if (options.on_bad_sample == BadSamplePolicy::Fail) throw;
+        result.skipped.push_back({static_cast<std::int64_t>(index), e.path(), e.reason()});
+        continue;
+      }
       const std::string key = key_of(s, index);
       const std::string label = s.label >= 0 ? std::to_string(s.label) : std::string();
       const std::uint64_t need =
@@ -243,6 +259,9 @@ ShardWriteResult write_webdataset_shards(const Dataset& dataset, const ShardWrit
       ++result.samples;
     }
     close();
+    if (result.shards.empty())
+      throw DatasetError("none of the " + std::to_string(dataset.size()) + " samples could be read (" +
+                         result.skipped.front().path + ": " + result.skipped.front().reason + ")");
     if (!dataset.class_names.empty()) {
       const fs::path classes = fs::path(result.shards.front()).parent_path() / "classes.txt";
       write_file_atomically(classes, class_list);

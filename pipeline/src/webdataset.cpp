@@ -400,7 +400,7 @@ struct ShardStamp {
   friend bool operator==(const ShardStamp&, const ShardStamp&) = default;
 };
 
-std::optional<ShardStamp> stamp_of(const std::string& shard) {
+std::optional<ShardStamp> shard_stamp_of(const std::string& shard) {
   struct stat st {};
   if (::stat(shard.c_str(), &st) != 0) return std::nullopt;
   return ShardStamp{static_cast<std::uint64_t>(st.st_size),
@@ -565,7 +565,7 @@ Dataset dataset_from_webdataset(const std::vector<std::string>& shards, const We
   bool index_changed = index.size() != shards.size();
   std::int64_t max_label = -1;
   for (const auto& shard : shards) {
-    const std::optional<ShardStamp> stamp = options.index_file.empty() ? std::nullopt : stamp_of(shard);
+    const std::optional<ShardStamp> stamp = options.index_file.empty() ? std::nullopt : shard_stamp_of(shard);
     const auto known = index.find(shard);
     const bool reuse = stamp && known != index.end() && known->second.stamp == *stamp;
     if (!reuse) {

@@ -467,7 +467,7 @@ TEST_F(Cli, TrainWithCropsColourJitterAndStandardisation) {
   for (const Case& c : std::vector<Case>{
            {"--hue 0.7", "hue"},
            {"--rescale 1/x", "--rescale takes a number or a fraction like 1/255, received '1/x'"},
-           {"--random-resized-crop 0.5,1,2", "--random-resized-crop takes SCALE_LO,SCALE_HI or"},
+           {"--random-resized-crop 0.5,1,2", "--random-resized-crop takes SCALE_LO,SCALE_HI[,RATIO_LO,RATIO_HI]"},
            {"--center-crop 1.5", "center_crop"},
        }) {
     const CommandResult r = stoker(train_args("--overwrite --device cpu " + c.flags));

@@ -227,4 +227,18 @@ TEST_F(RunSafety, TheExportedModelPredictsAsItsFolder) {
   EXPECT_TRUE(contains(twice.out, "would normalise twice")) << twice.out;
 }
 
+// shard reads each file's header as the loader would: GIF bytes named .jpg fail the write by
+// name, or are left out and named with --on-bad-sample skip.
+TEST_F(RunSafety, ShardRefusesOrSkipsWhatTheLoaderWouldRefuse) {
+  std::ofstream(dir / "data" / "cat" / "fake.jpg") << "GIF89a\x01\x00\x01\x00";
+  const std::string args = "shard --data " + (dir / "data").string() + " --out ";
+  const CommandResult fail = stoker(args + (dir / "a" / "s-%04d.tar").string());
+  EXPECT_EQ(fail.exit_code, 2) << fail.out;
+  EXPECT_TRUE(contains(fail.out, "fake.jpg")) << fail.out;
+  const CommandResult skip = stoker(args + (dir / "b" / "s-%04d.tar").string() + " --on-bad-sample skip");
+  ASSERT_EQ(skip.exit_code, 0) << skip.out;
+  EXPECT_TRUE(contains(skip.out, "stoker: skipped " + (dir / "data" / "cat" / "fake.jpg").string())) << skip.out;
+  EXPECT_TRUE(contains(skip.out, "16 samples in 2 classes")) << skip.out;
+}
+
 }  // namespace

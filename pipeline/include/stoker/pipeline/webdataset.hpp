@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "stoker/pipeline/dataset.hpp"
+#include "stoker/pipeline/decode.hpp"
+#include "stoker/pipeline/loader.hpp"  // BadSamplePolicy, SkippedSample
 
 namespace stoker {
 
@@ -92,6 +94,12 @@ struct ShardWriteOptions {
   // removed) nor those it completed (an incomplete set would read as a smaller dataset), and no
   // classes.txt; the result says `stopped`. Empty: never asked.
   std::function<bool()> should_stop;
+  // Each sample's header is read before it is copied in (what the loader would refuse — not an
+  // image, a format it does not read, more pixels than limits.max_pixels — is refused here):
+  // Fail throws its DecodeError (and leaves no shard), Skip leaves it out and names it in
+  // ShardWriteResult::skipped.
+  BadSamplePolicy on_bad_sample = BadSamplePolicy::Fail;
+  DecodeLimits limits;
 };
 
 struct ShardWriteResult {
@@ -101,6 +109,7 @@ struct ShardWriteResult {
   std::size_t samples = 0;
   std::uint64_t bytes = 0;
   std::string classes_file;  // written next to the shards when the dataset has class names
+  std::vector<SkippedSample> skipped;  // BadSamplePolicy::Skip: the samples left out, and why
 };
 
 // Writes `dataset` as WebDataset ustar shards: per sample a key unique in the set ("%08d" of the
