@@ -7,14 +7,17 @@
 // MobileNetV2 (run both one after the other on the same machine: the ratio is what to quote).
 //
 //   fine_tune_bench [--model PATH] [--cut LAYER] [--from LAYER] [--size 224] [--batch 32] [--steps 6]
-//                   [--threads 0] [--device cpu|cuda]
+//                   [--reps 1] [--threads 0] [--device cpu|cuda]
 //
-// Defaults: the bundled MobileNetV2 α=0.35 cut at sequential_9 (1280 features), unfrozen from
-// block_13_expand. Two warm-up steps, then --steps timed ones; prints "fine_tune_bench img/s: <n>"
-// for the step (and the frozen part's share of its time) and "fine_tune_bench forward img/s: <n>"
-// for the frozen backbone's inference alone.
+// Defaults: MobileNetV2 α=0.35 (data/models/ of the source tree it was built from; on another
+// machine pass --model) cut at sequential_9 (1280 features), unfrozen from block_13_expand. Two
+// warm-up steps, then --reps runs of --steps timed ones; prints the median run's
+// "fine_tune_bench img/s: <n>" for the step (and the frozen part's share of its time) and
+// "fine_tune_bench forward img/s: <n>" for the frozen backbone's inference alone.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -41,28 +44,33 @@ struct Args {
   int size = 224;
   int batch = 32;
   int steps = 6;
+  int reps = 1;
   int threads = 0;
   std::string device = "cpu";
 };
 
 Args parse(int argc, char** argv) {
   Args a;
+  bool model_given = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
     if (i + 1 >= argc) throw InvalidArgument("option " + k + " needs a value");
     const std::string v = argv[i + 1];
-    if (k == "--model") a.model = v;
+    if (k == "--model") a.model = v, model_given = true;
     else if (k == "--cut") a.cut = v;
     else if (k == "--from") a.from = v;
     else if (k == "--size") a.size = std::stoi(v);
     else if (k == "--batch") a.batch = std::stoi(v);
     else if (k == "--steps") a.steps = std::stoi(v);
+    else if (k == "--reps") a.reps = std::stoi(v);
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--device") a.device = v;
     else throw InvalidArgument("unknown option " + k);
   }
-  if (a.batch < 1 || a.steps < 1 || a.size < 1 || a.threads < 0)
-    throw InvalidArgument("--batch, --steps and --size must be >= 1, --threads >= 0");
+  if (a.batch < 1 || a.steps < 1 || a.reps < 1 || a.size < 1 || a.threads < 0)
+    throw InvalidArgument("--batch, --steps, --reps and --size must be >= 1, --threads >= 0");
+  if (!model_given && !std::filesystem::exists(a.model))
+    throw InvalidArgument("no model at " + a.model + " (the source tree this was built from): pass --model PATH");
   if (a.device != "cpu" && a.device != "cuda") throw InvalidArgument("--device must be cpu or cuda");
   return a;
 }
@@ -112,24 +120,39 @@ int main(int argc, char** argv) try {
   };
   step();
   step();
-  frozen_seconds = 0;
-  auto t0 = Clock::now();
-  for (int s = 0; s < a.steps; ++s) step();
-  const double step_seconds = seconds_since(t0);
-  const double step_rate = a.batch * a.steps / step_seconds;
+  struct Run {
+    double rate, frozen_share;
+  };
+  std::vector<Run> runs;
+  for (int r = 0; r < a.reps; ++r) {
+    frozen_seconds = 0;
+    const auto t0 = Clock::now();
+    for (int s = 0; s < a.steps; ++s) step();
+    const double seconds = seconds_since(t0);
+    runs.push_back({a.batch * a.steps / seconds, frozen_seconds / seconds});
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& x, const Run& y) { return x.rate < y.rate; });
+  const Run median = runs[runs.size() / 2];
 
   backbone.forward(images.data(), a.batch);
-  t0 = Clock::now();
-  for (int s = 0; s < a.steps; ++s) backbone.forward(images.data(), a.batch);
-  const double forward_rate = a.batch * a.steps / seconds_since(t0);
+  std::vector<double> forward_rates;
+  for (int r = 0; r < a.reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int s = 0; s < a.steps; ++s) backbone.forward(images.data(), a.batch);
+    forward_rates.push_back(a.batch * a.steps / seconds_since(t0));
+  }
+  std::sort(forward_rates.begin(), forward_rates.end());
+  const double forward_rate = forward_rates[forward_rates.size() / 2];
 
   std::printf(
       "model %s cut at %s, %dx%d, batch %d, trainable from %s (%zu weights; frozen part ends at %s), "
       "%.1f MB of activations kept\n",
       a.model.c_str(), a.cut.c_str(), a.size, a.size, a.batch, a.from.c_str(), top.trainable_parameters(),
       top.boundary().c_str(), top.activation_bytes(a.batch) / 1e6);
-  std::printf("fine_tune_bench img/s: %.1f (the frozen part's forward %.0f%% of the step's time)\n", step_rate,
-              100 * frozen_seconds / step_seconds);
+  std::printf(
+      "fine_tune_bench img/s: %.1f (the frozen part's forward %.0f%% of the step's time; median of %d runs "
+      "of %d steps, %.1f to %.1f)\n",
+      median.rate, 100 * median.frozen_share, a.reps, a.steps, runs.front().rate, runs.back().rate);
   std::printf("fine_tune_bench forward img/s: %.1f\n", forward_rate);
   return 0;
 } catch (const std::exception& e) {
