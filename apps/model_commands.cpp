@@ -196,8 +196,8 @@ void add_model_commands(CLI::App& app) {
   p->add_option("--labels", pred->labels, "with --model: class names, one per line (default 0..K-1)")
       ->check(CLI::ExistingFile);
   p->add_option("--preprocess", pred->preprocess,
-                 "with --model: tf | caffe | torch | rescale (x/255) | none (default: none for a model.h5 stoker train "
-                 "wrote, which normalises its input itself; else tf)");
+                "with --model: tf | caffe | torch | rescale (x/255) | none (default: none for a model.h5 stoker train "
+                "wrote, which normalises its input itself; else tf)");
   p->add_option("--image-size", pred->image_size, "with --model: input size (default: the model's)");
   p->add_option("--interpolation", pred->interpolation, "with --model: nearest | bilinear")->capture_default_str();
   p->add_option("images", pred->images, "image files or folders of them")

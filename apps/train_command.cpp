@@ -3,8 +3,8 @@
 // callbacks into progress bars, per-epoch lines, history.json and the plots.
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <memory>

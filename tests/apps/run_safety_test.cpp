@@ -43,8 +43,9 @@ class RunSafety : public ::testing::Test {
 // A fine-tuning rate that makes the loss NaN: the run stops at once with a named error, the best
 // epoch stays the last finite one (head.stkh, history.json) and the checkpoint is that epoch's end.
 TEST_F(RunSafety, ANonFiniteLossStopsTheRunAndKeepsTheLastFiniteBest) {
-  const CommandResult t = stoker(train_args("out", "--fine-tune-from block_16_expand --fine-tune-epochs 2 "
-                                                   "--fine-tune-learning-rate 1e30 --fine-tune-optimizer sgd"));
+  const CommandResult t = stoker(train_args("out",
+                                            "--fine-tune-from block_16_expand --fine-tune-epochs 2 "
+                                            "--fine-tune-learning-rate 1e30 --fine-tune-optimizer sgd"));
   EXPECT_EQ(t.exit_code, 2) << t.out;
   EXPECT_TRUE(contains(t.out, "stoker: error: epoch 3: the training loss is")) << t.out;
   EXPECT_FALSE(contains(t.out, "nan | best so far")) << t.out;
@@ -61,8 +62,8 @@ TEST_F(RunSafety, ANonFiniteLossStopsTheRunAndKeepsTheLastFiniteBest) {
   EXPECT_EQ(checkpoint.epoch, 2);
   EXPECT_EQ(checkpoint.best_epoch, 1);
   // The folder predicts with the best finite head.
-  const CommandResult p = stoker("predict --json --model-dir " + out.string() + " " +
-                                 (dir / "data" / "dog" / "img1.jpg").string());
+  const CommandResult p =
+      stoker("predict --json --model-dir " + out.string() + " " + (dir / "data" / "dog" / "img1.jpg").string());
   ASSERT_EQ(p.exit_code, 0) << p.out;
   const auto rows = nlohmann::json::parse(p.out.substr(p.out.find('[')));
   EXPECT_TRUE(std::isfinite(rows[0]["probability"].get<double>())) << p.out;
@@ -199,8 +200,8 @@ TEST_F(RunSafety, OutputThatCannotBeWrittenIsAnError) {
 TEST_F(RunSafety, AShardRunThatFailsLeavesNoShards) {
   std::ofstream{dir / "data" / "dog" / "zzz_empty.jpg"};  // read last
   const fs::path shards = dir / "shards";
-  const CommandResult r = stoker("shard --data " + (dir / "data").string() + " --max-size 10240 --out " +
-                                 (shards / "s-%04d.tar").string());
+  const CommandResult r =
+      stoker("shard --data " + (dir / "data").string() + " --max-size 10240 --out " + (shards / "s-%04d.tar").string());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "zzz_empty.jpg")) << r.out;
   if (fs::exists(shards))

@@ -290,9 +290,10 @@ TrainedModel load_classifier(const fs::path& file, const ImagePreparation& prep,
   m.backbone = trainer::load_model(file, lo);
   if (m.backbone.graph().name == kClassifierName) {  // stoker train's model.h5: 0..255 pixels in
     if (!prep.preprocess.empty() && prep.preprocess != "none")
-      throw InvalidArgument(file.string() + ": written by stoker train, it normalises its input itself (its first "
-                            "layer); preprocessing '" + prep.preprocess +
-                            "' would normalise twice: leave --preprocess out");
+      throw InvalidArgument(file.string() +
+                            ": written by stoker train, it normalises its input itself (its first "
+                            "layer); preprocessing '" +
+                            prep.preprocess + "' would normalise twice: leave --preprocess out");
     m.info.prepare.preprocess = "none";
     m.preprocessing_in_backbone = true;
   }

@@ -182,10 +182,9 @@ void run_phase(Phase& phase, const PhaseLoop& loop, int epochs, int done, const 
       e = gathered_augmented_epoch(phase, loop, epoch);
     } else if (o.augmentation) {
       const bool mid_epoch = resumed && k == done && resumed->loader.next_batch > 0;
-      e = augmented_epoch(
-          phase, epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,
-          mid_epoch ? &resumed->loader : nullptr, mid_epoch ? resumed->progress : EpochProgress{},
-          [&](const EpochProgress& progress) { phase.checkpoint(k, epoch, &progress); });
+      e = augmented_epoch(phase, epoch, loop.source, o.checkpoint_every_batches, o.should_stop, loop.observer,
+                          mid_epoch ? &resumed->loader : nullptr, mid_epoch ? resumed->progress : EpochProgress{},
+                          [&](const EpochProgress& progress) { phase.checkpoint(k, epoch, &progress); });
     } else {
       e = values_epoch(phase, loop, epoch);
     }

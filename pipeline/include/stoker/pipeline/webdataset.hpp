@@ -108,7 +108,7 @@ struct ShardWriteResult {
   std::size_t replaced = 0;  // earlier shards of the pattern removed (ShardWriteOptions::overwrite)
   std::size_t samples = 0;
   std::uint64_t bytes = 0;
-  std::string classes_file;  // written next to the shards when the dataset has class names
+  std::string classes_file;            // written next to the shards when the dataset has class names
   std::vector<SkippedSample> skipped;  // BadSamplePolicy::Skip: the samples left out, and why
 };
 

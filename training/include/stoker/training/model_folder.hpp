@@ -94,9 +94,9 @@ TrainedModel load_trained_model(const std::filesystem::path& dir);
 // Any whole classifier (Keras .h5, TF.js model.json) for predict: images prepared by `prep` (its
 // image_size 0: the model's own input size; its preprocess empty: "none" for a model.h5 stoker
 // train wrote, whose first layer normalises, else "tf"; another one for such a model is refused, as
-// it would normalise twice), class names from `labels` (one per line) or "0".."K-1". A last layer without softmax or sigmoid gives logits: predict applies a softmax.
-// InvalidArgument for a model that does not take square RGB images and yield one score vector,
-// or a label count that is not the class count.
+// it would normalise twice), class names from `labels` (one per line) or "0".."K-1". A last layer without softmax or
+// sigmoid gives logits: predict applies a softmax. InvalidArgument for a model that does not take square RGB images and
+// yield one score vector, or a label count that is not the class count.
 TrainedModel load_classifier(const std::filesystem::path& file, const ImagePreparation& prep,
                              const std::filesystem::path& labels = {});
 
