@@ -5,45 +5,19 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "stoker/core/error.hpp"
 
 namespace {
 
-// CLI11's "INI was not able to parse train.epoch" said as what is wrong in the user's file.
-std::string config_error(const CLI::ConfigError& e, const CLI::App& app) {
-  const std::string file = app.get_option("--config")->as<std::string>();
-  const std::string what = e.what(), marker = "not able to parse ";
-  const std::size_t at = what.find(marker);
-  if (at == std::string::npos) return file + ": " + what;
-  const std::string item = what.substr(at + marker.size());
-  const std::size_t dot = item.find('.');
-  if (item.size() > 3 && item.compare(item.size() - 3, 3, ".++") == 0) {
-    std::string tables;
-    for (const CLI::App* sub : app.get_subcommands({})) tables += (tables.empty() ? "" : ", ") + sub->get_name();
-    return file + ": [" + item.substr(0, item.size() - 3) + "] is not a command's table (" + tables + ")";
-  }
-  if (!item.empty() && item[0] == '[') return file + ": malformed table header '" + item + "'";
-  if (dot == std::string::npos)
-    return file + ": '" + item + "' lies outside a table: settings go under their command's table, as [train]";
-  return file + ": '" + item.substr(dot + 1) + "' is not a setting of [" + item.substr(0, dot) +
-         "] (the settings are the command's long flag names: stoker " + item.substr(0, dot) + " --help)";
-}
-
 // The command's exit status (docs/cli.md#exit-codes).
 int run(int argc, char** argv) {
   CLI::App app{"stoker: keeps a GPU fed while it trains image classifiers"};
   app.require_subcommand(1);
-  // A flag given twice (say in a script and again by hand) takes the last value.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  // Settings can come from a TOML file: a [train] table holds train's flags by their long names
-  // (rotation-range = 30); flags on the command line win. CLI11 2.1 reads config files only at the
-  // top level, hence the table per subcommand.
-  app.set_config("--config", "", "read settings from a TOML file ([train] table; command-line flags win)");
-  // A misspelled key or table in that file is an error, as a misspelled flag is: ignored, the run
-  // would train with the default instead.
-  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_version_flag("--version", "stoker " STOKER_VERSION);
+  stoker::app::add_config_file(app);
   stoker::app::add_load_command(app);
   stoker::app::add_bench_command(app);
   stoker::app::add_cache_command(app);
@@ -65,13 +39,20 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
+  std::vector<std::string> args = stoker::app::keras_spelling_accepted(argc, argv);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them last first
+    app.parse(reversed);
   } catch (const CLI::ConfigError& e) {
-    std::fprintf(stderr, "stoker: error: %s\n", config_error(e, app).c_str());
+    std::fprintf(stderr, "stoker: error: %s\n", stoker::app::config_error(e, app).c_str());
     return 2;
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {  // a command's own exit status (its output said why)
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // a mistake in the flags: one line, as every error
+    std::fprintf(stderr, "stoker: error: %s\n", stoker::app::parse_error(e, app, args).c_str());
+    return 2;
   } catch (const stoker::Error& e) {
     std::fprintf(stderr, "stoker: error: %s\n", e.what());
     return 2;

@@ -27,7 +27,7 @@ struct UseArgs {
   std::string device = "auto";
   std::string model_dir;
   // predict with a whole classifier file instead of a model folder
-  std::string model_file, labels, preprocess, interpolation = "bilinear";  // preprocess "": the model's own
+  std::string model_file, labels, preprocess, interpolation = "opencv_linear";  // preprocess "": the model's own
   int image_size = 0;
   std::string data;
   std::vector<std::string> images;
@@ -199,7 +199,9 @@ void add_model_commands(CLI::App& app) {
                 "with --model: tf | caffe | torch | rescale (x/255) | none (default: none for a model.h5 stoker train "
                 "wrote, which normalises its input itself; else tf)");
   p->add_option("--image-size", pred->image_size, "with --model: input size (default: the model's)");
-  p->add_option("--interpolation", pred->interpolation, "with --model: nearest | bilinear")->capture_default_str();
+  p->add_option("--interpolation", pred->interpolation,
+                "with --model: opencv_linear (bilinear as tf.image.resize) | centre_nearest")
+      ->capture_default_str();
   p->add_option("images", pred->images, "image files or folders of them")
       ->required()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

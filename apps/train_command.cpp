@@ -696,7 +696,6 @@ void run_train_rank(const TrainConfig& given, const CLI::App& cmd, training::Col
 
 void add_train_command(CLI::App& app) {
   auto config = std::make_shared<TrainConfig>();
-  config->loader.interpolation = "bilinear";
   CLI::App* cmd = app.add_subcommand("train", "train a classifier head on a frozen backbone (transfer learning)");
   config->add_to(*cmd);
   // Not a setting of the run (never recorded): what may happen to the --out folder it starts in.

@@ -9,6 +9,7 @@
 
 #include "stoker/core/atomic_file.hpp"
 #include "stoker/core/error.hpp"
+#include "stoker/training/model_folder.hpp"
 #include "stoker/training/run_identity.hpp"
 
 namespace stoker::app {
@@ -302,6 +303,8 @@ TrainConfig load_run_settings(const std::string& out) {
       throw IoError(file.string() + ": not stoker train settings (format " + j.at("format").dump() + ")");
     TrainConfig c = j.at("settings").get<TrainConfig>();
     c.out = out;
+    // Runs recorded before each filter had one name: the name of the filter that ran.
+    c.loader.interpolation = to_string(training::recorded_interpolation(c.loader.interpolation));
     return c;
   } catch (const nlohmann::json::exception& e) {
     throw IoError(file.string() + ": malformed: " + e.what());

@@ -14,6 +14,8 @@
 namespace stoker::app {
 
 struct TrainConfig {
+  TrainConfig() { loader.use_defaults_of(kWhereTrain); }  // the settings table's train differences
+
   LoaderFlags loader;  // --data, --image-size, --batch-size, --threads, cache…
   std::string val;     // separate validation folder
   double validation_split = 0.2;

@@ -74,7 +74,7 @@ case $dir in
     if command -v clang++ >/dev/null 2>&1; then
       build_fuzz() {
         configure build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DSTOKER_FUZZ=ON -DSTOKER_CUDA=OFF \
-          -DSTOKER_BUILD_BENCH=OFF -DSTOKER_BUILD_APPS=OFF -DSTOKER_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+          -DSTOKER_BUILD_BENCH=OFF -DSTOKER_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo  # apps: fuzz_config
         cmake --build build-fuzz -j"$jobs"
       }
       # fuzz_one TARGET: TARGET on its seeds for STOKER_FUZZ_SECONDS; one line saying how it went

@@ -30,8 +30,9 @@ std::vector<LoaderSetting> make_settings() {
                "(the augmentation's own resize)",
        .choices = {"nearest", "bilinear", "bicubic", "lanczos", "box", "hamming", "area", "centre_nearest",
                    "opencv_linear"},
-       .differences = {{kWhereTrain, "bilinear",
-                        "the backbone sees its images as Keras' image_dataset_from_directory gives them (bilinear)"},
+       .differences = {{kWhereTrain, "opencv_linear",
+                        "training and prediction resize with the augmentation's warp: opencv_linear (bilinear as "
+                        "image_dataset_from_directory's tf.image.resize) or centre_nearest"},
                        {kWhereTorch, "bilinear", bilinear_why_torch},
                        {kWhereJax, "bilinear",
                         "jax.image.resize and tf.image.resize have no nearest default; "

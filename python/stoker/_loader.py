@@ -4,7 +4,9 @@ or lists, and the augmentation description."""
 from __future__ import annotations
 
 import copy as copy_module
+import functools
 import os
+import threading
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 from . import _stoker, _targets
@@ -287,6 +289,93 @@ def _note_once(key: str, message: str, stacklevel: int = 4) -> None:
     warnings.warn(message, UserWarning, stacklevel=stacklevel)
 
 
+def _make_core(dataset: _stoker.Dataset, settings: dict, cuda: Optional[int], copy: bool, pin_memory: bool,
+               depth: int, dtype: str) -> Any:
+    """The C++ loader of a stoker.Loader: the host loader, or the GPU feed of device `cuda`."""
+    if cuda is None:
+        return _stoker.Loader(dataset, settings, copy=copy, pin_memory=pin_memory)
+    return _stoker.GpuFeed(dataset, settings, device=cuda, depth=depth, dtype=dtype)
+
+
+class _Cores:
+    """The C++ loaders of one stoker.Loader and which iteration uses each.
+
+    A C++ loader runs one epoch at a time for one consumer. The first (`primary`) serves one
+    iteration at a time; an iteration that starts while it is taken gets a core of its own, made
+    by `make()` and closed when that iteration ends, so every iteration is an epoch of its own and
+    none waits for another. The counters of those cores are kept when they close."""
+
+    def __init__(self, primary: Any):
+        self.primary = primary
+        self.latest: Optional[Any] = primary  # the latest iteration's core; None once closed (an extra)
+        self.lock = threading.RLock()  # RLock: a generator closed by the GC may give back inside it
+        self._primary_taken = False
+        self._extras: list = []
+        self._closed = False
+        self._retired_stats: dict = {}
+        self._retired_skipped: Optional[list] = None  # the latest iteration's, when its core is closed
+
+    def take(self, make: Any) -> Any:
+        with self.lock:
+            if not self._primary_taken:
+                self._primary_taken = True
+                return self.primary
+        len(self.primary)  # a closed loader, or one in a child of fork(), raises what every call does
+        core = make()
+        with self.lock:
+            if not self._closed:
+                self._extras.append(core)
+                return core
+        core.close()
+        raise _stoker.Error("the loader was closed")
+
+    def give_back(self, core: Any) -> None:
+        if core is self.primary:
+            with self.lock:
+                self._primary_taken = False
+            return
+        with self.lock:
+            if self.alive(core) is None:
+                return
+            try:
+                stats, skipped = core.stats(), _skipped_of(core)
+            except _stoker.Error:
+                stats, skipped = {}, []
+            for name, value in stats.items():
+                self._retired_stats[name] = self._retired_stats.get(name, 0) + value
+            if core is self.latest:
+                self.latest, self._retired_skipped = None, skipped
+            self._extras.remove(core)
+        core.close()  # joins its decode tasks (without the GIL); batches still held stay valid
+
+    def stats(self) -> dict:
+        with self.lock:
+            out = dict(self.primary.stats())
+            for stats in [core.stats() for core in self._extras] + [self._retired_stats]:
+                for name, value in stats.items():
+                    out[name] = out.get(name, 0) + value
+            return out
+
+    def alive(self, core: Any) -> Optional[Any]:
+        """`core` while it serves this loader, else None (an extra core closed since)."""
+        return core if core is self.primary or any(core is c for c in self._extras) else None
+
+    def skipped(self) -> list:
+        with self.lock:
+            return list(self._retired_skipped or []) if self.latest is None else _skipped_of(self.latest)
+
+    def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            cores = [self.primary] + self._extras
+        for core in cores:
+            core.close()
+
+
+def _skipped_of(core: Any) -> list:
+    return list(core.skipped()) if hasattr(core, "skipped") else []
+
+
 class Loader:
     """Batches of decoded (and augmented) images, made by stoker's C++ threads.
 
@@ -340,9 +429,9 @@ class Loader:
 
     Every loader setting (image_size, batch_size, shuffle, seed, threads, prefetch, drop_last,
     label_mode, on_bad_sample, interpolation, keep_aspect_ratio, dct_scaling, cache, cache_budget,
-    cache_file, rank, world_size, shard_mode, drop_remainder) has the default, values and meaning
-    that docs/loader-settings.md lists (stoker._stoker.loader_settings(), the table the command's
-    flags come from too).
+    cache_file, rank, world_size, shard_mode, drop_remainder, max_image_pixels) has the default,
+    values and meaning that docs/loader-settings.md lists (stoker._stoker.loader_settings(), the
+    table the command's flags come from too).
 
     interpolation: Pillow's filters exactly as Keras' load_img uses them (nearest, bilinear,
     bicubic, lanczos, box, hamming), area (OpenCV), centre_nearest / opencv_linear (the
@@ -377,6 +466,7 @@ class Loader:
         drop_remainder: bool = _default("drop_remainder"),
         cache_budget: str = _default("cache_budget"),
         cache_file: str = _default("cache_file"),
+        max_image_pixels: int = _default("max_image_pixels"),
         pin_memory: bool = False,
         labels: Any = None,
         targets: Any = None,
@@ -423,6 +513,7 @@ class Loader:
             world_size=world_size,
             shard_mode=shard_mode,
             drop_remainder=drop_remainder,
+            max_image_pixels=max_image_pixels,
             **_cache_args(cache, cache_budget, cache_file),
             **_sampling_args(sample_weights, num_samples, replacement),
         )
@@ -435,18 +526,23 @@ class Loader:
             if dtype in ("float16", "bfloat16") and augment is None:
                 raise _stoker.InvalidArgument(
                     f"dtype {dtype!r} on the CPU needs augment=stoker.Augment(...) (its output pass writes it)")
-            self._core = _stoker.Loader(self.dataset, args, copy=copy, pin_memory=bool(pin_memory))
-            if pin_memory and not self._core.pinned:
-                _note_once("pin_memory", _PAGEABLE_NOTE)
-        else:
-            self._core = _stoker.GpuFeed(self.dataset, args, device=cuda, depth=depth, dtype=dtype or "")
+        self._core = _make_core(self.dataset, args, cuda, copy=copy, pin_memory=bool(pin_memory), depth=depth,
+                                dtype=dtype or "")
+        if cuda is None and pin_memory and not self._core.pinned:
+            _note_once("pin_memory", _PAGEABLE_NOTE)
+        # A second iteration while one is under way runs on a core of its own, made alike without
+        # the cache (the same batches; the cache file stays the first core's to read and write).
+        self._extra_core = functools.partial(_make_core, self.dataset, dict(args, cache="none", cache_file=""), cuda,
+                                             copy=copy, pin_memory=bool(pin_memory), depth=depth, dtype=dtype or "")
+        self._cores = _Cores(self._core)
         self.batch_size = batch_size
         self.seed = seed
         self._sharding = tuple(self._core.sharding) if hasattr(self._core, "sharding") else (rank or 0, world_size or 1)
         self._next_epoch = 0
         self._epoch: Optional[int] = None
         self._resume: Optional[str] = None  # a loaded state: the next iteration continues it
-        self._in_epoch = False  # an iteration started and not finished (state_dict() is mid-epoch)
+        self._in_epoch = False  # the latest iteration started and not finished (state_dict() is mid-epoch)
+        self._iteration = 0  # iterations started
 
     # ---- epochs
     def set_epoch(self, epoch: int) -> None:
@@ -459,19 +555,31 @@ class Loader:
         return self._epoch
 
     def __iter__(self) -> Iterator[Any]:
-        core = self._core
-        if self._resume is not None:
-            state, self._resume = self._resume, None
-            epoch = int(state.split("epoch=")[1].split()[0])
-            core.resume(state)
-        else:
-            epoch = self._next_epoch
-            core.begin_epoch(epoch)
-        self._next_epoch = epoch + 1
-        self._epoch = epoch
-        self._in_epoch = True
-        self._iteration = iteration = getattr(self, "_iteration", 0) + 1
+        """One epoch of batches. Each iteration is an epoch of its own, as each iterator of
+        PyTorch's DataLoader is: two at once (zip(loader, loader), one per thread, an iterator kept
+        while a new loop starts) run side by side, the second on a core of its own that is closed
+        when it ends."""
+        core = self._cores.take(self._extra_core)
+        iteration = None
         try:
+            with self._cores.lock:
+                state, self._resume = self._resume, None
+                epoch = self._next_epoch if state is None else int(state.split("epoch=")[1].split()[0])
+                before = (self._next_epoch, self._epoch, self._in_epoch, self._cores.latest)
+                self._next_epoch, self._epoch, self._in_epoch = epoch + 1, epoch, True
+                self._iteration = iteration = self._iteration + 1
+                self._cores.latest = core
+            try:
+                if state is None:
+                    core.begin_epoch(epoch)
+                else:
+                    core.resume(state)
+            except BaseException:
+                with self._cores.lock:  # not begun: as if this iteration had not started
+                    if self._iteration == iteration:
+                        self._next_epoch, self._epoch, self._in_epoch, latest = before
+                        self._cores.latest, self._resume = self._cores.alive(latest), state
+                raise
             while True:
                 batch = core.next()
                 if batch is None:
@@ -484,8 +592,10 @@ class Loader:
         finally:
             # The epoch ended, or the loop left it (break, an exception, Ctrl-C): the next
             # iteration starts the next epoch, and state_dict() says so.
-            if self._iteration == iteration:
-                self._in_epoch = False
+            with self._cores.lock:
+                if self._iteration == iteration:
+                    self._in_epoch = False
+            self._cores.give_back(core)
 
     @property
     def pinned(self) -> bool:
@@ -511,13 +621,16 @@ class Loader:
         after a loop left its epoch early (break, an exception), it is the next epoch's start, where
         this loader's next iteration begins; to continue the rest of an epoch later, save the state
         inside the loop."""
-        if self._resume is not None:  # loaded and not iterated yet
-            return {"stoker_loader_state": self._resume}
-        text = self._core.state()
-        if not self._in_epoch:  # between epochs: the next iteration's epoch, from its start
+        with self._cores.lock:
+            if self._resume is not None:  # loaded and not iterated yet
+                return {"stoker_loader_state": self._resume}
+            in_epoch, next_epoch = self._in_epoch, self._next_epoch
+            # The latest iteration's position; between epochs any core says the rest alike.
+            text = (self._cores.latest if in_epoch else self._core).state()
+        if not in_epoch:  # between epochs: the next iteration's epoch, from its start
             magic, version, *fields = text.split()
             values = dict(f.split("=", 1) for f in fields)
-            values.update(epoch=str(self._next_epoch), next_batch="0")
+            values.update(epoch=str(next_epoch), next_batch="0")
             text = " ".join([magic, version] + [f"{k}={v}" for k, v in values.items()])
         return {"stoker_loader_state": text}
 
@@ -525,7 +638,11 @@ class Loader:
         """Continue from state_dict()'s result at the next iteration. A state from other data,
         other settings, another seed or another rank is refused (stoker.InvalidArgument)."""
         text = state["stoker_loader_state"]
-        self._core.resume(text)  # checked now; the next iteration starts there
+        core = self._cores.take(self._extra_core)  # not the core of an iteration under way
+        try:
+            core.resume(text)  # checked now; the next iteration starts there
+        finally:
+            self._cores.give_back(core)
         self._resume = text
 
     # ---- what happened
@@ -533,15 +650,13 @@ class Loader:
     def skipped(self) -> list:
         """SkippedSample(sample_id, path, reason) of each sample skipped in the current epoch
         (on_bad_sample='skip')."""
-        if not hasattr(self._core, "skipped"):
-            return []
-        return [SkippedSample(*s) for s in self._core.skipped()]
+        return [SkippedSample(*s) for s in self._cores.skipped()]
 
     def stats(self) -> dict:
         """Cumulative counters: files read, samples decoded and skipped, busy and wait times, and
         samples_decoded_in_part: JPEGs of which only the crop box was decoded (random-resized and
-        centre crops read nothing else)."""
-        return self._core.stats()
+        centre crops read nothing else). Iterations that ran side by side count together."""
+        return self._cores.stats()
 
     @property
     def class_names(self) -> list:
@@ -559,8 +674,9 @@ class Loader:
         return None if self._labelled is None else self._labelled.targets
 
     def close(self) -> None:
-        """Stops the loader's threads now (batches still held stay valid)."""
-        self._core.close()
+        """Stops the loader's threads now, those of iterations under way too (their next() raises
+        stoker.Error saying the loader was closed; batches still held stay valid)."""
+        self._cores.close()
 
     def __enter__(self) -> "Loader":
         return self

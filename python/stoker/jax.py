@@ -124,8 +124,8 @@ class Loader(_loader.FrameworkLoader):
     """An iterable of (images, labels) jax.Arrays, one epoch per iteration.
 
     source, image_size, batch_size, shuffle, seed, augment, cache, cache_budget, cache_file,
-    threads, prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling, device, dtype,
-    depth: as stoker.Loader, with the defaults of docs/loader-settings.md (dtype with
+    threads, prefetch, drop_last, on_bad_sample, keep_aspect_ratio, dct_scaling, max_image_pixels,
+    device, dtype, depth: as stoker.Loader, with the defaults of docs/loader-settings.md (dtype with
     output='float': 'float32', 'float16' or 'bfloat16', on the CPU as on the GPU), except
     interpolation: 'bilinear' by default here, on purpose: JAX pipelines resize with
       jax.image.resize / tf.image.resize, bilinear (stoker.Loader defaults to Keras' 'nearest').
@@ -192,6 +192,7 @@ class Loader(_loader.FrameworkLoader):
         dct_scaling: bool = _default("dct_scaling", "jax"),
         cache_budget: str = _default("cache_budget", "jax"),
         cache_file: str = _default("cache_file", "jax"),
+        max_image_pixels: int = _default("max_image_pixels", "jax"),
         *,
         labels: Any = None,
         targets: Any = None,
@@ -236,6 +237,7 @@ class Loader(_loader.FrameworkLoader):
             dct_scaling=dct_scaling,
             cache_budget=cache_budget,
             cache_file=cache_file,
+            max_image_pixels=max_image_pixels,
         )
         self.batch_size = batch_size
         if self.sharding is not None:

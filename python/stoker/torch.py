@@ -253,6 +253,24 @@ class EpochSampler:
         return f"<stoker.torch.EpochSampler: rank {self.rank} of {self.num_replicas}, epoch {self.epoch}>"
 
 
+def _samples_of(batch: Any) -> Iterator[Any]:
+    """A batch's samples one by one (batch_size=None), as PyTorch's DataLoader yields a dataset's
+    items unbatched: each tensor, list and dict of the batch indexed by the sample, other values
+    (a meta dict's epoch and index) as they are."""
+    images = batch["images"] if isinstance(batch, dict) else batch[0]
+    count = images.shape[0]
+
+    def row(value: Any, i: int) -> Any:
+        if isinstance(value, dict):
+            return {name: row(v, i) for name, v in value.items()}
+        if isinstance(value, (_torch.Tensor, list)) and len(value) == count:
+            return value[i]
+        return value
+
+    for i in range(count):
+        yield row(batch, i) if isinstance(batch, dict) else tuple(row(v, i) for v in batch)
+
+
 class _HeldUntilCopied:
     """Keeps host batches alive until the copies queued from them could have completed.
 
@@ -285,9 +303,12 @@ class DataLoader(_loader.FrameworkLoader):
     """An iterable of (images, labels) torch tensors, one epoch per iteration.
 
     source, image_size, batch_size, cache, cache_budget, cache_file, threads, prefetch, drop_last,
-    on_bad_sample, keep_aspect_ratio, dct_scaling: as stoker.Loader, with the defaults of
+    on_bad_sample, keep_aspect_ratio, dct_scaling, max_image_pixels: as stoker.Loader, with the defaults of
     docs/loader-settings.md (threads=0: all cores; stoker's threads do the work, there are no
     worker processes).
+    batch_size=None: PyTorch's unbatched loading: each sample on its own, (image, label) with the
+      image (C, H, W) and the label its row; len() counts samples (drop_last is refused with it,
+      as PyTorch refuses it). stoker still decodes batches of the default size behind it.
     interpolation: 'bilinear' by default here, on purpose: torchvision's Resize resizes bilinearly
       and PyTorch users expect it (stoker.Loader and the command default to Keras' 'nearest').
     shuffle: False by default here, as PyTorch's DataLoader (stoker.Loader shuffles by default).
@@ -369,7 +390,7 @@ class DataLoader(_loader.FrameworkLoader):
         self,
         source: Any,
         image_size: Union[int, Sequence[int]] = _default("image_size", "torch"),
-        batch_size: int = _default("batch_size", "torch"),
+        batch_size: Optional[int] = _default("batch_size", "torch"),
         shuffle: bool = _default("shuffle", "torch"),
         seed: Optional[int] = _default("seed", "torch"),
         augment: Any = None,
@@ -396,6 +417,7 @@ class DataLoader(_loader.FrameworkLoader):
         dct_scaling: bool = _default("dct_scaling", "torch"),
         cache_budget: str = _default("cache_budget", "torch"),
         cache_file: str = _default("cache_file", "torch"),
+        max_image_pixels: int = _default("max_image_pixels", "torch"),
         *,
         labels: Any = None,
         targets: Any = None,
@@ -440,6 +462,12 @@ class DataLoader(_loader.FrameworkLoader):
                 _loader._note_once(f"torch.{name}", f"stoker.torch.DataLoader: {name} has no effect: {_MOOT[name][1]}",
                                    stacklevel=3)
         threads, prefetch = _threads_and_prefetch(threads, prefetch, num_workers, prefetch_factor)
+        self._unbatched = batch_size is None
+        if self._unbatched:  # PyTorch's batch_size=None: the samples one at a time, not batched
+            if drop_last:
+                raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with "
+                                 "drop_last")
+            batch_size = _default("batch_size", "torch")  # the loader's batches, given out sample by sample
         if generator is not None:
             if seed is not None:
                 raise TypeError("stoker.torch.DataLoader: give seed or generator, not both")
@@ -495,6 +523,7 @@ class DataLoader(_loader.FrameworkLoader):
             dct_scaling=dct_scaling,
             cache_budget=cache_budget,
             cache_file=cache_file,
+            max_image_pixels=max_image_pixels,
             **_loader._sampling_args(sample_weights, num_samples, replacement),
         )
         self.loader = _loader.Loader(data, image_size, **self._loader_args)
@@ -502,7 +531,7 @@ class DataLoader(_loader.FrameworkLoader):
         # PyTorch's DataLoader always has the attribute; stoker makes the batches itself, so code
         # that inspects it (Lightning does, for a validation loader's shuffling) finds none.
         self.batch_sampler = None
-        self.batch_size = batch_size
+        self.batch_size = None if self._unbatched else batch_size
         self.seed = seed
         self._prefetch = prefetch if prefetch > 0 else 2 * (threads or _stoker.default_threads())
 
@@ -568,13 +597,20 @@ class DataLoader(_loader.FrameworkLoader):
                     if self.with_padding:
                         out = (*out, _torch.from_numpy(batch.padding.copy()))
                 del batch  # only the tensors hold the buffer: dropping them frees it
-                yield out
+                if self._unbatched:
+                    yield from _samples_of(out)
+                else:
+                    yield out
                 if guard is not None:
                     guard.add(out["images"] if self.return_meta else out[0])
                 del out
         finally:
             if guard is not None:
                 guard.clear()
+
+    def __len__(self) -> int:
+        """Batches per epoch; samples with batch_size=None."""
+        return len(self.sampler) if self._unbatched else len(self.loader)
 
     def _meta(self, batch: Any, out: Tuple[Any, ...], paths: list) -> dict:
         """return_meta=True's dict: the tensors and what identifies each sample."""

@@ -3,6 +3,7 @@ torch.utils.data.DataLoader where the claim is about PyTorch (shuffle's default,
 from torch's RNG), and what stoker does with the ones threads make moot or that it refuses."""
 
 import inspect
+import re
 import warnings
 
 import pytest
@@ -269,3 +270,31 @@ def test_torch_device_objects_are_taken_where_strings_are(folder):
     if _stoker.cuda_device_count() == 0:
         with pytest.raises(stoker.Error):  # a CUDA device object reaches the GPU feed, which says why
             stoker.torch.DataLoader(folder, 16, device=torch.device("cuda", 0))
+
+
+def test_batch_size_none_gives_the_samples_one_by_one_as_pytorch(folder):
+    import torchvision
+
+    reference = torchvision.datasets.ImageFolder(
+        str(folder), transform=torchvision.transforms.Compose([torchvision.transforms.Resize((16, 16)),
+                                                               torchvision.transforms.ToTensor()]))
+    theirs = list(torch.utils.data.DataLoader(reference, batch_size=None))
+    dl = stoker.torch.DataLoader(folder, 16, batch_size=None)
+    ours = list(dl)
+    assert dl.batch_size is None and len(dl) == len(ours) == len(theirs) == 24
+    for (image, label), (their_image, their_label) in zip(ours, theirs):
+        assert image.shape == their_image.shape == (3, 16, 16)
+        assert int(label) == their_label
+    padded = stoker.torch.DataLoader(folder, 16, batch_size=None, with_padding=True, return_meta=False)
+    assert all(len(sample) == 3 and sample[2].dim() == 0 for sample in padded)
+    meta = next(iter(stoker.torch.DataLoader(folder, 16, batch_size=None, return_meta=True)))
+    assert meta["images"].shape == (3, 16, 16) and isinstance(meta["paths"], str) and meta["sample_ids"].dim() == 0
+    with pytest.raises(ValueError, match=torch_refusal(drop_last=True)):
+        stoker.torch.DataLoader(folder, 16, batch_size=None, drop_last=True)
+
+
+def torch_refusal(**kwargs):
+    """The message PyTorch's own DataLoader gives for batch_size=None with these arguments."""
+    with pytest.raises(ValueError) as refused:
+        torch.utils.data.DataLoader(range(4), batch_size=None, **kwargs)
+    return re.escape(str(refused.value).split(" and ")[0])

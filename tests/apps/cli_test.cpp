@@ -508,13 +508,37 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
       {"predict --model-dir " + dir.path().string() + " x.jpg", "stoker_model.json"},
       {"inspect /no/such/model.h5", "/no/such/model.h5"},
       {"frobnicate", "frobnicate"},
+      // Mistakes in the flags themselves: one line and exit 2 as every error, a typo with the flag meant.
+      {train_args("--epoch 3"), "unknown flag --epoch for stoker train; did you mean --epochs?"},
+      {train_args("--rotation-rang 3"), "did you mean --rotation-range?"},
+      {train_args("--frobnicate-everything 1"),
+       "unknown flag --frobnicate-everything for stoker train (stoker "
+       "train --help lists the flags)"},
+      {"load --data " + (dir / "data").string() + " --batch-size many", "--batch-size"},
+      {"predict --model-dir", "--model-dir"},
+      {"cache build --data " + (dir / "data").string() + " --cache-fil x", "did you mean --cache-file?"},
   };
   for (const auto& c : cases) {
     const CommandResult r = stoker(c.args);
-    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("stoker: error: "), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 3) << "not a one-line reason: " << r.out;
   }
+}
+
+// Keras' spelling of a flag (--batch_size) is its dashed name; --version and --help exit 0.
+TEST_F(Cli, KerasSpellingVersionAndHelp) {
+  const CommandResult underscores =
+      stoker("load --data " + (dir / "data").string() + " --batch_size 4 --image_size 32");
+  ASSERT_EQ(underscores.exit_code, 0) << underscores.out;
+  EXPECT_NE(underscores.out.find("batch 4"), std::string::npos) << underscores.out;
+  const CommandResult version = stoker("--version");
+  EXPECT_EQ(version.exit_code, 0) << version.out;
+  EXPECT_EQ(version.out, "stoker " STOKER_VERSION "\n");
+  const CommandResult help = stoker("train --help");
+  EXPECT_EQ(help.exit_code, 0) << help.out;
+  EXPECT_NE(help.out.find("--epochs"), std::string::npos) << help.out;
 }
 
 // A training process killed with SIGKILL in the middle of an epoch, then `stoker train --resume`,

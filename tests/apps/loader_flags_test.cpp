@@ -42,7 +42,7 @@ TEST_F(LoaderFlagsTable, EverySettingHasAFlagWithTheTablesHelpAndDefault) {
 TEST_F(LoaderFlagsTable, TrainTakesItsOwnDefaults) {
   LoaderFlags flags;
   flags.use_defaults_of(kWhereTrain);
-  EXPECT_EQ(flags.interpolation, "bilinear");
+  EXPECT_EQ(flags.interpolation, "opencv_linear");
   EXPECT_EQ(flags.prefetch, 0);
   for (const auto& s : loader_settings()) EXPECT_EQ(flags.text(s), s.default_for(kWhereTrain)) << s.name;
 }

@@ -26,11 +26,12 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
   s.height = s.width = prep.image_size;
   s.dtype = DType::F32;
   s.layout = Layout::NHWC;
-  if (prep.interpolation != Interpolation::Nearest && prep.interpolation != Interpolation::Bilinear) {
+  if (prep.interpolation != Interpolation::CentreNearest && prep.interpolation != Interpolation::OpenCvLinear) {
     throw InvalidArgument(std::string("interpolation ") + to_string(prep.interpolation) +
-                          " is not available with training; use nearest or bilinear");
+                          " is not what training and prediction resize with (the augmentation's warp); use "
+                          "opencv_linear (OpenCV's INTER_LINEAR, tf.image.resize's bilinear) or centre_nearest");
   }
-  s.interpolation_order = prep.interpolation == Interpolation::Nearest ? 0 : 1;
+  s.interpolation_order = prep.interpolation == Interpolation::CentreNearest ? 0 : 1;
   // Validation and prediction crop the centre as the model folder says; a random resized crop's
   // validation mode does the same.
   const CenterCrop centre{prep.center_crop, prep.keep_aspect_ratio};
@@ -52,6 +53,39 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random, bool tr
     throw InvalidArgument("preprocess must be tf, caffe, torch, rescale or none, received '" + prep.preprocess + "'");
   s.training = training;
   return s;
+}
+
+Interpolation recorded_interpolation(const std::string& name) {
+  if (name == "nearest") return Interpolation::CentreNearest;
+  if (name == "bilinear") return Interpolation::OpenCvLinear;
+  return parse_interpolation(name);
+}
+
+void check_normalised_once(const trainer::Model& backbone, const ImagePreparation& prep,
+                           const std::string& model_file) {
+  const trainer::Graph& g = backbone.graph();
+  // The layers between the input and the first that computes: the model's own normalisation.
+  std::vector<bool> at_input(g.nodes.size(), false);
+  std::string own;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const trainer::LayerNode& n = g.nodes[i];
+    const bool normalises = n.keras_class == "Rescaling" || n.keras_class == "Normalization";
+    const bool fed_by_input = !n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(), [&](int k) {
+      return at_input[static_cast<std::size_t>(k)];
+    });
+    at_input[i] = n.kind == trainer::LayerKind::Input || (normalises && fed_by_input);
+    if (normalises && fed_by_input) own += (own.empty() ? "'" : ", '") + n.name + "' (" + n.keras_class + ")";
+  }
+  const bool prepared = prep.preprocess != "none" || prep.rescale || prep.samplewise_center ||
+                        prep.samplewise_std_normalization || prep.featurewise_center ||
+                        prep.featurewise_std_normalization;
+  if (!own.empty() && prepared) {
+    throw InvalidArgument(
+        model_file + ": the model normalises its input itself (" + own + " after its input), and " +
+        (prep.preprocess != "none" ? "--preprocess " + prep.preprocess : std::string("the standardisation")) +
+        " would normalise it again; give --preprocess none (and no standardisation): it takes "
+        "0..255 pixels as Keras feeds it");
+  }
 }
 
 std::string feature_layer(const trainer::Model& model) {
@@ -195,7 +229,7 @@ ModelInfo read_model_info(const fs::path& dir) {
     info.backbone.model = j.at("backbone").at("model").get<std::string>();
     info.backbone.cut_at = j.at("backbone").at("cut_at").get<std::string>();
     info.prepare.image_size = j.at("image_size").get<int>();
-    info.prepare.interpolation = parse_interpolation(j.at("interpolation").get<std::string>());
+    info.prepare.interpolation = recorded_interpolation(j.at("interpolation").get<std::string>());
     info.prepare.keep_aspect_ratio = j.at("keep_aspect_ratio").get<bool>();
     info.prepare.preprocess = j.at("preprocess").get<std::string>();
     // Absent in model folders written before they were recorded: Keras' defaults.

@@ -1,6 +1,7 @@
 #include "run_settings.hpp"
 
 #include "stoker/core/error.hpp"
+#include "stoker/training/model_folder.hpp"
 #include "stoker/training/run_identity.hpp"
 
 namespace stoker::training {
@@ -18,6 +19,11 @@ void check_same_run(const Checkpoint& c, const nlohmann::json& settings, const L
     saved = nlohmann::json::parse(c.settings);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(why + "malformed settings: " + e.what());
+  }
+  if (saved.contains("interpolation") && saved["interpolation"].is_string()) {  // the filter that ran, by its name
+    try {
+      saved["interpolation"] = to_string(recorded_interpolation(saved["interpolation"].get<std::string>()));
+    } catch (const InvalidArgument&) {}  // not a filter: differs from this run's below
   }
   for (const auto& [key, value] : settings.items()) {
     if (!saved.contains(key) || saved[key] != value) {

@@ -29,9 +29,8 @@ Sources::Sources(const TrainingData& data, const TrainOptions& o, trainer::Model
   // The GPU path's plain-resize loaders must prepare images as the Augmenter does on the CPU.
   train_loader_ = o.loader;
   train_loader_.image_height = train_loader_.image_width = o.prepare.image_size;
-  // The Augmenter's orders 0/1 resize as centre_nearest/opencv_linear, not as Pillow's filters.
-  train_loader_.interpolation =
-      o.prepare.interpolation == Interpolation::Nearest ? Interpolation::CentreNearest : Interpolation::OpenCvLinear;
+  // The warp's filter (centre_nearest or opencv_linear: image_spec takes no other).
+  train_loader_.interpolation = o.prepare.interpolation;
   train_loader_.keep_aspect_ratio = o.prepare.keep_aspect_ratio;
   train_loader_.label_mode = LabelMode::Sparse;
   val_loader_ = train_loader_;

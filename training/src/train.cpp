@@ -235,6 +235,7 @@ TrainResult train(const TrainingData& data, const TrainOptions& given, TrainObse
 
   trainer::BackboneRef ref = backbone_ref(o);
   trainer::Model backbone = load_feature_backbone(ref, o.prepare.image_size, &ref.cut_at);
+  check_normalised_once(backbone, o.prepare, ref.model);
   const int dim = backbone.output_shape()[0];
   const int classes = static_cast<int>(data.train.class_names.size());
   std::optional<trainer::TrainableTop> top = trainable_top(o, backbone);

@@ -26,11 +26,13 @@ namespace stoker::training {
 
 // How images are prepared for the backbone; recorded in the model folder.
 struct ImagePreparation {
-  int image_size = 224;                                   // square, in pixels
-  Interpolation interpolation = Interpolation::Bilinear;  // nearest | bilinear
-  bool keep_aspect_ratio = false;                         // centre-crop to a square before resizing
-  double center_crop = 1.0;       // the fraction of each side kept around the centre before resizing
-  std::string preprocess = "tf";  // the backbone's preprocess_input: tf | caffe | torch | rescale (x/255) | none
+  int image_size = 224;  // square, in pixels
+  // The warp's own resize: centre_nearest (order 0) | opencv_linear (order 1, OpenCV's INTER_LINEAR
+  // as tf.image.resize's bilinear). Not Pillow's filters: training and prediction never run those.
+  Interpolation interpolation = Interpolation::OpenCvLinear;
+  bool keep_aspect_ratio = false;  // centre-crop to a square before resizing
+  double center_crop = 1.0;        // the fraction of each side kept around the centre before resizing
+  std::string preprocess = "tf";   // the backbone's preprocess_input: tf | caffe | torch | rescale (x/255) | none
   // Keras' ImageDataGenerator standardisation, before `preprocess` (AugmentSpec's fields).
   std::optional<double> rescale;
   bool samplewise_center = false;
@@ -43,8 +45,13 @@ struct ImagePreparation {
 // What the loader runs: the random transformations of `random` (rotation, shifts, flips... as
 // Keras' ImageDataGenerator) on top of `prep`'s resize and normalisation, float32 NHWC out.
 // training = false keeps only the deterministic part. Throws InvalidArgument for an unknown
-// preprocessing or the area interpolation (which the warp does not have).
+// preprocessing or an interpolation the warp does not have (Pillow's filters, area).
 AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random = {}, bool training = false);
+
+// The filter a model folder or a run's settings name. Folders and runs written before the filters
+// had one name each recorded the warp's resize as "nearest" and "bilinear": those read as the
+// centre_nearest and opencv_linear that ran. Throws InvalidArgument for an unknown name.
+Interpolation recorded_interpolation(const std::string& name);
 
 // The one place a backbone is loaded and cut: `ref.model` (Keras .h5 or TF.js model.json) at
 // image_size, cut at ref.cut_at — or, when that is empty, where Keras' include_top=False,
@@ -54,6 +61,11 @@ AugmentSpec image_spec(const ImagePreparation& prep, AugmentSpec random = {}, bo
 // per image, and for a vector-output model without global pooling and without ref.cut_at (a
 // classifier whose class scores would otherwise become the features).
 trainer::Model load_feature_backbone(const trainer::BackboneRef& ref, int image_size, std::string* cut_used = nullptr);
+// Throws InvalidArgument naming `model_file` when the backbone normalises its input itself (a
+// Rescaling or Normalization layer right after its input, as Keras 3's EfficientNet and ConvNeXt
+// have) and `prep` normalises it too (a --preprocess other than none, or a standardisation): the
+// backbone would be trained on twice-normalised pixels.
+void check_normalised_once(const trainer::Model& backbone, const ImagePreparation& prep, const std::string& model_file);
 // The last global pooling layer (average or max) of `model`, or empty.
 std::string feature_layer(const trainer::Model& model);
 
