@@ -34,5 +34,6 @@ void add_train_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // evaluate, predict, inspect
 void add_shard_command(CLI::App& app);
 void add_verify_command(CLI::App& app);  // lists a dataset's unreadable files
+void add_env_command(CLI::App& app);     // the build, GPUs, cuDNN, NVML and the CPU
 
 }  // namespace stoker::app

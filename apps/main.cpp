@@ -25,6 +25,7 @@ int run(int argc, char** argv) {
   stoker::app::add_model_commands(app);
   stoker::app::add_shard_command(app);
   stoker::app::add_verify_command(app);
+  stoker::app::add_env_command(app);
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];

@@ -84,6 +84,19 @@ const Nvml& nvml() {
   return instance;
 }
 
+}  // namespace
+
+std::string nvml_status() {
+  const Nvml& n = nvml();
+  if (!n.ok) return n.why;
+  unsigned devices = 0;
+  if (const int rc = n.count(&devices); rc != 0)
+    return "NVML n/a: nvmlDeviceGetCount failed (code " + std::to_string(rc) + ")";
+  return std::to_string(devices) + (devices == 1 ? " device" : " devices");
+}
+
+namespace {
+
 // The NVML handle of CUDA device `cuda_device`. NVML numbers devices in PCI order and ignores
 // CUDA_VISIBLE_DEVICES, so the match goes through the PCI bus id; index 0 only when NVML sees a
 // single device.

@@ -91,6 +91,9 @@ class UtilisationMeter {
   std::thread sampler_;
 };
 
+// Whether NVML (the GPUs' busy share and memory) can be read here: "N devices", or why not.
+std::string nvml_status();
+
 // One line: "disk 12.3 MB/s | CPU 85% of 2 cores | GPU … | waited for data 3% → limited by …".
 std::string describe(const Utilisation& u);
 

@@ -527,8 +527,8 @@ TEST_F(Cli, ErrorsExitNonZeroWithAOneLineReason) {
   }
 }
 
-// Keras' spelling of a flag (--batch_size) is its dashed name; --version and --help exit 0.
-TEST_F(Cli, KerasSpellingVersionAndHelp) {
+// Keras' spelling of a flag (--batch_size) is its dashed name; --version, --help and env exit 0.
+TEST_F(Cli, KerasSpellingVersionHelpAndEnv) {
   const CommandResult underscores =
       stoker("load --data " + (dir / "data").string() + " --batch_size 4 --image_size 32");
   ASSERT_EQ(underscores.exit_code, 0) << underscores.out;
@@ -539,6 +539,16 @@ TEST_F(Cli, KerasSpellingVersionAndHelp) {
   const CommandResult help = stoker("train --help");
   EXPECT_EQ(help.exit_code, 0) << help.out;
   EXPECT_NE(help.out.find("--epochs"), std::string::npos) << help.out;
+  // Where the GPU is or why there is none, and the CPU, said in one place.
+  const CommandResult env = stoker("env");
+  EXPECT_EQ(env.exit_code, 0) << env.out;
+  for (const char* line : {"stoker " STOKER_VERSION "\n", "\nbuild: CUDA ", "\nGPUs: ", "\nNVML",
+                           "\nCPU: ", "\nCPU features: ", "\nlibraries: OpenCV "}) {
+    EXPECT_NE(env.out.find(line), std::string::npos) << line << "\n" << env.out;
+  }
+  if (stoker::cuda_device_count() == 0) {
+    EXPECT_NE(env.out.find("GPUs: none (" + stoker::cuda_unavailable_reason() + ")"), std::string::npos) << env.out;
+  }
 }
 
 // A training process killed with SIGKILL in the middle of an epoch, then `stoker train --resume`,
@@ -729,7 +739,7 @@ TEST_F(Cli, DeviceAuto) {
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("epoch 2/2"), std::string::npos) << t.out;
   if (stoker::cuda_device_count() == 0 || !stoker::trainer::built_with_cudnn()) {
-    EXPECT_NE(t.out.find("device cpu (auto: "), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find("device cpu (auto: no GPU found; stoker env says why)"), std::string::npos) << t.out;
     EXPECT_NE(t.out.find("GPU not used"), std::string::npos) << t.out;
     GTEST_SKIP() << "no usable CUDA device or no cuDNN backend: auto chose the CPU, as it should";
   }

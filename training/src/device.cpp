@@ -70,7 +70,8 @@ DeviceChoice choose_device(const std::string& request, int local_rank) {
   if (request == "auto") {
     refuse_cpu_after_gpu_fault();
     const int gpus = cuda_device_count();
-    if (gpus == 0) return {false, 0, true, "cpu (auto: " + cuda_unavailable_reason() + ")"};
+    // A machine without a GPU is an ordinary one: the reason is for `stoker env`, not every run.
+    if (gpus == 0) return {false, 0, true, "cpu (auto: no GPU found; stoker env says why)"};
     if (!trainer::built_with_cudnn()) return {false, 0, true, "cpu (auto: this stoker was built without cuDNN)"};
     const int index = local_rank % gpus;
     set_device(index);

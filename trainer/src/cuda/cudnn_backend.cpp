@@ -381,6 +381,14 @@ bool built_with_cudnn() noexcept {
 #endif
 }
 
+std::string cudnn_description() {
+#if defined(STOKER_HAVE_CUDNN)
+  return cudnn::gpu::cudnn_environment();
+#else
+  return "not in this build (configure with STOKER_CUDNN=ON)";
+#endif
+}
+
 std::shared_ptr<CudnnBackend> make_cudnn_backend(const Graph& graph, const CudnnBackendOptions& options) {
   if (options.max_batch < 1)
     throw InvalidArgument("cudnn backend: max_batch must be at least 1, received " + std::to_string(options.max_batch));

@@ -79,6 +79,8 @@ class CudnnBackend : public Backend {
 // stand-in on the emulated device of a STOKER_CUDA_EMULATION build); without it
 // make_cudnn_backend() always throws CudaError. Says nothing about a device being present.
 bool built_with_cudnn() noexcept;
+// The cuDNN library this process loads and the CUDA runtime it is for, or why there is none.
+std::string cudnn_description();
 
 // Compiles `graph` for the GPU: lowers it (folding, fusion, padding), uploads the weights in the
 // storage type, chooses cuDNN algorithms for max_batch and allocates every buffer once.
