@@ -38,7 +38,6 @@ std::string cpu_features() {
   has("avx", __builtin_cpu_supports("avx"));
   has("avx2", __builtin_cpu_supports("avx2"));
   has("fma", __builtin_cpu_supports("fma"));
-  has("f16c", __builtin_cpu_supports("f16c"));
   has("avx512f", __builtin_cpu_supports("avx512f"));
   has("avx512bw", __builtin_cpu_supports("avx512bw"));
 #endif

@@ -289,7 +289,15 @@ void save_run_settings(const TrainConfig& config) {
   absolute(c.out);
   c.resume.clear();
   const nlohmann::json j = {{"format", "stoker-train-settings"}, {"version", 1}, {"settings", c}};
-  write_file_atomically(fs::path(config.out) / kRunSettingsFile, j.dump(2) + "\n");
+  std::string text;
+  try {
+    text = j.dump(2) + "\n";
+  } catch (const nlohmann::json::type_error& e) {  // a path or value that is not UTF-8 (JSON holds text only)
+    throw InvalidArgument(
+        "a setting holds bytes that are not UTF-8 text, which the run's settings file (for --resume) cannot keep: " +
+        std::string(e.what()) + "; rename the path or give the value as UTF-8");
+  }
+  write_file_atomically(fs::path(config.out) / kRunSettingsFile, text);
 }
 
 TrainConfig load_run_settings(const std::string& out) {
